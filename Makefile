@@ -1,0 +1,31 @@
+# make demo  — set up .venv and run the demo on built-in sample data
+# make test  — set up .venv and run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+READY  := $(VENV)/.zagg-installed
+
+.PHONY: demo test lint bench clean
+
+$(READY): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,dev,plot]"
+	touch $(READY)
+
+demo: $(READY)
+	$(PY) -m zagg demo
+
+test: $(READY)
+	$(PY) -m ruff check zagg tests benchmarks
+	$(PY) -m pytest -q
+
+lint: $(READY)
+	$(PY) -m ruff check zagg tests benchmarks
+	$(PY) -m ruff format --check zagg tests benchmarks
+
+bench: $(READY)
+	$(PY) benchmarks/bench_aggregate.py
+
+clean:
+	rm -rf $(VENV) demo-store .pytest_cache

@@ -1,0 +1,335 @@
+"""Points Dataset → lazy leaf Dataset: keyed groupby-reduction onto morton cells.
+
+Each input chunk is keyed (mortie point words → cell and shard words), grouped by cell and
+reduced to a :class:`~zagg.partials.Partial`. Per shard, the partials of every chunk that
+touched it are combined by a tree reduction and finalized into dense arrays of
+4^(child_order − parent_order) cells: one dask chunk per shard, in canonical nested order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import dask
+import dask.array as da
+import numpy as np
+import xarray as xr
+
+from . import grid as G
+from .config import Config, FieldSpec, Filter, load_config
+from .kernels import segments, tdigest
+from .partials import Digests, DigestSpec, Partial, combine
+
+DEFAULT_CHUNK = 1 << 20
+FAN_IN = 8
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a chunk task needs, small and picklable."""
+
+    lat: str
+    lon: str
+    filters: tuple[Filter, ...]
+    inputs: tuple[str, ...]  # variable order of the arrays handed to chunk tasks
+    states: tuple[tuple[str, tuple[str, ...]], ...]  # (source or "", states)
+    digests: tuple[tuple[str, DigestSpec], ...]
+    cell_order: int
+    shard_order: int
+    shard_set: tuple[int, ...] | None = None
+
+    @property
+    def digest_specs(self) -> dict[str, DigestSpec]:
+        return dict(self.digests)
+
+
+@dataclass
+class ChunkResult:
+    """A chunk's partial with its shard index and point accounting."""
+
+    partial: Partial
+    shards: np.ndarray  # shard words present, ascending
+    bounds: np.ndarray  # row bounds of each shard in partial.cells (len + 1)
+    counts: dict[str, int]
+
+    def piece(self, shard_word: int) -> Partial:
+        i = np.searchsorted(self.shards, np.uint64(shard_word))
+        if i == len(self.shards) or self.shards[i] != np.uint64(shard_word):
+            return self.partial.take(0, 0)
+        return self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
+
+
+def make_plan(config: Config, shards=None) -> Plan:
+    src = config.data_source
+    states: dict[str, set] = {}
+    digests: dict[str, DigestSpec] = {}
+    for f in config.fields.values():
+        red = f.reducer
+        if red.kind == "ragged":
+            spec = DigestSpec(f.source, int(f.params["delta"]))
+            digests[spec.key] = spec
+        else:
+            states.setdefault(f.source or "", set()).update(red.chunk)
+    inputs = [src.latitude, src.longitude]
+    inputs += [f.variable for f in src.filters]
+    inputs += [s for s in states if s] + [d.source for d in digests.values()]
+    inputs = tuple(dict.fromkeys(inputs))
+    shard_set = None
+    if shards is not None:
+        shard_set = tuple(int(w) for w in np.unique(_shard_words(shards, config)))
+    return Plan(
+        src.latitude,
+        src.longitude,
+        src.filters,
+        inputs,
+        tuple((k, tuple(sorted(v))) for k, v in sorted(states.items())),
+        tuple(sorted(digests.items())),
+        config.grid.child_order,
+        config.grid.parent_order,
+        shard_set,
+    )
+
+
+def _shard_words(shards, config: Config) -> np.ndarray:
+    p = config.grid.parent_order
+    ids = [shards] if isinstance(shards, str) else list(shards)
+    if ids and isinstance(ids[0], str):
+        words = G.from_decimal(ids)
+    else:
+        words = np.asarray(ids, dtype=np.uint64)
+    orders = words & np.uint64(63)
+    if words.size and not np.all(orders == p):
+        raise ValueError(f"shards must be cells at the shard order (parent_order {p})")
+    return words
+
+
+def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
+    """Key, filter, group and reduce one input chunk."""
+    arrs = dict(zip(plan.inputs, arrays, strict=True))
+    n_in = len(arrs[plan.lat])
+    keep = None
+    for f in plan.filters:
+        m = f.mask(np.asarray(arrs[f.variable]))
+        keep = m if keep is None else keep & m
+    lat = np.asarray(arrs[plan.lat], dtype=np.float64)
+    lon = np.asarray(arrs[plan.lon], dtype=np.float64)
+    if keep is not None:
+        lat, lon = lat[keep], lon[keep]
+    n_filtered = n_in - len(lat)
+    words, ok = G.point_words(lat, lon)
+    n_invalid = int(len(ok) - np.count_nonzero(ok))
+    sel = ok
+    cell_words = G.ancestor(words, plan.cell_order)
+    n_outside = 0
+    if plan.shard_set is not None:
+        inside = np.isin(G.ancestor(cell_words, plan.shard_order),
+                         np.asarray(plan.shard_set, dtype=np.uint64))
+        n_outside = int(np.count_nonzero(ok & ~inside))
+        sel = ok & inside
+    all_sel = bool(sel.all())
+    if not all_sel:
+        cell_words = cell_words[sel]
+
+    def values(name):
+        v = np.asarray(arrs[name])
+        if keep is not None:
+            v = v[keep]
+        return v if all_sel else v[sel]
+
+    order, cells, offsets = segments.group_by_cell(cell_words, plan.cell_order)
+    states = {}
+    for source, wanted in plan.states:
+        if source == "":
+            states[""] = {"count": np.diff(offsets)}
+        else:
+            states[source] = segments.dense_states(values(source), order, offsets, wanted)
+    digests = {}
+    cache = {}
+    for key, spec in plan.digests:
+        if spec.source not in cache:
+            cache[spec.source] = values(spec.source)[order]
+        m, w, o = tdigest.build(cache[spec.source], offsets, spec.delta)
+        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+    partial = Partial(cells, states, digests)
+    shard_of_cell = G.ancestor(cells, plan.shard_order)
+    if cells.size:
+        starts = np.flatnonzero(np.concatenate(([True], shard_of_cell[1:] != shard_of_cell[:-1])))
+        shards = shard_of_cell[starts]
+        bounds = np.append(starts, cells.size).astype(np.int64)
+    else:
+        shards = np.zeros(0, np.uint64)
+        bounds = np.zeros(1, np.int64)
+    counts = {
+        "points_in": n_in,
+        "filtered": n_filtered,
+        "invalid_coordinates": n_invalid,
+        "outside_shards": n_outside,
+        "keyed": int(cell_words.size),
+    }
+    return ChunkResult(partial, shards, bounds, counts)
+
+
+def _piece(result: ChunkResult, shard_word: int) -> Partial:
+    return result.piece(shard_word)
+
+
+def _combine(plan: Plan, *parts: Partial) -> Partial:
+    nonempty = [p for p in parts if p.cells.size]
+    if not nonempty:
+        return parts[0]
+    return combine(nonempty, plan.digest_specs)
+
+
+def _summary(result: ChunkResult):
+    return result.shards, result.counts
+
+
+def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], part: Partial, shard_word: int):
+    """Dense arrays of one shard (fills where a cell has no data), one per field."""
+    p, c = plan.shard_order, plan.cell_order
+    n = 4 ** (c - p)
+    rank = G.cell_rank(part.cells, shard_word, p, c)
+    out = {}
+    for f in fields:
+        red = f.reducer
+        if red.kind == "ragged":
+            arr = np.full(n, b"", dtype=object)
+            if part.cells.size:
+                d = part.digests[DigestSpec(f.source, int(f.params["delta"])).key]
+                arr[rank] = tdigest.to_payloads(d.means, d.weights, d.offsets)
+            out[f.name] = arr
+            continue
+        dtype = np.dtype(f.dtype)
+        arr = np.full(n, f.fill_value, dtype=dtype)
+        if part.cells.size:
+            st = part.states[f.source or ""]
+            vals = red.finalize(st, f.params)
+            has = st["count"] > 0
+            if red.name != "count":
+                has &= ~np.isnan(vals)
+            arr[rank[has]] = vals[has].astype(dtype)
+        out[f.name] = arr
+    return out
+
+
+def _tree_reduce(plan: Plan, pieces: list):
+    combine_task = dask.delayed(_combine, pure=True)
+    while len(pieces) > 1:
+        pieces = [combine_task(plan, *pieces[i : i + FAN_IN]) for i in range(0, len(pieces), FAN_IN)]
+    return pieces[0]
+
+
+def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int):
+    lat = ds[plan.lat]
+    if lat.ndim != 1:
+        raise ValueError(f"latitude variable {plan.lat!r} must be 1-D, has dims {lat.dims}")
+    dim = lat.dims[0]
+    sub = ds[list(plan.inputs)]
+    for name in plan.inputs:
+        v = sub[name]
+        if v.dims[0] != dim or (v.ndim > 1 and name not in {f.variable for f in plan.filters}):
+            raise ValueError(
+                f"variable {name!r} has dims {v.dims}; every variable zagg reads must run along "
+                f"the observation dimension {dim!r} (2-D variables only in filters with a column)"
+            )
+    sub = sub.drop_vars([c for c in sub.coords if c not in sub.dims])
+    if any(sub[name].chunks is None for name in plan.inputs):
+        sub = sub.chunk({dim: chunk_size})
+    extra = {d: -1 for d in sub.dims if d != dim}
+    if extra:
+        sub = sub.chunk(extra)
+    sub = sub.unify_chunks()
+    blocks = [sub[name].data.to_delayed().reshape(-1) for name in plan.inputs]
+    return dim, list(zip(*blocks, strict=True))
+
+
+def aggregate(ds: xr.Dataset, config, *, shards=None, chunk_size: int = DEFAULT_CHUNK,
+              progress: bool = False) -> xr.Dataset:
+    """Aggregate the points of ``ds`` into a lazy leaf Dataset on dimension ``cells``.
+
+    ``ds`` is any Dataset with one observation dimension (numpy- or dask-backed; numpy
+    inputs are chunked by ``chunk_size``). Which shards hold data is discovered by reducing
+    every input chunk once (the partials are persisted, never the raw points); pass
+    ``shards`` (decimal ids or words at the shard order) to restrict the output to those
+    shards and keep the whole computation lazy.
+    """
+    config = load_config(config)
+    config.check_dataset(ds)
+    plan = make_plan(config, shards)
+    dim, blocks = _select_inputs(ds, plan, chunk_size)
+    chunk_task = dask.delayed(reduce_chunk, pure=True)
+    results = [chunk_task(plan, *blk) for blk in blocks]
+    t0 = time.perf_counter()
+    counts = None
+    if plan.shard_set is None:
+        results = list(dask.persist(*results))
+        summaries = _compute(progress, [dask.delayed(_summary)(r) for r in results])
+        shard_words = np.unique(np.concatenate([s for s, _ in summaries] + [np.zeros(0, np.uint64)]))
+        members = {int(w): [] for w in shard_words}
+        for r, (ws, _) in zip(results, summaries, strict=True):
+            for w in ws:
+                members[int(w)].append(r)
+        counts = {k: int(sum(c[k] for _, c in summaries)) for k in summaries[0][1]} if summaries else {}
+    else:
+        shard_words = np.asarray(plan.shard_set, dtype=np.uint64)
+        members = {int(w): results for w in shard_words}
+    return _build_dataset(config, plan, shard_words, members, counts, dim,
+                          time.perf_counter() - t0)
+
+
+def _compute(progress: bool, tasks):
+    if progress:
+        from .progress import progress_bar
+
+        with progress_bar():
+            return dask.compute(*tasks)
+    return dask.compute(*tasks)
+
+
+def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
+    fields = tuple(config.fields.values())
+    p, c = plan.shard_order, plan.cell_order
+    n = 4 ** (c - p)
+    piece = dask.delayed(_piece, pure=True)
+    fin = dask.delayed(finalize_shard, pure=True)
+    words_task = dask.delayed(G.shard_cell_words, pure=True)
+    per_field = {f.name: [] for f in fields}
+    morton = []
+    for w in shard_words:
+        w = int(w)
+        combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
+        arrays = fin(plan, fields, combined, w)
+        for f in fields:
+            dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
+            per_field[f.name].append(da.from_delayed(arrays[f.name], (n,), dtype=dtype))
+        morton.append(da.from_delayed(words_task(np.uint64(w), p, c), (n,), dtype=np.uint64))
+
+    def cat(chunks, dtype):
+        if chunks:
+            return da.concatenate(chunks)
+        return da.zeros((0,), dtype=dtype, chunks=(n,))
+
+    data_vars = {}
+    for f in fields:
+        dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
+        data_vars[f.name] = xr.Variable("cells", cat(per_field[f.name], dtype), f.array_attrs())
+    ds = xr.Dataset(data_vars, coords={"morton": ("cells", cat(morton, np.uint64))})
+    ds["morton"].attrs = {"long_name": "morton cell word", "grid": "healpix-nested-morton"}
+    ds.attrs["zagg"] = {
+        "grid": config.grid.as_dict(),
+        "shards": G.to_decimal(shard_words),
+        "fields": {
+            f.name: {"function": f.function, "source": f.source, "kind": f.kind,
+                     "dtype": f.dtype, "fill_value": f.fill_value, "params": dict(f.params),
+                     "pyramid_class": f.reducer.pyramid_class}
+            for f in fields
+        },
+        "dataset": {"short_name": config.output.short_name, "version": config.output.version},
+        "latitude": G.LATITUDE_CONVENTION,
+        "observation_dim": dim,
+        "points": counts,
+        "discovery_seconds": round(t_discover, 3),
+        "config": config.raw,
+    }
+    return ds

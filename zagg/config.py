@@ -1,0 +1,455 @@
+"""Pipeline configuration: YAML (safe loader) → typed, validated, frozen objects.
+
+Every refusal is a :class:`ConfigError` naming the key path, the bad value and what would
+be valid, with a close-match suggestion for misspelt keys. Checks that need the data (a
+source variable missing from the Dataset) run in :func:`Config.check_dataset`, called by
+``zagg.aggregate``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import reducers
+from .grid import MAX_ORDER
+
+#: Attrs keys the store format owns; a config's field attrs may never set them.
+SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
+FILTER_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in")
+DEFAULT_SHARD_MEMORY = 2 * 1024**3
+
+
+class ConfigError(ValueError):
+    """A configuration that zagg refuses; the message names the key and the fix."""
+
+
+def _fail(path: str, msg: str) -> None:
+    raise ConfigError(f"config key '{path}': {msg}")
+
+
+def _check_keys(block: Mapping, allowed, path: str, required=()) -> None:
+    if not isinstance(block, Mapping):
+        _fail(path, f"expected a mapping, got {type(block).__name__} {block!r}")
+    for key in block:
+        if key not in allowed:
+            hint = difflib.get_close_matches(str(key), list(allowed), n=1)
+            did = f" (did you mean '{hint[0]}'?)" if hint else ""
+            where = f"{path}.{key}" if path else str(key)
+            _fail(where, f"unknown key{did}; valid keys here: {', '.join(sorted(allowed))}")
+    for key in required:
+        if key not in block:
+            where = f"{path}.{key}" if path else key
+            _fail(where, "is required but missing")
+
+
+def _name(value, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(path, f"expected a non-empty variable name, got {value!r}")
+    return value
+
+
+def _order(value, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(path, f"expected an integer order 0..{MAX_ORDER}, got {value!r}")
+    if not 0 <= value <= MAX_ORDER:
+        _fail(path, f"order {value} is outside 0..{MAX_ORDER}")
+    return value
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Keep rows where ``variable[column] <op> value`` holds (rows failing any filter drop)."""
+
+    variable: str
+    op: str
+    value: object
+    column: int | None = None
+
+    def mask(self, data: np.ndarray) -> np.ndarray:
+        if self.column is not None:
+            data = data[:, self.column]
+        v = self.value
+        if self.op == "in":
+            return np.isin(data, list(v))
+        if self.op == "not_in":
+            return ~np.isin(data, list(v))
+        ops = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+               "gt": np.greater, "ge": np.greater_equal}
+        return ops[self.op](data, v)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    latitude: str
+    longitude: str
+    variables: tuple[str, ...]
+    time: str | None = None
+    filters: tuple[Filter, ...] = ()
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One output field: ``function`` of ``source`` stored as ``dtype`` with ``fill_value``."""
+
+    name: str
+    function: str
+    source: str | None
+    dtype: str
+    fill_value: object
+    params: Mapping[str, object] = field(default_factory=dict)
+    attrs: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def reducer(self) -> reducers.Reducer:
+        return reducers.get(self.function)
+
+    @property
+    def kind(self) -> str:
+        return self.reducer.kind
+
+    def array_attrs(self) -> dict:
+        """The zarr array attrs of this field: user attrs plus the spec-owned blocks."""
+        return {**copy.deepcopy(dict(self.attrs)), **self.reducer.spec_attrs(self.params)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    parent_order: int
+    chunk_inner: int
+    child_order: int
+    sharded: bool = True
+    type: str = "healpix"
+
+    @property
+    def cells_per_shard(self) -> int:
+        return 4 ** (self.child_order - self.parent_order)
+
+    @property
+    def inner_chunks(self) -> int:
+        return 4 ** (self.chunk_inner - self.parent_order)
+
+    def as_dict(self) -> dict:
+        return {"type": self.type, "parent_order": self.parent_order,
+                "chunk_inner": self.chunk_inner, "child_order": self.child_order,
+                "sharded": self.sharded}
+
+
+@dataclass(frozen=True)
+class Output:
+    store: str | None
+    short_name: str
+    version: str
+    grid: Grid
+    store_layout: str = "hive"
+    shard_memory_limit: int = DEFAULT_SHARD_MEMORY
+    storage_options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    data_source: DataSource
+    fields: Mapping[str, FieldSpec]
+    output: Output
+    raw: Mapping[str, object]
+
+    @property
+    def grid(self) -> Grid:
+        return self.output.grid
+
+    def check_dataset(self, ds) -> None:
+        """Refuse a Dataset that lacks a variable this config reads, naming the key."""
+        ds_src = self.data_source
+        wanted = [("data_source.coordinates.latitude", ds_src.latitude),
+                  ("data_source.coordinates.longitude", ds_src.longitude)]
+        if ds_src.time:
+            wanted.append(("data_source.time", ds_src.time))
+        wanted += [(f"data_source.filters[{i}].variable", f.variable)
+                   for i, f in enumerate(ds_src.filters)]
+        wanted += [(f"aggregation.variables.{n}.source", f.source)
+                   for n, f in self.fields.items() if f.source]
+        have = set(ds.variables)
+        for path, name in wanted:
+            if name not in have:
+                hint = difflib.get_close_matches(name, sorted(map(str, have)), n=1)
+                did = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise ConfigError(
+                    f"config key '{path}': variable {name!r} is not in the Dataset{did}; "
+                    f"it has: {', '.join(sorted(map(str, have)))}"
+                )
+
+
+_TOP = ("data_source", "aggregation", "output")
+_SOURCE = ("coordinates", "variables", "time", "filters")
+_FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs")
+_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options")
+_GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
+
+
+def _parse_filters(raw, variables, path) -> tuple[Filter, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        _fail(path, f"expected a list of {{variable, op, value}} mappings, got {raw!r}")
+    out = []
+    for i, f in enumerate(raw):
+        p = f"{path}[{i}]"
+        _check_keys(f, ("variable", "op", "value", "column"), p, ("variable", "op", "value"))
+        var = _name(f["variable"], f"{p}.variable")
+        if var not in variables:
+            _fail(f"{p}.variable", f"{var!r} is not declared in data_source.variables "
+                  f"({', '.join(variables)}); declare it there first")
+        op = f["op"]
+        if op not in FILTER_OPS:
+            hint = difflib.get_close_matches(str(op), FILTER_OPS, n=1)
+            did = f" (did you mean '{hint[0]}'?)" if hint else ""
+            _fail(f"{p}.op", f"unknown operator {op!r}{did}; valid: {', '.join(FILTER_OPS)}")
+        value = f["value"]
+        if op in ("in", "not_in"):
+            if not isinstance(value, list) or not value:
+                _fail(f"{p}.value", f"operator {op!r} needs a non-empty list, got {value!r}")
+            bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int | float)]
+        else:
+            bad = [value] if isinstance(value, bool) or not isinstance(value, int | float) else []
+        if bad:
+            _fail(f"{p}.value", f"filter values must be numbers, got {bad[0]!r}")
+        column = f.get("column")
+        if column is not None and (isinstance(column, bool) or not isinstance(column, int)
+                                   or column < 0):
+            _fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
+        out.append(Filter(var, op, value, column))
+    return tuple(out)
+
+
+def _parse_source(raw) -> DataSource:
+    _check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
+    coords = raw["coordinates"]
+    _check_keys(coords, ("latitude", "longitude"), "data_source.coordinates",
+                ("latitude", "longitude"))
+    lat = _name(coords["latitude"], "data_source.coordinates.latitude")
+    lon = _name(coords["longitude"], "data_source.coordinates.longitude")
+    variables = raw["variables"]
+    if isinstance(variables, str) or not isinstance(variables, list):
+        _fail("data_source.variables", f"expected a list of variable names, got {variables!r}")
+    variables = tuple(_name(v, f"data_source.variables[{i}]") for i, v in enumerate(variables))
+    dup = {v for v in variables if variables.count(v) > 1}
+    if dup:
+        _fail("data_source.variables", f"{sorted(dup)} listed more than once")
+    time = raw.get("time")
+    if time is not None:
+        time = _name(time, "data_source.time")
+    filters = _parse_filters(raw.get("filters"), variables, "data_source.filters")
+    return DataSource(lat, lon, variables, time, filters)
+
+
+def _representable(value, dtype: np.dtype) -> bool:
+    if dtype.kind == "f":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        return math.isnan(value) or math.isinf(value) or abs(value) <= np.finfo(dtype).max
+    if dtype.kind in "iu":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        info = np.iinfo(dtype)
+        return info.min <= value <= info.max
+    return False
+
+
+def _parse_field(name: str, raw, variables) -> FieldSpec:
+    path = f"aggregation.variables.{name}"
+    _check_keys(raw, _FIELD, path, ("function",))
+    function = raw["function"]
+    if function not in reducers.REGISTRY:
+        names = sorted(reducers.REGISTRY)
+        hint = difflib.get_close_matches(str(function), names, n=1)
+        did = f" (did you mean '{hint[0]}'?)" if hint else ""
+        _fail(f"{path}.function", f"unknown function {function!r}{did}; "
+              f"valid: {', '.join(names)}")
+    red = reducers.get(function)
+    source = raw.get("source")
+    if source is None and red.needs_source and not red.source_optional:
+        _fail(f"{path}.source", f"function {function!r} needs a source variable; "
+              f"set one of: {', '.join(variables)}")
+    if source is not None:
+        source = _name(source, f"{path}.source")
+        if source not in variables:
+            _fail(f"{path}.source", f"{source!r} is not declared in data_source.variables "
+                  f"({', '.join(variables)}); declare it there first")
+    dtype_raw = raw.get("dtype", red.default_dtype)
+    try:
+        dtype = np.dtype(dtype_raw)
+    except TypeError:
+        _fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name")
+    if dtype.kind not in red.dtype_kinds or dtype.itemsize > 8:
+        kinds = {"f": "float16/32/64", "i": "int8..int64", "u": "uint8..uint64"}
+        valid = " or ".join(kinds[k] for k in red.dtype_kinds)
+        _fail(f"{path}.dtype", f"{dtype_raw!r} is not valid for {function!r}; use {valid}")
+    if red.kind == "ragged" and dtype != np.float32:
+        _fail(f"{path}.dtype", f"t-digest payloads are float32 (spec §2.1), got {dtype_raw!r}")
+    if red.kind == "ragged":
+        if "fill_value" in raw and raw["fill_value"] not in ("", b""):
+            _fail(f"{path}.fill_value", f"ragged fields have the fixed fill '' (empty payload), "
+                  f"got {raw['fill_value']!r}; remove the key")
+        fill = b""
+    else:
+        fill = raw.get("fill_value", red.default_fill(dtype))
+        if isinstance(fill, str) and fill.lower() == "nan":
+            fill = float("nan")
+        if not _representable(fill, dtype):
+            _fail(f"{path}.fill_value", f"{fill!r} is not representable in dtype {dtype.name}; "
+                  f"use a value within the range of {dtype.name}"
+                  + (" (or NaN)" if dtype.kind == "f" else ""))
+        if dtype.kind in "iu":
+            fill = int(fill)
+        else:
+            fill = float(fill)
+    params_raw = raw.get("params") or {}
+    _check_keys(params_raw, tuple(red.params), f"{path}.params")
+    params = {}
+    for key, spec in red.params.items():
+        v = params_raw.get(key, spec.default)
+        if isinstance(v, bool) or not isinstance(v, spec.kind) or not spec.check(v):
+            _fail(f"{path}.params.{key}", f"{v!r} is invalid; expected {spec.valid}")
+        params[key] = v
+    attrs = raw.get("attrs") or {}
+    if not isinstance(attrs, Mapping):
+        _fail(f"{path}.attrs", f"expected a mapping of attribute names to values, got {attrs!r}")
+    for key in attrs:
+        if key in SPEC_OWNED_ATTRS:
+            _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
+                  "by zagg itself; remove it (spec-owned keys: "
+                  f"{', '.join(SPEC_OWNED_ATTRS)})")
+    return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs))
+
+
+def _parse_grid(raw) -> Grid:
+    path = "output.grid"
+    _check_keys(raw, _GRID, path, ("parent_order", "child_order"))
+    gtype = raw.get("type", "healpix")
+    if gtype != "healpix":
+        _fail(f"{path}.type", f"{gtype!r} is not supported; the morton hive needs 'healpix'")
+    p = _order(raw["parent_order"], f"{path}.parent_order")
+    c = _order(raw["child_order"], f"{path}.child_order")
+    if p > c:
+        _fail(path, f"parent_order {p} > child_order {c}; need 0 <= parent_order <= "
+              f"chunk_inner <= child_order <= {MAX_ORDER}")
+    ci = _order(raw.get("chunk_inner", min(c, p + 4)), f"{path}.chunk_inner")
+    if not p <= ci <= c:
+        _fail(f"{path}.chunk_inner", f"{ci} must lie between parent_order {p} and child_order "
+              f"{c} (0 <= parent_order <= chunk_inner <= child_order <= {MAX_ORDER})")
+    if c > 27:
+        _fail(f"{path}.child_order", f"cell order {c} is not supported yet; use an order <= 27")
+    sharded = raw.get("sharded", True)
+    if not isinstance(sharded, bool):
+        _fail(f"{path}.sharded", f"expected true or false, got {sharded!r}")
+    return Grid(p, ci, c, sharded)
+
+
+def _parse_bytes(value, path: str) -> int:
+    units = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+             "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        s = value.strip().lower().replace(" ", "")
+        num = s.rstrip("kmgtib")
+        unit = s[len(num):]
+        try:
+            if unit in units and float(num) > 0:
+                return int(float(num) * units[unit])
+        except ValueError:
+            pass
+    _fail(path, f"{value!r} is not a positive size; use bytes or e.g. '2GiB', '512MiB'")
+
+
+def _shard_bytes(grid: Grid, fields: Mapping[str, FieldSpec]) -> int:
+    per_cell = 8  # morton
+    for f in fields.values():
+        per_cell += 8 if f.kind == "ragged" else np.dtype(f.dtype).itemsize
+    return 3 * grid.cells_per_shard * per_cell  # values + fill/scatter buffers + encoding
+
+
+def _parse_output(raw, fields) -> Output:
+    _check_keys(raw, _OUTPUT, "output", ("dataset", "grid"))
+    layout = raw.get("store_layout", "hive")
+    if layout != "hive":
+        _fail("output.store_layout", f"{layout!r} is not supported; use 'hive'")
+    store = raw.get("store")
+    if store is not None and (not isinstance(store, str) or not store):
+        _fail("output.store", f"expected a path or s3:// URL, got {store!r}")
+    ds = raw["dataset"]
+    _check_keys(ds, ("short_name", "version"), "output.dataset", ("short_name", "version"))
+    short_name = ds["short_name"]
+    if not isinstance(short_name, str) or not short_name:
+        _fail("output.dataset.short_name", f"expected a non-empty string, got {short_name!r}")
+    version = ds["version"]
+    if isinstance(version, bool) or not isinstance(version, str | int):
+        _fail("output.dataset.version", f"expected a string such as '007', got {version!r}")
+    grid = _parse_grid(raw["grid"])
+    limit = _parse_bytes(raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY),
+                         "output.shard_memory_limit")
+    need = _shard_bytes(grid, fields)
+    if need > limit:
+        _fail("output.grid", f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
+              f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
+              f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
+              "shards) or lower child_order, or raise output.shard_memory_limit")
+    options = raw.get("storage_options") or {}
+    if not isinstance(options, Mapping):
+        _fail("output.storage_options", f"expected a mapping, got {options!r}")
+    return Output(store, short_name, str(version), grid, layout, limit, dict(options))
+
+
+def parse_config(raw: Mapping) -> Config:
+    """Validate a config mapping (as read from YAML) into a :class:`Config`."""
+    _check_keys(raw, _TOP, "", _TOP)
+    source = _parse_source(raw["data_source"])
+    agg = raw["aggregation"]
+    _check_keys(agg, ("variables",), "aggregation", ("variables",))
+    fields_raw = agg["variables"]
+    if not isinstance(fields_raw, Mapping) or not fields_raw:
+        _fail("aggregation.variables", f"expected a non-empty mapping of output fields, "
+              f"got {fields_raw!r}")
+    fields = {}
+    for name, spec in fields_raw.items():
+        if not isinstance(name, str) or not name.isidentifier() or name == "morton":
+            _fail(f"aggregation.variables.{name}", "field names must be identifiers "
+                  "(letters, digits, underscores) and not 'morton'")
+        fields[name] = _parse_field(name, spec, source.variables)
+    output = _parse_output(raw["output"], fields)
+    return Config(source, fields, output, copy.deepcopy(dict(raw)))
+
+
+def load_config(source) -> Config:
+    """Load a config from a YAML file path, a YAML string, or a mapping."""
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, Mapping):
+        return parse_config(source)
+    text = None
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                     and source.endswith((".yaml", ".yml"))):
+        path = Path(source)
+        if not path.exists():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        text = path.read_text()
+    elif isinstance(source, str):
+        text = source
+    else:
+        raise ConfigError(f"cannot load a config from {type(source).__name__}")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config is not valid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config must be a YAML mapping at the top level, got {raw!r}")
+    return parse_config(raw)

@@ -1,0 +1,173 @@
+"""HEALPix morton grid on mortie: point words, cell and shard words, decimal ids, hive paths.
+
+mortie is the only authority for cell identity: every word starts life as a mortie
+``geo2mort`` point word (order 29, mortie's default authalic latitude). Coarsening a word to
+an ancestor uses the public bit layout (clearing the tuples below the order and writing the
+order suffix), which mortie documents and which is bit-identical to ``clip2order`` for
+orders up to 27; orders 28 and 29 go through ``clip2order`` itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import mortie
+import numpy as np
+
+LATITUDE_CONVENTION = "authalic-wgs84"
+MAX_ORDER = 29
+WGS84_SEMI_MAJOR_AXIS = 6378137.0
+WGS84_INVERSE_FLATTENING = 298.257223563
+
+_U64 = np.uint64
+_ID_RE = re.compile(r"^-?[1-6][1-4]*$")
+_WINDOW_RE = re.compile(r"^[0-9A-Za-z-]{1,32}$")
+
+
+def pin_threads(n: int = 1) -> None:
+    """Limit mortie's Rust (rayon) pool to ``n`` threads; call before mortie first runs.
+
+    Inside a dask worker every task thread already runs in parallel, so letting each
+    ``geo2mort`` call spawn a thread per core oversubscribes the machine.
+    """
+    os.environ["RAYON_NUM_THREADS"] = str(int(n))
+
+
+def point_words(lat, lon) -> tuple[np.ndarray, np.ndarray]:
+    """Order-29 point words for ``lat``/``lon`` degrees, and the mask of keyable points.
+
+    Points with a non-finite coordinate or a latitude outside [-90, 90] are not keyed: their
+    word is 0 (mortie's null word) and their mask entry is False, so callers drop and count
+    them.
+    """
+    lat = np.asarray(lat, dtype=np.float64)
+    lon = np.asarray(lon, dtype=np.float64)
+    ok = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90.0)
+    if ok.all():
+        return mortie.geo2mort(lat, lon), ok
+    words = np.zeros(lat.shape, dtype=_U64)
+    if ok.any():
+        words[ok] = mortie.geo2mort(lat[ok], lon[ok])
+    return words, ok
+
+
+def ancestor(words, order: int) -> np.ndarray:
+    """Ancestor area words at ``order`` (words already at or above it come back unchanged
+    for area words; point words always become the area cell)."""
+    words = np.asarray(words, dtype=_U64)
+    if not 0 <= order <= MAX_ORDER:
+        raise ValueError(f"order must be in 0..{MAX_ORDER}, got {order}")
+    if order > 27:
+        return mortie.clip2order(order, words)
+    mask = _U64(~((1 << (60 - 2 * order)) - 1) & 0xFFFFFFFFFFFFFFFF)
+    return (words & mask) | _U64(order)
+
+
+def stride(cell_order: int) -> int:
+    """Word distance between consecutive cells at ``cell_order`` (valid for orders <= 27)."""
+    if not 0 <= cell_order <= 27:
+        raise ValueError(f"the arithmetic stride exists for cell orders 0..27, got {cell_order}")
+    return 1 << (60 - 2 * cell_order)
+
+
+def cells_per_shard(shard_order: int, cell_order: int) -> int:
+    return 4 ** (cell_order - shard_order)
+
+
+def shard_cell_words(shard_word, shard_order: int, cell_order: int) -> np.ndarray:
+    """The cell coordinate of one shard: its children at ``cell_order`` in nested order.
+
+    For cell orders up to 27 this is the spec's arithmetic law
+    ``word[j] = word[0] + j * 2**(60 - 2c)`` with ``word[0] = shard word + (c - p)``; at 28
+    and 29 mortie's children are the law.
+    """
+    shard_word = _U64(shard_word)
+    if cell_order > 27:
+        return np.asarray(
+            mortie.generate_morton_children(shard_word, cell_order), dtype=_U64
+        ).reshape(-1)
+    n = cells_per_shard(shard_order, cell_order)
+    first = shard_word + _U64(cell_order - shard_order)
+    return first + np.arange(n, dtype=_U64) * _U64(stride(cell_order))
+
+
+def cell_rank(cell_words, shard_word, shard_order: int, cell_order: int) -> np.ndarray:
+    """Index of each cell word on its shard's cells axis (cell orders up to 27)."""
+    first = _U64(shard_word) + _U64(cell_order - shard_order)
+    return ((np.asarray(cell_words, dtype=_U64) - first) >> _U64(60 - 2 * cell_order)).astype(
+        np.int64
+    )
+
+
+def to_decimal(words) -> list[str]:
+    """Decimal ids (mortie's rendering; point words carry a trailing ``p``)."""
+    words = np.atleast_1d(np.asarray(words, dtype=_U64))
+    if words.size == 0:
+        return []
+    return [str(s) for s in mortie.MortonIndexArray(words).to_decimal()]
+
+
+def from_decimal(ids) -> np.ndarray:
+    """Words for decimal ids; every id is validated against the id grammar first."""
+    ids = [ids] if isinstance(ids, str) else list(ids)
+    for s in ids:
+        validate_id(s)
+    if not ids:
+        return np.zeros(0, dtype=_U64)
+    return np.asarray(mortie.decimal_to_word(np.asarray(ids)), dtype=_U64)
+
+
+def id_order(shard_id: str) -> int:
+    return len(validate_id(shard_id).lstrip("-")) - 1
+
+
+def validate_id(shard_id: str) -> str:
+    """Return ``shard_id`` if it is a decimal area id (``[-]base digit{1..4}*``), else raise."""
+    if not isinstance(shard_id, str) or not _ID_RE.match(shard_id):
+        raise ValueError(
+            f"{shard_id!r} is not a morton decimal area id: expected an optional '-', a base "
+            "digit 1-6, then one digit 1-4 per order (e.g. '-5121141141')"
+        )
+    if len(shard_id.lstrip("-")) - 1 > MAX_ORDER:
+        raise ValueError(f"{shard_id!r} is deeper than order {MAX_ORDER}")
+    return shard_id
+
+
+def validate_window(label: str) -> str:
+    if not isinstance(label, str) or not _WINDOW_RE.match(label) or label == "all":
+        raise ValueError(
+            f"window label {label!r} is invalid: use 1-32 characters of [0-9A-Za-z-], not 'all'"
+        )
+    return label
+
+
+def leaf_name(shard_id: str, window: str | None = None) -> str:
+    validate_id(shard_id)
+    return f"{shard_id}.zarr" if window is None else f"{shard_id}_{validate_window(window)}.zarr"
+
+
+def node_path(shard_id: str) -> str:
+    """The digit-tree node of an id: ``{sign+base}/{d1}/.../{dn}`` (path_grouping 1)."""
+    validate_id(shard_id)
+    sign = "-" if shard_id.startswith("-") else ""
+    body = shard_id.lstrip("-")
+    return "/".join([sign + body[0], *body[1:]])
+
+
+def hive_path(shard_id: str, window: str | None = None) -> str:
+    """Leaf path relative to the store root, e.g. ``-5/1/1/2/3/3/3/-5112333.zarr``."""
+    return f"{node_path(shard_id)}/{leaf_name(shard_id, window)}"
+
+
+def parse_leaf_name(name: str) -> tuple[str, str | None]:
+    """Split a leaf basename into (id, window); the window follows the FIRST underscore."""
+    if not name.endswith(".zarr"):
+        raise ValueError(f"{name!r} is not a leaf name (no .zarr suffix)")
+    stem = name[: -len(".zarr")]
+    shard_id, sep, window = stem.partition("_")
+    validate_id(shard_id)
+    if sep:
+        validate_window(window)
+        return shard_id, window
+    return shard_id, None

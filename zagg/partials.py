@@ -1,0 +1,108 @@
+"""Partial aggregates: per-cell states of one piece of input, and how pieces combine.
+
+A :class:`Partial` holds, for a sorted set of cell words, the dense states of every source
+variable (count, double-double sums, min, max) and the t-digest centroids of every digest
+source (CSR float32). Partials of the same shard from different input chunks combine by
+grouping equal cells — never by revisiting raw points — which is what bounds memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kernels import segments, tdigest
+
+
+@dataclass
+class Digests:
+    """Centroids of many cells: cell i owns rows ``offsets[i]:offsets[i+1]``."""
+
+    means: np.ndarray  # float32
+    weights: np.ndarray  # float32
+    offsets: np.ndarray  # int64, len(cells) + 1
+
+    def take(self, a: int, b: int) -> Digests:
+        lo, hi = self.offsets[a], self.offsets[b]
+        return Digests(self.means[lo:hi], self.weights[lo:hi], self.offsets[a : b + 1] - lo)
+
+    @property
+    def nbytes(self) -> int:
+        return self.means.nbytes + self.weights.nbytes + self.offsets.nbytes
+
+
+@dataclass
+class Partial:
+    """Per-cell states of one piece of input; ``cells`` are sorted unique cell words."""
+
+    cells: np.ndarray
+    states: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # source → arrays
+    digests: dict[str, Digests] = field(default_factory=dict)  # digest key → centroids
+
+    def take(self, a: int, b: int) -> Partial:
+        """Rows ``a:b`` (a contiguous run of cells, e.g. one shard)."""
+        return Partial(
+            self.cells[a:b],
+            {s: {k: v[a:b] for k, v in arrs.items()} for s, arrs in self.states.items()},
+            {k: d.take(a, b) for k, d in self.digests.items()},
+        )
+
+    @property
+    def nbytes(self) -> int:
+        n = self.cells.nbytes + sum(d.nbytes for d in self.digests.values())
+        return n + sum(v.nbytes for arrs in self.states.values() for v in arrs.values())
+
+
+def empty_like(template: Partial) -> Partial:
+    return template.take(0, 0)
+
+
+@dataclass(frozen=True)
+class DigestSpec:
+    source: str
+    delta: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}@{self.delta}"
+
+
+def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partial:
+    """Merge partials: states of equal cells combine, digests merge (k-way, loss-free while
+    a cell's total weight stays within delta). Parts are taken in list order."""
+    parts = [p for p in parts if p.cells.size]
+    if not parts:
+        raise ValueError("combine() needs at least one non-empty partial")
+    if len(parts) == 1:
+        return parts[0]
+    cells = np.concatenate([p.cells for p in parts])
+    perm, ucells, offsets = segments.group_sorted(cells)
+    states = {}
+    for src in parts[0].states:
+        cat = {k: np.concatenate([p.states[src][k] for p in parts]) for k in parts[0].states[src]}
+        states[src] = segments.combine_states(cat, perm, offsets)
+    digests = {}
+    for key, spec in digest_specs.items():
+        means = np.concatenate([p.digests[key].means for p in parts])
+        weights = np.concatenate([p.digests[key].weights for p in parts])
+        sizes = np.concatenate([np.diff(p.digests[key].offsets) for p in parts])
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        # rows of row-group perm[i] in grouped order
+        gsizes = sizes[perm]
+        cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
+        new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
+        idx = _gather_index(starts[perm], gsizes)
+        m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta)
+        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+    return Partial(ucells, states, digests)
+
+
+def _gather_index(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + sizes[i])`` for all i."""
+    total = int(sizes.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(sizes)
+    base = np.repeat(starts - (ends - sizes), sizes)
+    return base + np.arange(total, dtype=np.int64)
