@@ -1,0 +1,262 @@
+"""zagg.aggregate against a brute-force numpy computation, cell by cell."""
+
+import dask.array as dsa
+import mortie
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import zagg
+from zagg import grid as G
+from zagg.kernels import tdigest
+
+P, C = 6, 11  # 1024 cells per shard keeps brute force quick
+
+
+def make_config(fields=None, filters=None, p=P, c=C, **grid):
+    fields = fields or {
+        "count": {"function": "count"},
+        "h_sum": {"function": "sum", "source": "h"},
+        "h_mean": {"function": "mean", "source": "h", "dtype": "float64"},
+        "h_min": {"function": "min", "source": "h"},
+        "h_max": {"function": "max", "source": "h"},
+        "h_var": {"function": "var", "source": "h", "dtype": "float64"},
+        "h_std": {"function": "std", "source": "h", "dtype": "float64", "params": {"ddof": 1}},
+        "h_td": {"function": "tdigest", "source": "h"},
+    }
+    src = {"coordinates": {"latitude": "lat", "longitude": "lon"}, "variables": ["h", "q"]}
+    if filters:
+        src["filters"] = filters
+    return {
+        "data_source": src,
+        "aggregation": {"variables": fields},
+        "output": {"dataset": {"short_name": "TEST", "version": "1"},
+                   "grid": {"parent_order": p, "child_order": c, **grid}},
+    }
+
+
+def make_points(n, seed=0, nan_frac=0.05, box=(-100.0, -76.0, -96.0, -75.0)):
+    rng = np.random.default_rng(seed)
+    lon = rng.uniform(box[0], box[2], n)
+    lat = rng.uniform(box[1], box[3], n)
+    # clustered points so many cells hold several points, some exactly one
+    lat[: n // 2] = np.round(lat[: n // 2], 2)
+    lon[: n // 2] = np.round(lon[: n // 2], 2)
+    h = rng.normal(1500.0, 30.0, n).astype(np.float32)
+    h[rng.random(n) < nan_frac] = np.nan
+    q = rng.integers(0, 4, n).astype(np.int8)
+    return xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", h), "q": ("obs", q)})
+
+
+def brute_force(ds, c=C, keep=None):
+    """Per-cell values computed with plain numpy, keyed by mortie.geo2mort at the cell order."""
+    lat, lon, h = ds["lat"].values, ds["lon"].values, ds["h"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    if keep is not None:
+        ok &= keep
+    cells = mortie.geo2mort(lat[ok], lon[ok], order=c)
+    h = h[ok]
+    out = {}
+    for w in np.unique(cells):
+        v = h[cells == w].astype(np.float64)
+        f = v[np.isfinite(v)]
+        out[int(w)] = (len(v), f)
+    return out
+
+
+def computed(ds, config, **kw):
+    return zagg.aggregate(ds, config, **kw).compute()
+
+
+def cell_index(res):
+    return {int(w): i for i, w in enumerate(res["morton"].values)}
+
+
+def test_every_reducer_matches_brute_force():
+    ds = make_points(20_000, seed=1)
+    res = computed(ds, make_config(), chunk_size=3_000)
+    truth = brute_force(ds)
+    idx = cell_index(res)
+    assert int(res["count"].sum()) == sum(n for n, _ in truth.values())
+    singles = 0
+    for w, (n, f) in truth.items():
+        i = idx[w]
+        assert res["count"].values[i] == n
+        payload = res["h_td"].values[i]
+        if f.size == 0:
+            assert np.isnan(res["h_mean"].values[i]) and np.isnan(res["h_min"].values[i])
+            assert payload == b""
+            continue
+        singles += f.size == 1
+        assert res["h_sum"].values[i] == pytest.approx(f.sum(), rel=1e-12)
+        assert res["h_mean"].values[i] == pytest.approx(f.mean(), rel=1e-12)
+        assert res["h_min"].values[i] == np.float32(f.min())
+        assert res["h_max"].values[i] == np.float32(f.max())
+        assert res["h_var"].values[i] == pytest.approx(f.var(), rel=1e-9, abs=1e-9)
+        if f.size > 1:
+            assert res["h_std"].values[i] == pytest.approx(f.std(ddof=1), rel=1e-9)
+        else:
+            assert np.isnan(res["h_std"].values[i])
+        arr = tdigest.payload_to_array(payload)
+        np.testing.assert_array_equal(arr[:, 0], np.sort(f.astype(np.float32)))
+        np.testing.assert_array_equal(arr[:, 1], np.ones(f.size, np.float32))
+    assert singles > 3  # single-point cells were exercised
+    # every other cell is empty and holds the fill
+    empty = np.ones(res.sizes["cells"], bool)
+    empty[[idx[w] for w in truth]] = False
+    assert (res["count"].values[empty] == 0).all()
+    assert np.isnan(res["h_mean"].values[empty]).all()
+    assert all(b == b"" for b in res["h_td"].values[empty])
+
+
+def test_layout_is_canonical_and_one_chunk_per_shard():
+    ds = make_points(5_000, seed=2)
+    out = zagg.aggregate(ds, make_config())
+    n = 4 ** (C - P)
+    assert all(ch == n for ch in out["count"].chunks[0])
+    shards = G.from_decimal(out.attrs["zagg"]["shards"])
+    assert (np.diff(shards.astype(object)) > 0).all()
+    words = out["morton"].values
+    for k, s in enumerate(shards):
+        np.testing.assert_array_equal(words[k * n:(k + 1) * n], G.shard_cell_words(s, P, C))
+    # only shards with data
+    truth_shards = np.unique(G.ancestor(np.array(list(brute_force(ds)), np.uint64), P))
+    np.testing.assert_array_equal(shards, truth_shards)
+
+
+def test_cell_words_agree_with_mortie_keying_at_cell_order():
+    ds = make_points(3_000, seed=3, nan_frac=0)
+    res = computed(ds, make_config({"count": {"function": "count"}}))
+    occupied = res["morton"].values[res["count"].values > 0]
+    truth = np.unique(mortie.geo2mort(ds["lat"].values, ds["lon"].values, order=C))
+    np.testing.assert_array_equal(occupied, truth)
+
+
+def test_nonfinite_coordinates_are_dropped_and_counted():
+    ds = make_points(4_000, seed=4)
+    lat = ds["lat"].values.copy()
+    lat[:7] = np.nan
+    lat[7:10] = np.inf
+    lat[10] = 95.0  # outside [-90, 90]
+    ds["lat"] = ("obs", lat)
+    out = zagg.aggregate(ds, make_config({"count": {"function": "count"}}))
+    pts = out.attrs["zagg"]["points"]
+    assert pts["invalid_coordinates"] == 11
+    assert pts["keyed"] == 4_000 - 11
+    assert int(out["count"].sum().compute()) == 4_000 - 11
+
+
+def test_filters_apply_before_aggregation():
+    ds = make_points(6_000, seed=5)
+    filters = [{"variable": "q", "op": "ge", "value": 2}, {"variable": "q", "op": "ne", "value": 3}]
+    res = computed(ds, make_config(filters=filters))
+    keep = ds["q"].values == 2
+    truth = brute_force(ds, keep=keep)
+    idx = cell_index(res)
+    assert int(res["count"].sum()) == int(keep.sum())
+    for w, (n, f) in truth.items():
+        assert res["count"].values[idx[w]] == n
+
+
+def test_shards_argument_restricts_and_stays_lazy():
+    ds = make_points(6_000, seed=6)
+    full = computed(ds, make_config())
+    shards = full.attrs["zagg"]["shards"]
+    pick = shards[1:3]
+    out = zagg.aggregate(ds, make_config(), shards=pick)
+    assert out.attrs["zagg"]["points"] is None  # nothing computed yet
+    assert out.attrs["zagg"]["shards"] == pick
+    sub = out.compute()
+    n = 4 ** (C - P)
+    for var in ("count", "h_min", "h_sum"):
+        np.testing.assert_array_equal(sub[var].values, full[var].values[n:3 * n])
+    assert list(sub["h_td"].values) == list(full["h_td"].values[n:3 * n])
+
+
+def test_dask_and_numpy_inputs_agree_and_southern_northern_shards():
+    north = make_points(2_000, seed=7, box=(40.0, 60.0, 42.0, 61.0))
+    south = make_points(2_000, seed=8)
+    ds = xr.concat([north, south], dim="obs")
+    a = computed(ds, make_config())
+    b = computed(ds.chunk({"obs": 777}), make_config())
+    xr.testing.assert_identical(a.drop_attrs(), b.drop_attrs())
+    shards = a.attrs["zagg"]["shards"]
+    assert any(s.startswith("-") for s in shards) and any(not s.startswith("-") for s in shards)
+
+
+def test_empty_input_gives_empty_dataset():
+    ds = make_points(100, seed=9)
+    out = zagg.aggregate(ds, make_config(filters=[{"variable": "q", "op": "gt", "value": 10}]))
+    assert out.sizes["cells"] == 0
+    assert out.attrs["zagg"]["shards"] == []
+
+
+def test_missing_source_variable_is_refused_at_aggregate_time():
+    ds = make_points(100).drop_vars("h")
+    with pytest.raises(zagg.ConfigError, match=r"aggregation.variables.h_sum.source.*'h'"):
+        zagg.aggregate(ds, make_config())
+
+
+EXACT = ("count", "h_min", "h_max", "h_sum", "h_mean")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    chunks=st.lists(st.integers(1, 400), min_size=1, max_size=6),
+    scale=st.sampled_from([1e-3, 1.0, 1e4, 1e7]),
+)
+def test_exact_fields_are_chunking_invariant(seed, chunks, scale):
+    ds = make_points(600, seed=seed)
+    ds["h"] = ds["h"] * np.float32(scale)
+    cfg = make_config()
+    ref = computed(ds, cfg, chunk_size=600)
+    total = 600
+    sizes = []
+    while total > 0:
+        for ch in chunks:
+            take = min(ch, total)
+            if take:
+                sizes.append(take)
+            total -= take
+    reshuffled = ds.chunk({"obs": tuple(sizes)})
+    got = computed(reshuffled, cfg)
+    for var in EXACT:
+        np.testing.assert_array_equal(got[var].values, ref[var].values)
+    # digests are loss-free here, so they are chunking-invariant too
+    assert list(got["h_td"].values) == list(ref["h_td"].values)
+
+
+def test_digest_compresses_above_delta_and_keeps_exact_weight():
+    n = 5_000
+    rng = np.random.default_rng(11)
+    lat = np.full(n, -75.5)
+    lon = np.full(n, -99.0)
+    h = rng.normal(0, 1, n).astype(np.float32)
+    ds = xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", h),
+                     "q": ("obs", np.zeros(n, np.int8))})
+    cfg = make_config({"h_td": {"function": "tdigest", "source": "h", "params": {"delta": 100}}})
+    res = computed(ds.chunk({"obs": 700}), cfg)
+    payloads = [p for p in res["h_td"].values if p]
+    assert len(payloads) == 1
+    arr = tdigest.payload_to_array(payloads[0])
+    assert arr[:, 1].sum() == n and len(arr) <= 100
+    assert np.all(np.diff(arr[:, 0]) >= 0)
+    assert abs(tdigest.quantile(arr, 0.5) - np.median(h)) < 0.05
+
+
+def test_integer_and_dask_backed_lazy_input_not_materialised():
+    n = 50_000
+    lat = dsa.random.uniform(-76, -75, size=n, chunks=10_000)
+    lon = dsa.random.uniform(-100, -98, size=n, chunks=10_000)
+    q = dsa.random.randint(0, 5, size=n, chunks=10_000).astype(np.int16)
+    ds = xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", q.astype(np.float32)),
+                     "q": ("obs", q)})
+    cfg = make_config({"q_max": {"function": "max", "source": "h", "dtype": "int16",
+                                 "fill_value": -1}})
+    res = computed(ds, cfg)
+    assert res["q_max"].dtype == np.int16
+    assert set(np.unique(res["q_max"].values)) <= {-1, 0, 1, 2, 3, 4}
+    assert (res["q_max"].values >= 0).sum() > 0
