@@ -104,9 +104,9 @@ def _shard_words(shards, config: Config) -> np.ndarray:
     return words
 
 
-def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
-    """Key, filter, group and reduce one input chunk."""
-    arrs = dict(zip(plan.inputs, arrays, strict=True))
+def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
+    """Filter and key one chunk: cell words of the kept points, a ``values(name)`` accessor
+    returning any input variable aligned with them, and the point accounting."""
     n_in = len(arrs[plan.lat])
     keep = None
     for f in plan.filters:
@@ -137,6 +137,20 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
             v = v[keep]
         return v if all_sel else v[sel]
 
+    counts = {
+        "points_in": n_in,
+        "filtered": n_filtered,
+        "invalid_coordinates": n_invalid,
+        "outside_shards": n_outside,
+        "keyed": int(cell_words.size),
+    }
+    return cell_words, values, counts
+
+
+def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, np.ndarray,
+                                                                        np.ndarray]:
+    """Group keyed points by cell and reduce them: the chunk's partial, the shard words it
+    touches and each shard's row bounds in the partial."""
     order, cells, offsets = segments.group_by_cell(cell_words, plan.cell_order)
     states = {}
     for source, wanted in plan.states:
@@ -160,13 +174,14 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
     else:
         shards = np.zeros(0, np.uint64)
         bounds = np.zeros(1, np.int64)
-    counts = {
-        "points_in": n_in,
-        "filtered": n_filtered,
-        "invalid_coordinates": n_invalid,
-        "outside_shards": n_outside,
-        "keyed": int(cell_words.size),
-    }
+    return partial, shards, bounds
+
+
+def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
+    """Key, filter, group and reduce one input chunk."""
+    arrs = dict(zip(plan.inputs, arrays, strict=True))
+    cell_words, values, counts = key_chunk(plan, arrs)
+    partial, shards, bounds = reduce_keyed(plan, cell_words, values)
     return ChunkResult(partial, shards, bounds, counts)
 
 
@@ -194,7 +209,8 @@ def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], part: Partial, sha
     for f in fields:
         red = f.reducer
         if red.kind == "ragged":
-            arr = np.full(n, b"", dtype=object)
+            arr = np.empty(n, dtype=object)
+            arr.fill(b"")  # several times faster than np.full for object arrays
             if part.cells.size:
                 d = part.digests[DigestSpec(f.source, int(f.params["delta"])).key]
                 arr[rank] = tdigest.to_payloads(d.means, d.weights, d.offsets)

@@ -43,13 +43,11 @@ def point_words(lat, lon) -> tuple[np.ndarray, np.ndarray]:
     """
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)
-    ok = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90.0)
-    if ok.all():
-        return mortie.geo2mort(lat, lon), ok
-    words = np.zeros(lat.shape, dtype=_U64)
-    if ok.any():
-        words[ok] = mortie.geo2mort(lat[ok], lon[ok])
-    return words, ok
+    words = mortie.geo2mort(lat, lon)  # non-finite input gives the null word 0
+    polar = np.abs(lat) > 90.0  # NaN compares False here; geo2mort already nulled it
+    if polar.any():
+        words[polar] = 0
+    return words, words != 0
 
 
 def ancestor(words, order: int) -> np.ndarray:

@@ -1,0 +1,160 @@
+"""Benchmark: keying, aggregation and end-to-end rates against mortie.geo2mort, same run.
+
+For each size, synthetic ATL03-like photons are generated into memory first (not timed).
+Then, on the same points:
+
+- geo2mort: ``mortie.geo2mort`` alone — the floor every rate is compared with;
+- keying:   zagg's keying (point words + cell and shard ancestors);
+- aggregate (excluding keying): grouping by cell, count + mean + min + max + t-digest per
+  chunk, the per-shard combine and the finalize into dense shard arrays, single-threaded;
+- end to end: ``zagg.aggregate(ds, cfg).compute()`` on N dask threads.
+
+Each thread count runs in its own process with ``RAYON_NUM_THREADS`` set to it, so mortie's
+pool and dask's threads use the same cores. Prints rates in M points/s and the ratios.
+
+    python benchmarks/bench_aggregate.py                 # 1e6 and 1e7 points, 1 and 2 cores
+    python benchmarks/bench_aggregate.py --sizes 1e6 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+CONFIG = {
+    "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+                    "variables": ["h_ph"]},
+    "aggregation": {"variables": {
+        "count": {"function": "count"},
+        "h_mean": {"function": "mean", "source": "h_ph"},
+        "h_min": {"function": "min", "source": "h_ph"},
+        "h_max": {"function": "max", "source": "h_ph"},
+        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+    }},
+    "output": {"dataset": {"short_name": "BENCH", "version": "1"},
+               "grid": {"parent_order": 9, "child_order": 19}},
+}
+CHUNK = 1 << 20
+
+
+def best_of(fn, reps):
+    best = float("inf")
+    out = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def measure(n: int, threads: int, reps: int) -> dict:
+    import dask
+    import mortie
+    import numpy as np
+
+    import zagg
+    from zagg import grid as G
+    from zagg.aggregate import (
+        ChunkResult,
+        _combine,
+        finalize_shard,
+        key_chunk,
+        make_plan,
+        reduce_keyed,
+    )
+    from zagg.config import load_config
+    from zagg.sources.synthetic import synthetic_photons
+
+    ds = synthetic_photons(n, chunk_size=CHUNK, seed=1)[["lat_ph", "lon_ph", "h_ph"]].compute()
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    lat_ok, lon_ok = lat[ok], lon[ok]
+    cfg = load_config(CONFIG)
+    plan = make_plan(cfg)
+    fields = tuple(cfg.fields.values())
+    arrs = {"lat_ph": lat, "lon_ph": lon, "h_ph": ds["h_ph"].values}
+    chunks = [{k: v[i:i + CHUNK] for k, v in arrs.items()} for i in range(0, n, CHUNK)]
+
+    mortie.geo2mort(lat_ok[:1000], lon_ok[:1000])  # warm the pool
+    t_geo, _ = best_of(lambda: mortie.geo2mort(lat_ok, lon_ok), reps)
+
+    def keying():
+        w, _ = G.point_words(lat, lon)
+        c = G.ancestor(w, plan.cell_order)
+        return c, G.ancestor(c, plan.shard_order)
+
+    t_key, _ = best_of(keying, reps)
+    keyed = [key_chunk(plan, ch) for ch in chunks]
+
+    def aggregate_only():
+        results = []
+        for cells, values, counts in keyed:
+            part, shards, bounds = reduce_keyed(plan, cells, values)
+            results.append(ChunkResult(part, shards, bounds, counts))
+        words = np.unique(np.concatenate([r.shards for r in results]))
+        for w in words:
+            pieces = [r.piece(int(w)) for r in results]
+            finalize_shard(plan, fields, _combine(plan, *pieces), int(w))
+        return len(words)
+
+    aggregate_only()  # compile numba kernels outside the timing
+    t_agg, n_shards = best_of(aggregate_only, reps)
+
+    def end_to_end():
+        with dask.config.set(scheduler="threads", num_workers=threads):
+            return zagg.aggregate(ds, CONFIG, chunk_size=CHUNK).compute()
+
+    t_e2e, res = best_of(end_to_end, reps)
+    populated = int((res["count"].values > 0).sum())
+    return {
+        "n": n, "threads": threads, "shards": int(n_shards), "cells_with_data": populated,
+        "geo2mort": n / t_geo, "keying": n / t_key, "aggregate": n / t_agg,
+        "end_to_end": n / t_e2e,
+    }
+
+
+def report(r: dict) -> None:
+    m = 1e6
+    per_core = r["geo2mort"] / r["threads"]
+    print(f"\n{r['n']:.0e} points on {r['threads']} core(s): {r['shards']} shards, "
+          f"{r['cells_with_data']:,} cells with data")
+    print(f"  geo2mort alone           {r['geo2mort'] / m:8.2f} Mpts/s"
+          f"   ({per_core / m:.2f} per core)            baseline 1.00")
+    print(f"  keying (zagg)            {r['keying'] / m:8.2f} Mpts/s"
+          f"                                ratio {r['keying'] / r['geo2mort']:.2f}")
+    print(f"  aggregate excl. keying   {r['aggregate'] / m:8.2f} Mpts/s per core"
+          f"   (target >= 30)                x{r['aggregate'] / per_core:.1f} of geo2mort/core")
+    print(f"  aggregate end to end     {r['end_to_end'] / m:8.2f} Mpts/s"
+          f"   (target >= 50% of geo2mort)   ratio {r['end_to_end'] / r['geo2mort']:.2f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        for n in args.sizes:
+            print(json.dumps(measure(int(n), args.threads[0], args.reps)), flush=True)
+        return 0
+    print("zagg aggregate benchmark (synthetic ATL03-like photons, order 19 cells, order 9 "
+          "shards; count + mean + min + max + tdigest)")
+    for threads in args.threads:
+        env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}
+        cmd = [sys.executable, __file__, "--child", "--threads", str(threads), "--reps",
+               str(args.reps), "--sizes", *map(str, args.sizes)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("{"):
+                report(json.loads(line))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
