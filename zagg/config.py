@@ -93,6 +93,8 @@ class DataSource:
     variables: tuple[str, ...]
     time: str | None = None
     filters: tuple[Filter, ...] = ()
+    input: str | None = None  # a zarr store or netCDF file with the points
+    synthetic: Mapping[str, object] | None = None  # built-in generator parameters
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ class Config:
 
 
 _TOP = ("data_source", "aggregation", "output")
-_SOURCE = ("coordinates", "variables", "time", "filters")
+_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic")
+_SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs")
 _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
@@ -246,7 +249,38 @@ def _parse_source(raw) -> DataSource:
     if time is not None:
         time = _name(time, "data_source.time")
     filters = _parse_filters(raw.get("filters"), variables, "data_source.filters")
-    return DataSource(lat, lon, variables, time, filters)
+    inp = raw.get("input")
+    if inp is not None and (not isinstance(inp, str) or not inp):
+        _fail("data_source.input", f"expected a path or URL of a zarr store or netCDF file, "
+              f"got {inp!r}")
+    synthetic = _parse_synthetic(raw.get("synthetic"))
+    if inp is not None and synthetic is not None:
+        _fail("data_source", "give either 'input' or 'synthetic', not both")
+    return DataSource(lat, lon, variables, time, filters, inp, synthetic)
+
+
+def _parse_synthetic(raw) -> dict | None:
+    if raw is None:
+        return None
+    path = "data_source.synthetic"
+    _check_keys(raw, _SYNTHETIC, path, ("points",))
+    out = dict(raw)
+    for key, lo in (("points", 1), ("chunk_size", 1), ("seed", 0)):
+        v = raw.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+            _fail(f"{path}.{key}", f"expected an integer >= {lo}, got {v!r}")
+    region = raw.get("region")
+    if region is not None:
+        ok = (isinstance(region, list) and len(region) == 4
+              and all(isinstance(x, int | float) and not isinstance(x, bool) for x in region))
+        if not ok or not (region[0] < region[2] and -90 <= region[1] < region[3] <= 90):
+            _fail(f"{path}.region", f"expected [lon_min, lat_min, lon_max, lat_max] with "
+                  f"min < max and latitudes within -90..90, got {region!r}")
+    nf = raw.get("noise_fraction")
+    if nf is not None and (isinstance(nf, bool) or not isinstance(nf, int | float)
+                           or not 0 <= nf < 1):
+        _fail(f"{path}.noise_fraction", f"expected a number in [0, 1), got {nf!r}")
+    return out
 
 
 def _representable(value, dtype: np.dtype) -> bool:
