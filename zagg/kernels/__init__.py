@@ -1,0 +1,1 @@
+"""Numba kernels over CSR-style segments of point observations."""

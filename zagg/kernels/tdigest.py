@@ -1,0 +1,466 @@
+"""Per-cell t-digests over CSR-style segments.
+
+Payload contract: one cell's digest is the raw bytes of a little-endian, C-order float32
+array of shape (k, 2) with rows ``[mean, weight]`` sorted ascending by mean; weights are
+observation counts summing to the number of finite values; an empty cell is ``b""``.
+While a cell holds ``n <= delta`` observations the digest is loss-free (one weight-1
+centroid per value); above that it is compressed with Dunning's merging t-digest under the
+k1 scale function ``k(q) = delta / (2 pi) * asin(2 q - 1)``.
+
+Segments are given by ``offsets`` (int64, length m + 1): segment i is
+``[offsets[i], offsets[i + 1])``. Kernels compute in float64; payloads round to float32,
+which keeps centroid weights exact up to 2**24 observations each. Because a payload is just
+rows of centroids, ``b"".join`` of several payloads of one cell is itself a valid (unsorted)
+centroid list, ready for :func:`merge`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+DEFAULT_DELTA = 512
+
+# build sorts segments of up to _SHORT values inside the kernel; longer ones are sorted by the
+# wrapper with numpy, whose SIMD sort beats any numba sort even with a python loop over them.
+_SHORT = 64
+_PAYLOAD_DTYPE = np.dtype("<f4")
+_ROW_BYTES = 2 * _PAYLOAD_DTYPE.itemsize
+
+
+# ---------------------------------------------------------------------------------------
+# numba kernels
+# ---------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _weight_limit(before, total, delta):
+    """Largest cumulative weight a centroid starting at ``before`` may reach (k1 scale)."""
+    k0 = delta / (2.0 * math.pi) * math.asin(2.0 * before / total - 1.0)
+    arg = (k0 + 1.0) * (2.0 * math.pi / delta)
+    if arg >= 0.5 * math.pi:
+        return total
+    return 0.5 * total * (1.0 + math.sin(arg))
+
+
+@njit(cache=True)
+def _compress(m, w, n, total, delta, out_m, out_w, pos):
+    """Greedy single-pass k1 merge of ``n`` centroids sorted by mean into ``out[pos:]``.
+
+    A centroid absorbs the next one while its right edge stays within one k-unit of its left
+    edge. Returns the new write position.
+    """
+    before = 0.0
+    cur_w = w[0]
+    cur_s = m[0] * w[0]
+    lo = m[0]
+    hi = m[0]
+    limit = _weight_limit(before, total, delta)
+    for i in range(1, n):
+        wi = w[i]
+        if before + cur_w + wi <= limit:
+            cur_w += wi
+            cur_s += m[i] * wi
+            hi = m[i]
+        else:
+            out_m[pos] = min(max(cur_s / cur_w, lo), hi)
+            out_w[pos] = cur_w
+            pos += 1
+            before += cur_w
+            limit = _weight_limit(before, total, delta)
+            cur_w = wi
+            cur_s = m[i] * wi
+            lo = m[i]
+            hi = m[i]
+    out_m[pos] = min(max(cur_s / cur_w, lo), hi)
+    out_w[pos] = cur_w
+    return pos + 1
+
+
+@njit(cache=True)
+def _max_segment(offsets):
+    """Length of the longest segment (sizes the scratch buffers)."""
+    longest = 0
+    for s in range(offsets.size - 1):
+        longest = max(longest, offsets[s + 1] - offsets[s])
+    return longest
+
+
+@njit(cache=True)
+def _small_sort(src, n, dst, base):
+    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0).
+
+    Tiny inputs use insertion sort; larger ones scatter each value to its rank (count of
+    smaller values, ties broken by index), a branch-free O(n^2) loop that vectorises and
+    avoids the per-element mispredictions that dominate insertion sort on random data.
+    """
+    if n <= 8:
+        for k in range(n):
+            x = src[k]
+            i = base + k
+            while i > base and dst[i - 1] > x:
+                dst[i] = dst[i - 1]
+                i -= 1
+            dst[i] = x
+        return
+    for k in range(n):
+        x = src[k]
+        r = 0
+        for j in range(n):
+            r += (src[j] < x) | ((src[j] == x) & (j < k))
+        dst[base + r] = x
+
+
+@njit(cache=True)
+def _build(values, offsets, delta, out_m, out_w, out_off):
+    """Kernel of :func:`build` over float32 values; segments longer than ``_SHORT`` arrive
+    already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
+    ``out_off``; returns the number of centroids.
+    """
+    out_off[0] = 0
+    longest = _max_segment(offsets)
+    big = longest if longest > min(_SHORT, delta) else 0
+    buf = np.empty(big, np.float64)
+    ones = np.ones(big, np.float64)
+    small = np.empty(_SHORT, np.float64)
+    pos = 0
+    for s in range(offsets.size - 1):
+        a = offsets[s]
+        length = offsets[s + 1] - a
+        n = 0
+        if length <= _SHORT:
+            for j in range(a, a + length):  # branch-free filter; + 0.0 turns -0.0 into 0.0
+                x = np.float64(values[j]) + 0.0
+                small[n] = x
+                n += math.isfinite(x)
+            if n <= delta:  # loss-free: sort straight into the output
+                _small_sort(small, n, out_m, pos)
+                for i in range(n):
+                    out_w[pos + i] = 1.0
+                pos += n
+            else:
+                _small_sort(small, n, buf, 0)
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos)
+        else:
+            for j in range(a, a + length):
+                x = np.float64(values[j]) + 0.0
+                if math.isfinite(x):
+                    buf[n] = x
+                    n += 1
+            if n <= delta:
+                for i in range(n):
+                    out_m[pos + i] = buf[i]
+                    out_w[pos + i] = 1.0
+                pos += n
+            else:
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos)
+        out_off[s + 1] = pos
+    return pos
+
+
+@njit(cache=True)
+def _sort_runs(m, w, n, tm, tw, bounds):
+    """Stable sort of rows ``(m, w)[:n]`` by mean, in place, by merging ascending runs.
+
+    A merge input is a few concatenated sorted digests, so this costs O(n log runs).
+    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1).
+    """
+    nb = 1
+    bounds[0] = 0
+    for i in range(1, n):
+        if m[i] < m[i - 1]:
+            bounds[nb] = i
+            nb += 1
+    bounds[nb] = n
+    src_m, src_w, dst_m, dst_w = m, w, tm, tw
+    swapped = False
+    while nb > 1:
+        k = 0
+        for r in range(0, nb, 2):
+            lo = bounds[r]
+            mid = bounds[r + 1]
+            hi = bounds[r + 2] if r + 1 < nb else mid
+            i, j = lo, mid
+            for o in range(lo, hi):
+                if j >= hi or (i < mid and src_m[i] <= src_m[j]):
+                    dst_m[o] = src_m[i]
+                    dst_w[o] = src_w[i]
+                    i += 1
+                else:
+                    dst_m[o] = src_m[j]
+                    dst_w[o] = src_w[j]
+                    j += 1
+            bounds[k] = lo
+            k += 1
+        bounds[k] = n
+        nb = k
+        src_m, src_w, dst_m, dst_w = dst_m, dst_w, src_m, src_w
+        swapped = not swapped
+    if swapped:
+        for i in range(n):
+            m[i] = tm[i]
+            w[i] = tw[i]
+
+
+@njit(cache=True)
+def _merge(means, weights, offsets, delta, out_m, out_w, out_off):
+    """Kernel of :func:`merge`, writing like :func:`_build`; returns the number of centroids."""
+    out_off[0] = 0
+    longest = _max_segment(offsets)
+    bm = np.empty(longest, np.float64)
+    bw = np.empty(longest, np.float64)
+    tm = np.empty(longest, np.float64)
+    tw = np.empty(longest, np.float64)
+    bounds = np.empty(longest + 1, np.int64)
+    pos = 0
+    for s in range(offsets.size - 1):
+        a = offsets[s]
+        n = offsets[s + 1] - a
+        total = 0.0
+        for i in range(n):
+            bm[i] = means[a + i] + 0.0
+            bw[i] = weights[a + i]
+            total += bw[i]
+        _sort_runs(bm, bw, n, tm, tw, bounds)
+        if total <= delta:
+            for i in range(n):
+                out_m[pos + i] = bm[i]
+                out_w[pos + i] = bw[i]
+            pos += n
+        else:
+            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos)
+        out_off[s + 1] = pos
+    return pos
+
+
+@njit(cache=True)
+def _positions(weights, a, k, pos):
+    """Centroid positions in 0-based rank space (``C_i + w_i / 2 - 1/2``); returns total."""
+    c = 0.0
+    for i in range(k):
+        w = weights[a + i]
+        pos[i] = c + 0.5 * w - 0.5
+        c += w
+    return c
+
+
+@njit(cache=True)
+def _quantiles(means, weights, offsets, q, out):
+    """``out[s, j]`` = quantile ``q[j]`` of segment s (see :func:`quantile`)."""
+    nseg = offsets.size - 1
+    pos = np.empty(_max_segment(offsets), np.float64)
+    for s in range(nseg):
+        a = offsets[s]
+        k = offsets[s + 1] - a
+        if k == 0:
+            out[s, :] = np.nan
+            continue
+        total = _positions(weights, a, k, pos)
+        for j in range(q.size):
+            # Same rank arithmetic and lerp as numpy's "hazen" method.
+            r = (total * q[j] + 0.5) - 1.0
+            if r <= pos[0]:
+                out[s, j] = means[a]
+            elif r >= pos[k - 1]:
+                out[s, j] = means[a + k - 1]
+            elif math.isnan(r):
+                out[s, j] = np.nan
+            else:
+                i = np.searchsorted(pos[:k], r, side="right") - 1
+                g = (r - pos[i]) / (pos[i + 1] - pos[i])
+                lo = means[a + i]
+                hi = means[a + i + 1]
+                d = hi - lo
+                out[s, j] = hi - d * (1.0 - g) if g >= 0.5 else lo + d * g
+    return out
+
+
+@njit(cache=True)
+def _cdfs(means, weights, offsets, x, out):
+    """``out[s, j]`` = cdf at ``x[j]`` of segment s (see :func:`cdf`)."""
+    nseg = offsets.size - 1
+    pos = np.empty(_max_segment(offsets), np.float64)
+    for s in range(nseg):
+        a = offsets[s]
+        k = offsets[s + 1] - a
+        if k == 0:
+            out[s, :] = np.nan
+            continue
+        total = _positions(weights, a, k, pos)
+        seg = means[a : a + k]
+        for j in range(x.size):
+            v = x[j]
+            if math.isnan(v):
+                out[s, j] = np.nan
+            elif v < seg[0]:
+                out[s, j] = 0.0
+            elif v > seg[k - 1]:
+                out[s, j] = 1.0
+            else:
+                lo = np.searchsorted(seg, v, side="left")
+                hi = np.searchsorted(seg, v, side="right")
+                if hi > lo:  # v equals one or more centroid means: middle of the tie group
+                    p = 0.5 * (pos[lo] + pos[hi - 1])
+                else:
+                    i = lo - 1
+                    p = pos[i] + (v - seg[i]) / (seg[i + 1] - seg[i]) * (pos[i + 1] - pos[i])
+                out[s, j] = (p + 0.5) / total
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# numpy wrappers
+# ---------------------------------------------------------------------------------------
+
+
+def _offsets(offsets, n):
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or offsets.size < 1:
+        raise ValueError("offsets must be a 1-D array of length m + 1")
+    if offsets[0] < 0 or offsets[-1] > n or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing and within the data")
+    return offsets
+
+
+def _outputs(offsets):
+    """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
+    large arrays several times cheaper than allocation inside numba."""
+    cap = int(offsets[-1] - offsets[0])
+    return np.empty(cap), np.empty(cap), np.empty(offsets.size, np.int64)
+
+
+def _trimmed(out_m, out_w, out_off, k):
+    """Drop unused capacity, copying only when more than half of it is unused."""
+    if 2 * k < out_m.size:
+        return out_m[:k].copy(), out_w[:k].copy(), out_off
+    return out_m[:k], out_w[:k], out_off
+
+
+def _check_delta(delta):
+    delta = float(delta)
+    if not delta >= 1.0:
+        raise ValueError(f"delta must be >= 1, got {delta}")
+    return delta
+
+
+def build(values, offsets, delta=DEFAULT_DELTA):
+    """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
+
+    Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
+    Returns ``(means, weights, out_offsets)``: float64 centroids sorted within each segment.
+    """
+    values = np.asarray(values).reshape(-1)
+    offsets = _offsets(offsets, values.size)
+    delta = _check_delta(delta)
+    long = np.flatnonzero(np.diff(offsets) > _SHORT)
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = np.ascontiguousarray(values.astype(np.float32, copy=bool(long.size)))
+    for s in long.tolist():
+        values[offsets[s] : offsets[s + 1]].sort()
+    out = _outputs(offsets)
+    return _trimmed(*out, _build(values, offsets, delta, *out))
+
+
+def merge(means, weights, offsets, delta=DEFAULT_DELTA):
+    """Merge the concatenated centroids of several digests per segment into one digest.
+
+    Each segment is stably sorted by mean and compressed only if its total weight exceeds
+    ``delta``, so loss-free pieces merge to exactly the sorted union of their values.
+    """
+    means = np.ascontiguousarray(means, dtype=np.float64).reshape(-1)
+    weights = np.ascontiguousarray(weights, dtype=np.float64).reshape(-1)
+    if means.size != weights.size:
+        raise ValueError("means and weights must have the same length")
+    offsets = _offsets(offsets, means.size)
+    out = _outputs(offsets)
+    return _trimmed(*out, _merge(means, weights, offsets, _check_delta(delta), *out))
+
+
+def to_payloads(means, weights, offsets):
+    """Serialise each segment to payload bytes; returns an object array of length m."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    rows = np.empty((hi - lo, 2), _PAYLOAD_DTYPE)
+    rows[:, 0] = np.asarray(means)[lo:hi]
+    rows[:, 1] = np.asarray(weights)[lo:hi]
+    buf = rows.tobytes()
+    edges = ((offsets - lo) * _ROW_BYTES).tolist()
+    out = np.empty(offsets.size - 1, dtype=object)
+    out[:] = [buf[edges[i] : edges[i + 1]] for i in range(offsets.size - 1)]
+    return out
+
+
+def payload_to_array(payload):
+    """Decode one payload to a float32 (k, 2) array of ``[mean, weight]`` rows."""
+    if payload is None:
+        payload = b""
+    if len(payload) % _ROW_BYTES:
+        raise ValueError(f"payload length {len(payload)} is not a multiple of {_ROW_BYTES}")
+    return np.frombuffer(payload, _PAYLOAD_DTYPE).astype(np.float32).reshape(-1, 2)
+
+
+def from_payloads(payloads):
+    """Inverse of :func:`to_payloads`: ``(means, weights, offsets)`` in float64.
+
+    ``None`` entries are read as empty digests.
+    """
+    items = [b"" if p is None else bytes(p) for p in np.asarray(payloads, dtype=object).ravel()]
+    lengths = np.fromiter((len(p) for p in items), dtype=np.int64, count=len(items))
+    if np.any(lengths % _ROW_BYTES):
+        raise ValueError(f"payload lengths must be multiples of {_ROW_BYTES}")
+    offsets = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(lengths // _ROW_BYTES, out=offsets[1:])
+    rows = np.frombuffer(b"".join(items), _PAYLOAD_DTYPE).reshape(-1, 2)
+    return rows[:, 0].astype(np.float64), rows[:, 1].astype(np.float64), offsets
+
+
+def _probabilities(q):
+    qa = np.ascontiguousarray(q, dtype=np.float64).reshape(-1)
+    if np.any((qa < 0) | (qa > 1)):
+        raise ValueError("quantile probabilities must lie in [0, 1]")
+    return qa
+
+
+def _as_single(digest):
+    if digest is None or isinstance(digest, bytes | bytearray | memoryview):
+        arr = payload_to_array(digest)
+    else:
+        arr = np.asarray(digest).reshape(-1, 2)
+    means = np.ascontiguousarray(arr[:, 0], dtype=np.float64)
+    weights = np.ascontiguousarray(arr[:, 1], dtype=np.float64)
+    return means, weights, np.array([0, means.size], np.int64)
+
+
+def _shape_result(res, q):
+    return res[0] if np.ndim(q) == 0 else res.reshape(np.shape(q))
+
+
+def quantile(digest, q):
+    """Quantile(s) ``q`` in [0, 1] of one digest (payload bytes or (k, 2) array).
+
+    Centroid i sits at cumulative weight ``C_i + w_i / 2``; ranks between centroids are
+    linearly interpolated and clamped to the extreme means. On a loss-free digest this is
+    numpy's ``method="hazen"``. NaN for an empty digest.
+    """
+    qa = _probabilities(q)
+    return _shape_result(_quantiles(*_as_single(digest), qa, np.empty((1, qa.size)))[0], q)
+
+
+def cdf(digest, x):
+    """Cumulative fraction at ``x`` under the interpolation of :func:`quantile` (its inverse).
+
+    0 below the smallest mean, 1 above the largest, NaN for an empty digest; at a centroid
+    mean it is the mid-point position of that centroid (or of a run of equal means).
+    """
+    xa = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+    return _shape_result(_cdfs(*_as_single(digest), xa, np.empty((1, xa.size)))[0], x)
+
+
+def quantiles(payloads, q):
+    """Quantiles of many digests: shape (m,) for scalar ``q``, else (m, len(q)); NaN if empty."""
+    qa = _probabilities(q)
+    means, weights, offsets = from_payloads(payloads)
+    res = _quantiles(means, weights, offsets, qa, np.empty((offsets.size - 1, qa.size)))
+    return res[:, 0] if np.ndim(q) == 0 else res
