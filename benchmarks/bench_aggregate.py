@@ -106,7 +106,7 @@ def measure(n: int, threads: int, reps: int) -> dict:
 
     def end_to_end():
         with dask.config.set(scheduler="threads", num_workers=threads):
-            return zagg.aggregate(ds, CONFIG, chunk_size=CHUNK).compute()
+            return zagg.aggregate(ds, CONFIG, chunk_size=CHUNK).persist()
 
     t_e2e, res = best_of(end_to_end, reps)
     populated = int((res["count"].values > 0).sum())

@@ -87,8 +87,10 @@ def shard_cell_words(shard_word, shard_order: int, cell_order: int) -> np.ndarra
         ).reshape(-1)
     n = cells_per_shard(shard_order, cell_order)
     first = shard_word + _U64(cell_order - shard_order)
-    step = _U64(stride(cell_order))
-    return np.arange(first, first + _U64(n - 1) * step + _U64(1), step, dtype=_U64)
+    words = np.arange(n, dtype=_U64)  # integer arange: exact length at every order
+    words *= _U64(stride(cell_order))
+    words += first
+    return words
 
 
 def cell_rank(cell_words, shard_word, shard_order: int, cell_order: int) -> np.ndarray:

@@ -1,0 +1,282 @@
+"""The leaf writer: validation before any write, stamp last, crash → debris → heal, sidecars."""
+
+from __future__ import annotations
+
+import json
+
+import moczarr
+import numpy as np
+import pytest
+import zarr
+from test_hive_builders import (
+    ATTRS,
+    FIELDS,
+    NORTH,
+    OCCUPIED,
+    SOUTH,
+    grid_block,
+    shard_arrays,
+    write_shard,
+)
+
+from zagg.hive import (
+    build_manifest,
+    content_hashes,
+    leaf_path,
+    read_stamp,
+    read_stats,
+    update_root_coverage,
+    write_leaf,
+    write_manifest,
+)
+from zagg.hive import leaf as leaf_module
+from zagg.hive.stats import granules_sha256
+from zagg.hive.storage import StoreRoot
+from zagg.read import open_hive, open_leaf
+
+pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+
+
+def new_store(tmp_path) -> str:
+    root = str(tmp_path)
+    write_manifest(
+        root,
+        build_manifest(
+            dataset={"short_name": "T", "version": "1"},
+            semantic_hash="s",
+            cell_order=6,
+            shard_order=4,
+        ),
+    )
+    return root
+
+
+def decoded(root: str, shard_id: str) -> dict[str, np.ndarray]:
+    group = zarr.open_group(f"{root}/{leaf_path(shard_id)}/6", mode="r")
+    return {name: arr[...] for name, arr in group.arrays()}
+
+
+def files_under(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def test_record_and_stamp(tmp_path):
+    root = new_store(tmp_path)
+    record, arrays = write_shard(
+        root, NORTH, granule_ids=["s3://b/p/G1.h5", "https://h/x/G2.h5", "G1.h5"]
+    )
+    assert record["shard_id"] == NORTH and record["path"] == "1/1/2/1/3/11213.zarr"
+    assert record["cells_with_data"] == 4 and record["granule_count"] == 2
+    stamp = read_stamp(StoreRoot(root), record["path"])
+    assert stamp["content_hashes"] == record["content_hashes"]
+    assert stamp["coverage"] == record["coverage"]
+    assert record["coverage"]["box"] == ["112131", "1121321", "1121342", None]
+    assert record["coverage"]["raw_nbytes"] == 2 and record["coverage"]["sidecar"] == "coverage.moc"
+    leaf_dir = tmp_path.joinpath(*record["path"].split("/"))
+    assert record["bytes_written"] == sum(
+        p.stat().st_size for p in leaf_dir.rglob("*") if p.is_file()
+    )
+    assert set(record["timings"]) >= {"arrays_s", "stamp_s", "total_s"}
+    values = decoded(root, NORTH)
+    for name in ("count", "h_mean", "quality"):
+        np.testing.assert_array_equal(values[name], arrays[name])
+    assert list(values["h_tdigest"]) == list(arrays["h_tdigest"])
+    assert content_hashes({f"6/{k}": v for k, v in values.items()}) == record["content_hashes"]
+    # the sidecars: same hashes as the stamp, granule sha agrees with the sibling
+    sidecar = read_stats(root, NORTH)
+    assert sidecar["content_hashes"] == stamp["content_hashes"]
+    assert sidecar["cells_with_data"] == 4 and sidecar["shard_key"] == NORTH
+    sibling = json.loads((leaf_dir.parent / "granules.json").read_text())
+    assert sibling["ids"] == ["G1.h5", "G2.h5"]
+    assert (
+        sibling["granules_sha256"]
+        == sidecar["granules_sha256"]
+        == granules_sha256(["G2.h5", "G1.h5"])
+    )
+
+
+def test_rewrite_is_idempotent_on_decoded_values(tmp_path):
+    root = new_store(tmp_path)
+    first, _ = write_shard(root, NORTH)
+    leaf_dir = tmp_path.joinpath(*first["path"].split("/"))
+    (leaf_dir / "6" / "stray").mkdir()  # debris inside the prefix is cleared by the rewrite
+    (leaf_dir / "6" / "stray" / "zarr.json").write_text("{}")
+    second, _ = write_shard(root, NORTH)
+    assert second["content_hashes"] == first["content_hashes"]
+    assert "6/stray/zarr.json" not in files_under(leaf_dir)
+
+
+def test_empty_shard_writes_nothing(tmp_path):
+    root = new_store(tmp_path)
+    before = files_under(tmp_path)
+    record, _ = write_shard(root, NORTH, occupied=())
+    assert record is None
+    assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("shard_id", "arrays_edit", "match"),
+    [
+        ("1121x", None, "not a morton decimal area id"),
+        ("112134", None, "parent_order is 4"),
+        (NORTH, lambda a: a.update(count=a["count"][:8]), "expected \\(16,\\)"),
+        (NORTH, lambda a: a.pop("quality"), "missing \\['quality'\\]"),
+        (NORTH, lambda a: a.update(extra=a["count"]), "undeclared \\['extra'\\]"),
+        (NORTH, lambda a: a.update(count=a["count"].astype(float)), "cannot be stored as int64"),
+        (NORTH, lambda a: a["h_tdigest"].__setitem__(4, b"12345"), "whole number"),
+        (NORTH, lambda a: a.update(morton=np.arange(16, dtype=np.uint64)), "cell law"),
+    ],
+)
+def test_validation_happens_before_any_write(tmp_path, shard_id, arrays_edit, match):
+    root = new_store(tmp_path)
+    before = files_under(tmp_path)
+    arrays = shard_arrays()
+    if arrays_edit:
+        arrays_edit(arrays)
+    with pytest.raises(ValueError, match=match):
+        write_leaf(root, shard_id, arrays, FIELDS, grid_block(), attrs=ATTRS)
+    assert files_under(tmp_path) == before
+
+
+def test_ragged_field_without_declaration_is_refused(tmp_path):
+    root = new_store(tmp_path)
+    bad = dict(ATTRS, h_tdigest={"weights": "counts"})
+    with pytest.raises(ValueError, match="no 'ragged' attrs block"):
+        write_leaf(root, NORTH, shard_arrays(), FIELDS, grid_block(), attrs=bad)
+    bad = dict(ATTRS, h_tdigest=dict(ATTRS["h_tdigest"], weights="photons"))
+    with pytest.raises(ValueError, match="weights 'photons'"):
+        write_leaf(root, NORTH, shard_arrays(), FIELDS, grid_block(), attrs=bad)
+
+
+def test_crash_before_stamp_leaves_debris_that_readers_skip_and_a_rewrite_heals(
+    tmp_path, monkeypatch
+):
+    root = new_store(tmp_path)
+    write_shard(root, SOUTH, seed=3)
+    update_root_coverage(root, [SOUTH], 4)
+
+    def crash(store, stamp):
+        raise RuntimeError("worker killed")
+
+    monkeypatch.setattr(leaf_module.stamp, "write_stamp", crash)
+    with pytest.raises(RuntimeError, match="worker killed"):
+        write_shard(root, NORTH)
+    monkeypatch.undo()
+    rel = leaf_path(NORTH)
+    assert (tmp_path / rel / "6" / "count" / "c" / "0").exists()  # arrays landed ...
+    assert (tmp_path / rel / "coverage.moc").exists()
+    assert read_stamp(StoreRoot(root), rel) is None  # ... but no stamp: debris
+    assert moczarr.read_commit(root, rel) is None
+    assert sorted(moczarr.walk_leaves(root)) == sorted([rel, leaf_path(SOUTH)])
+    # moczarr (root-MOC candidates) and our reader only see the stamped leaf
+    assert moczarr.open_hive(root).sizes["cells"] == 16
+    with pytest.warns(UserWarning, match=f"skipping .*{NORTH}.zarr: no commit stamp"):
+        ds = open_hive(root, discover="walk")
+    assert ds.attrs["zagg"]["shards"] == [SOUTH]
+    with pytest.raises(ValueError, match="no commit stamp"):
+        open_leaf(root, NORTH)
+    # a retry heals it
+    record, arrays = write_shard(root, NORTH)
+    assert moczarr.read_commit(root, rel)["content_hashes"] == record["content_hashes"]
+    ds = open_hive(root, discover="walk")
+    assert ds.attrs["zagg"]["shards"] == [NORTH, SOUTH]
+    np.testing.assert_array_equal(ds["count"].values[:16], arrays["count"])
+
+
+def test_versioned_leaf_is_never_cleared(tmp_path):
+    root = new_store(tmp_path)
+    record, _ = write_shard(root, NORTH)
+    meta_path = tmp_path / record["path"] / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["attributes"]["morton_hive_commit"]["current"] = "run-abc-12345678"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="versioned leaf"):
+        write_shard(root, NORTH)
+    assert (tmp_path / record["path"] / "6" / "count" / "c" / "0").exists()
+
+
+def test_nan_payload_bits_do_not_change_the_hash(tmp_path):
+    root = new_store(tmp_path)
+    arrays = shard_arrays()
+    weird = arrays["h_mean"].copy()
+    weird[np.isnan(weird)] = np.float32(-np.nan)  # a NaN with the sign bit set
+    a = write_leaf(root, NORTH, arrays, FIELDS, grid_block(), attrs=ATTRS)
+    b = write_leaf(root, NORTH, dict(arrays, h_mean=weird), FIELDS, grid_block(), attrs=ATTRS)
+    assert a["content_hashes"] == b["content_hashes"]
+    assert moczarr.stats.hash_arrays(root, a["path"]) == b["content_hashes"]["arrays"]
+
+
+def test_fsspec_backend_round_trip():
+    """The same leaf written through an fsspec filesystem (memory://) reads back identically."""
+    import fsspec
+
+    root = "memory://zagg-hive-test"
+    fs = fsspec.filesystem("memory")
+    if fs.exists("/zagg-hive-test"):
+        fs.rm("/zagg-hive-test", recursive=True)
+    write_manifest(
+        root,
+        build_manifest(
+            dataset={"short_name": "T", "version": "1"},
+            semantic_hash="s",
+            cell_order=6,
+            shard_order=4,
+        ),
+    )
+    record, arrays = write_shard(root, SOUTH, grid_kw={"sharded": False})
+    assert record["cells_with_data"] == len(OCCUPIED)
+    update_root_coverage(root, [SOUTH], 4)
+    keys = {k.split("zagg-hive-test/", 1)[1] for k in fs.find("/zagg-hive-test")}
+    assert f"{record['path']}/6/count/c/0" in keys and f"{record['path']}/6/count/c/2" not in keys
+    ds = open_hive(root)
+    np.testing.assert_array_equal(ds["count"].values, arrays["count"])
+    assert list(ds["h_tdigest"].values) == list(arrays["h_tdigest"])
+    fs.rm("/zagg-hive-test", recursive=True)
+
+
+def test_stamp_is_the_last_write_under_the_leaf_prefix(tmp_path, monkeypatch):
+    root = new_store(tmp_path)
+    log: list[tuple[str, bytes]] = []
+    original_set = leaf_module._CountingStore.set
+    original_write = StoreRoot.write_bytes
+
+    async def logging_set(self, key, value):
+        log.append((key, value.to_bytes()))
+        await original_set(self, key, value)
+
+    def logging_write(self, key, data):
+        log.append((key, bytes(data)))
+        return original_write(self, key, data)
+
+    monkeypatch.setattr(leaf_module._CountingStore, "set", logging_set)
+    monkeypatch.setattr(StoreRoot, "write_bytes", logging_write)
+    record, _ = write_shard(root, NORTH, granule_ids=["G1.h5"])
+    prefix = record["path"]
+    node = prefix.rsplit("/", 1)[0]
+    # zarr-store keys are relative to the leaf, StoreRoot keys to the store root
+    keys = [key if key.startswith(node) else f"{prefix}/{key}" for key, _ in log]
+    stamps = [i for i, (k, v) in enumerate(log) if k == "zarr.json" and b"morton_hive_commit" in v]
+    assert len(stamps) == 1
+    stamp_at = stamps[0]
+    assert [i for i, k in enumerate(keys) if k.startswith(f"{prefix}/")][-1] == stamp_at
+    assert keys.index(f"{prefix}/6/count/c/0") < stamp_at
+    assert keys.index(f"{prefix}/coverage.moc") < stamp_at
+    assert keys.index(f"{node}/granules.json") > stamp_at
+    assert keys.index(f"{node}/stats.json") > stamp_at
+
+
+def test_field_declarations_are_validated(tmp_path):
+    root = new_store(tmp_path)
+    arrays = shard_arrays()
+    bad_fill = dict(FIELDS, quality=dict(FIELDS["quality"], fill_value=300))
+    with pytest.raises(ValueError, match="300 is not representable as uint8"):
+        write_leaf(root, NORTH, arrays, bad_fill, grid_block(), attrs=ATTRS)
+    with pytest.raises(ValueError, match="'morton' cannot name a field"):
+        write_leaf(
+            root, NORTH, arrays, dict(FIELDS, morton=FIELDS["count"]), grid_block(), attrs=ATTRS
+        )
+    with pytest.raises(ValueError, match="kind 'sparse'"):
+        write_leaf(root, NORTH, arrays, dict(FIELDS, count={"kind": "sparse"}), grid_block())
+    with pytest.raises(ValueError, match="parent_order \\(4\\) <= chunk_inner \\(3\\)"):
+        write_leaf(root, NORTH, arrays, FIELDS, grid_block(k=3), attrs=ATTRS)
+    assert not (tmp_path / "1").exists()

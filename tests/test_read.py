@@ -1,0 +1,279 @@
+"""The reader: Datasets in the in-memory leaf shape, and loud refusals of what it can't read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from test_hive_builders import (
+    ATTRS,
+    FIELDS,
+    NORTH,
+    SOUTH,
+    grid_block,
+    law,
+    shard_arrays,
+    write_shard,
+)
+
+from zagg.hive import build_manifest, leaf_path, update_root_coverage, write_manifest
+from zagg.read import decode_digest, open_hive, open_leaf, quantile
+
+pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+
+
+def new_store(tmp_path, **grid_kw) -> str:
+    root = str(tmp_path)
+    write_manifest(
+        root,
+        build_manifest(
+            dataset={"short_name": "ATL06", "version": "006"},
+            semantic_hash="s",
+            cell_order=6,
+            shard_order=4,
+        ),
+    )
+    return root
+
+
+def in_memory(shards: dict[str, dict], grid_kw=None) -> xr.Dataset:
+    """What the aggregation engine would hand over for these shards (the leaf contract)."""
+    ids = sorted(shards, key=lambda s: int(law(s)[0]))
+    data_vars = {
+        name: (
+            ("cells",),
+            da.concatenate([da.from_array(shards[s][name], chunks=16) for s in ids]),
+            ATTRS[name],
+        )
+        for name in FIELDS
+    }
+    morton = np.concatenate([law(s) for s in ids])
+    ds = xr.Dataset(data_vars, coords={"morton": (("cells",), morton)})
+    ds.attrs["zagg"] = {
+        "grid": grid_block(**(grid_kw or {})),
+        "shards": ids,
+        "fields": FIELDS,
+        "dataset": {"short_name": "ATL06", "version": "006"},
+    }
+    return ds
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory):
+    root = new_store(tmp_path_factory.mktemp("read"))
+    _, north = write_shard(root, NORTH)
+    _, south = write_shard(root, SOUTH, occupied=(2, 5, 9, 15), seed=4, g2=False)
+    update_root_coverage(root, [NORTH, SOUTH], 4)
+    return root, {NORTH: north, SOUTH: south}
+
+
+def test_open_hive_matches_the_in_memory_contract(two_shards):
+    root, shards = two_shards
+    expected = in_memory(shards)
+    for discover in ("auto", "moc", "walk"):
+        got = open_hive(root, discover=discover)
+        assert got.sizes == {"cells": 32}
+        assert list(got.data_vars) == sorted(FIELDS)
+        assert got["morton"].dims == ("cells",) and got["morton"].dtype == np.uint64
+        np.testing.assert_array_equal(got["morton"].values, expected["morton"].values)
+        for name in FIELDS:
+            var = got[name]
+            assert isinstance(var.data, da.Array) and var.data.chunks == ((16, 16),)
+            assert var.dtype == expected[name].dtype and var.attrs == ATTRS[name]
+            xr.testing.assert_equal(
+                var.reset_coords(drop=True), expected[name].reset_coords(drop=True)
+            )
+        zagg_attrs = got.attrs["zagg"]
+        assert zagg_attrs["grid"] == grid_block()
+        assert zagg_attrs["shards"] == [NORTH, SOUTH]
+        assert zagg_attrs["dataset"] == {"short_name": "ATL06", "version": "006"}
+        fields = zagg_attrs["fields"]
+        assert fields["count"] == {"kind": "dense", "dtype": "int64", "fill_value": 0}
+        assert fields["quality"]["fill_value"] == 255 and np.isnan(fields["h_mean"]["fill_value"])
+        assert fields["h_tdigest"] == {"kind": "ragged", "dtype": "object", "fill_value": b""}
+        assert got.attrs["dggs"]["latitude"] == "authalic-wgs84"
+
+
+def test_open_leaf(two_shards):
+    root, shards = two_shards
+    ds = open_leaf(root, SOUTH)
+    assert ds.sizes == {"cells": 16} and ds.attrs["zagg"]["shards"] == [SOUTH]
+    np.testing.assert_array_equal(ds["morton"].values, law(SOUTH))
+    assert int(ds["morton"].values[0]) >> 63 == 1
+    np.testing.assert_array_equal(ds["count"].values, shards[SOUTH]["count"])
+    assert (
+        ds["h_tdigest"].values[0] == b""
+        and ds["h_tdigest"].values[2] == shards[SOUTH]["h_tdigest"][2]
+    )
+    with pytest.raises(ValueError, match="order 5"):
+        open_leaf(root, "112131")
+
+
+def test_unsharded_and_single_chunk_geometries_read_back(tmp_path):
+    for kw, sub in (({"sharded": False}, "a"), ({"k": 4}, "b"), ({"k": 6}, "c")):
+        root = new_store(tmp_path / sub)
+        _, arrays = write_shard(root, NORTH, grid_kw=kw)
+        ds = open_hive(root)
+        assert ds.attrs["zagg"]["grid"] == grid_block(**kw) | (
+            {"sharded": True} if "k" in kw else {}
+        )
+        for name in FIELDS:
+            np.testing.assert_array_equal(ds[name].values, arrays[name])
+
+
+def test_decode_digest():
+    rows = np.array([[2, 3], [5, 1]], dtype="<f4")
+    out = decode_digest(rows.tobytes())
+    assert out.dtype == np.float32 and out.shape == (2, 2)
+    np.testing.assert_array_equal(out, rows)
+    assert decode_digest(b"").shape == (0, 2) and decode_digest(None).shape == (0, 2)
+    with pytest.raises(ValueError, match="12 bytes"):
+        decode_digest(b"\x00" * 12)
+
+
+def test_quantile_wiring(two_shards, monkeypatch):
+    """quantile() hands each chunk's payloads to zagg.kernels.tdigest.quantiles; NaN where empty."""
+    calls = []
+
+    def fake_quantiles(payloads, q):
+        calls.append(q)
+        return np.array([decode_digest(p)[:, 0].max() * q if len(p) else -1.0 for p in payloads])
+
+    fake = types.ModuleType("zagg.kernels.tdigest")
+    fake.quantiles = fake_quantiles
+    monkeypatch.setitem(sys.modules, "zagg.kernels.tdigest", fake)
+    root, shards = two_shards
+    ds = open_hive(root)
+    median = quantile(ds, "h_tdigest", 0.5)
+    assert median.dims == ("cells",) and float(median["quantile"]) == 0.5
+    values = median.values
+    payloads = np.concatenate([shards[NORTH]["h_tdigest"], shards[SOUTH]["h_tdigest"]])
+    empty = np.array([len(p) == 0 for p in payloads])
+    assert np.isnan(values[empty]).all() and np.isfinite(values[~empty]).all()
+    assert values[3] == pytest.approx(2.5)  # G2 cell 3: max mean 5 × 0.5
+    both = quantile(ds, "h_tdigest", [0.25, 0.75])
+    assert both.dims == ("cells", "quantile") and both.shape == (32, 2)
+    np.testing.assert_array_equal(both["morton"].values, ds["morton"].values)
+    with pytest.raises(ValueError, match="not a t-digest|ragged"):
+        quantile(ds, "count", 0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        quantile(ds, "h_tdigest", 1.5)
+
+
+def test_quantile_with_the_real_kernel(two_shards):
+    pytest.importorskip("zagg.kernels.tdigest")
+    root, shards = two_shards
+    median = quantile(open_hive(root), "h_tdigest", 0.5).values
+    payloads = np.concatenate([shards[NORTH]["h_tdigest"], shards[SOUTH]["h_tdigest"]])
+    for value, payload in zip(median, payloads, strict=True):
+        if len(payload) == 0:
+            assert np.isnan(value)
+        else:
+            means = decode_digest(payload)[:, 0]
+            assert means.min() - 1e-6 <= value <= means.max() + 1e-6
+
+
+# -- refusals ----------------------------------------------------------------------------
+def edit_json(path, edit):
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.fixture
+def one_leaf(tmp_path):
+    root = new_store(tmp_path)
+    write_shard(root, NORTH)
+    return tmp_path, tmp_path / leaf_path(NORTH)
+
+
+def test_vlen_array_without_ragged_block_is_refused(one_leaf):
+    root, leaf = one_leaf
+    edit_json(leaf / "6" / "h_tdigest" / "zarr.json", lambda d: d["attributes"].pop("ragged"))
+    with pytest.raises(ValueError, match="6/h_tdigest.*no 'ragged' attrs block"):
+        open_hive(str(root))
+
+
+def test_unknown_ragged_spec_and_weights_are_refused(one_leaf):
+    root, leaf = one_leaf
+    meta = leaf / "6" / "h_tdigest" / "zarr.json"
+    edit_json(meta, lambda d: d["attributes"]["ragged"].update(spec="zagg-ragged/7"))
+    with pytest.raises(ValueError, match="6/h_tdigest.*'zagg-ragged/7'"):
+        open_leaf(str(root), NORTH)
+    edit_json(meta, lambda d: d["attributes"]["ragged"].update(spec="zagg-ragged/1"))
+    edit_json(meta, lambda d: d["attributes"].update(weights="photons"))
+    with pytest.raises(ValueError, match="weights 'photons'"):
+        open_leaf(str(root), NORTH)
+
+
+def test_unknown_stamp_and_declaration_specs_are_refused(one_leaf):
+    root, leaf = one_leaf
+    edit_json(
+        leaf / "zarr.json",
+        lambda d: d["attributes"]["morton_hive_commit"].update(spec="morton-hive/5"),
+    )
+    with pytest.raises(ValueError, match="morton-hive/5"):
+        open_hive(str(root))
+    edit_json(
+        leaf / "zarr.json",
+        lambda d: d["attributes"]["morton_hive_commit"].update(spec="morton-hive/1"),
+    )
+    edit_json(
+        leaf / "6" / "quality" / "zarr.json",
+        lambda d: d["attributes"].update(composition={"spec": "zagg-composition/2"}),
+    )
+    with pytest.raises(
+        ValueError, match="6/quality declares composition spec 'zagg-composition/2'"
+    ):
+        open_hive(str(root))
+
+
+def test_missing_or_corrupt_morton_is_refused(one_leaf):
+    root, leaf = one_leaf
+    chunk = leaf / "6" / "morton" / "c" / "0"
+    blob = bytearray(chunk.read_bytes())
+    blob[8:16] = (12345).to_bytes(8, "little")  # cell 1 of inner chunk 0
+    chunk.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match=r"morton\[1\] = 12345 breaks the cell law"):
+        open_hive(str(root))["morton"].load()
+    shutil.rmtree(leaf / "6" / "morton")
+    with pytest.raises(ValueError, match="no 6/morton array"):
+        open_hive(str(root))
+
+
+def test_not_a_store_and_empty_store(tmp_path):
+    with pytest.raises(ValueError, match="not a hive store root"):
+        open_hive(str(tmp_path))
+    root = new_store(tmp_path)
+    with pytest.raises(ValueError, match="no commit-stamped leaf"):
+        open_hive(root)
+    with pytest.raises(ValueError, match="discover"):
+        open_hive(root, discover="guess")
+
+
+def test_versioned_leaf_pointer_is_followed(one_leaf):
+    """A stamp naming ``current`` puts the arrays under ``{leaf}/{current}/`` (spec §1.5)."""
+    root, leaf = one_leaf
+    version = leaf / "run-0123abcd-89abcdef"
+    version.mkdir()
+    shutil.move(leaf / "6", version / "6")
+    shutil.copy(leaf / "zarr.json", version / "zarr.json")
+    edit_json(
+        leaf / "zarr.json",
+        lambda d: d["attributes"]["morton_hive_commit"].update(current=version.name),
+    )
+    ds = open_leaf(str(root), NORTH)
+    np.testing.assert_array_equal(ds["count"].values, shard_arrays()["count"])
+    np.testing.assert_array_equal(ds["morton"].values, law(NORTH))
+    edit_json(
+        leaf / "zarr.json",
+        lambda d: d["attributes"]["morton_hive_commit"].update(current="../elsewhere"),
+    )
+    with pytest.raises(ValueError, match="invalid version"):
+        open_leaf(str(root), NORTH)

@@ -1,0 +1,294 @@
+"""The leaf template: one zarr v3 group ``{cell_order}`` holding ``morton`` and every field.
+
+Geometry (spec §1.5): a leaf holds ``4**(c - p)`` cells split into ``K = 4**(chunk - p)``
+inner chunks. Dense arrays use the bytes-only chain ``[bytes(little)]``; when sharded and
+K > 1 they are one ``sharding_indexed`` object (index ``[bytes(little), crc32c]`` at the
+end), otherwise one object per inner chunk. Ragged arrays are ``variable_length_bytes`` with
+``[vlen-bytes, zstd(level=3, checksum=false)]`` and fill ``b""``, one whole-leaf sharded
+object whenever K > 1. Inner chunks that hold only the fill are never written.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec, VLenBytesCodec, ZstdCodec
+from zarr.errors import UnstableSpecificationWarning
+
+from zagg import grid as _grid
+
+CELL_DIM = "cells"
+MORTON = "morton"
+RAGGED_SPEC = "zagg-ragged/1"
+WEIGHTS_VALUES = ("counts", "flux")
+VLEN_DTYPE = "variable_length_bytes"
+
+MORTON_CONVENTION = {
+    "schema_url": "https://github.com/espg/mortie/blob/main/docs/specification.md#dggs-attrs",
+    "spec_url": "https://github.com/espg/mortie/blob/main/docs/specification.md",
+    "uuid": "3e22156d-ea9e-4e01-95fe-e3809a4b41e7",
+    "name": "morton-dggs",
+    "description": "Packed-u64 morton (HEALPix) DGGS convention",
+}
+
+# The spec pins zarr-python's ``variable_length_bytes`` dtype for ragged arrays (spec §1.3);
+# zarr warns on every use that the dtype has no registered v3 spec. Silence exactly that.
+warnings.filterwarnings(
+    "ignore",
+    message=r"The data type \(VariableLengthBytes\(\)\) does not have a Zarr V3 specification",
+    category=UnstableSpecificationWarning,
+)
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+_RESERVED_NAMES = {MORTON, "combined", "zarr.json"}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Orders of one leaf: shard (p), inner chunk, cell (c), and the dense sharding switch."""
+
+    shard_order: int
+    chunk_order: int
+    cell_order: int
+    sharded: bool = True
+
+    @classmethod
+    def from_grid(cls, grid: dict) -> Geometry:
+        """Validate a ``{type, parent_order, chunk_inner, child_order, sharded}`` block."""
+        if grid.get("type", "healpix") != "healpix":
+            raise ValueError(f"hive stores need a healpix grid, got type {grid.get('type')!r}")
+        try:
+            p, k, c = (int(grid[key]) for key in ("parent_order", "chunk_inner", "child_order"))
+        except KeyError as exc:
+            raise ValueError(f"grid block is missing {exc.args[0]!r}") from None
+        if not 0 <= p <= k <= c <= _grid.MAX_ORDER:
+            raise ValueError(
+                f"grid orders must satisfy 0 <= parent_order ({p}) <= chunk_inner ({k}) "
+                f"<= child_order ({c}) <= {_grid.MAX_ORDER}"
+            )
+        return cls(p, k, c, bool(grid.get("sharded", True)))
+
+    @property
+    def depth(self) -> int:
+        return self.cell_order - self.shard_order
+
+    @property
+    def n_cells(self) -> int:
+        return 4**self.depth
+
+    @property
+    def n_inner(self) -> int:
+        """K, the number of inner chunks per leaf."""
+        return 4 ** (self.chunk_order - self.shard_order)
+
+    @property
+    def cells_per_chunk(self) -> int:
+        return 4 ** (self.cell_order - self.chunk_order)
+
+    @property
+    def dense_sharded(self) -> bool:
+        return self.sharded and self.n_inner > 1
+
+    @property
+    def ragged_sharded(self) -> bool:
+        return self.n_inner > 1
+
+    def as_grid(self) -> dict:
+        return {
+            "type": "healpix",
+            "parent_order": self.shard_order,
+            "chunk_inner": self.chunk_order,
+            "child_order": self.cell_order,
+            "sharded": self.sharded,
+        }
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """How one field is stored: dense (numpy dtype + fill) or ragged (vlen payloads)."""
+
+    kind: str
+    dtype: np.dtype
+    fill_value: Any
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def ragged(self) -> bool:
+        return self.kind == "ragged"
+
+
+def field_specs(fields: dict, attrs: dict | None = None) -> dict[str, FieldSpec]:
+    """Validate the fields block and per-array attrs into :class:`FieldSpec` records."""
+    attrs = attrs or {}
+    unknown = sorted(set(attrs) - set(fields) - {MORTON})
+    if unknown:
+        raise ValueError(f"attrs were given for arrays that are not fields: {unknown}")
+    specs = {}
+    for name in sorted(fields):
+        decl = fields[name]
+        check_name(name)
+        kind = decl.get("kind")
+        arr_attrs = dict(attrs.get(name) or {})
+        if kind == "ragged":
+            check_ragged_attrs(name, arr_attrs)
+            specs[name] = FieldSpec("ragged", np.dtype(object), b"", arr_attrs)
+        elif kind == "dense":
+            try:
+                dtype = np.dtype(decl["dtype"])
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"dense field {name!r} needs a numpy 'dtype': {exc}") from None
+            if dtype.kind not in "biuf":
+                raise ValueError(
+                    f"dense field {name!r} has dtype {dtype}; dense arrays hold bool, integer or "
+                    "float values (use kind 'ragged' for variable-length payloads)"
+                )
+            specs[name] = FieldSpec(
+                "dense", dtype, dense_fill(dtype, decl.get("fill_value")), arr_attrs
+            )
+        else:
+            raise ValueError(f"field {name!r} has kind {kind!r}; expected 'dense' or 'ragged'")
+    return specs
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in _RESERVED_NAMES:
+        raise ValueError(
+            f"{name!r} cannot name a field array: use letters, digits, '_', '.', '-' (starting "
+            f"with a letter or '_'), and none of {sorted(_RESERVED_NAMES)}"
+        )
+    if name.startswith("run-"):
+        raise ValueError(f"{name!r} cannot name a field: 'run-' prefixes leaf version subgroups")
+    return name
+
+
+def dense_fill(dtype: np.dtype, fill_value: Any) -> Any:
+    """The fill of a dense array: the declared one, else 0 (NaN for floats)."""
+    if fill_value is None:
+        return np.nan if dtype.kind == "f" else dtype.type(0).item()
+    if dtype.kind == "f":
+        return float(fill_value)
+    if dtype.kind == "b":
+        return bool(fill_value)
+    value = int(fill_value)
+    info = np.iinfo(dtype)
+    if value != fill_value or not info.min <= value <= info.max:
+        raise ValueError(f"fill value {fill_value!r} is not representable as {dtype}")
+    return value
+
+
+def check_ragged_attrs(name: str, attrs: dict) -> dict:
+    """Raise unless ``attrs`` carries a well-formed ``zagg-ragged/1`` block; return it."""
+    block = attrs.get("ragged")
+    if not isinstance(block, dict):
+        raise ValueError(
+            f"ragged array {name!r} carries no 'ragged' attrs block: a variable-length array "
+            "must declare {'spec': 'zagg-ragged/1', 'element': {'dtype', 'shape': [-1, ...]}}"
+        )
+    if block.get("spec") != RAGGED_SPEC:
+        raise ValueError(
+            f"ragged array {name!r} declares spec {block.get('spec')!r}; this reader and writer "
+            f"understand {RAGGED_SPEC!r} only"
+        )
+    element = block.get("element")
+    if not isinstance(element, dict) or "dtype" not in element or "shape" not in element:
+        raise ValueError(f"ragged array {name!r}: 'element' needs 'dtype' and 'shape'")
+    try:
+        np.dtype(str(element["dtype"]))
+    except TypeError:
+        raise ValueError(
+            f"ragged array {name!r}: unreadable element dtype {element['dtype']!r}"
+        ) from None
+    shape = element["shape"]
+    if (
+        not isinstance(shape, list)
+        or not shape
+        or shape[0] != -1
+        or not all(isinstance(s, int) and s > 0 for s in shape[1:])
+    ):
+        raise ValueError(
+            f"ragged array {name!r}: element shape {shape!r} must be [-1, *positive inner dims]"
+        )
+    weights = attrs.get("weights", "counts")
+    if weights not in WEIGHTS_VALUES:
+        raise ValueError(
+            f"ragged array {name!r} declares weights {weights!r}; known declarations are "
+            f"{list(WEIGHTS_VALUES)}"
+        )
+    return block
+
+
+def dggs_attrs(cell_order: int) -> dict:
+    """The cell group's attrs: the morton-dggs convention entry and the ``dggs`` block."""
+    return {
+        "zarr_conventions": [dict(MORTON_CONVENTION)],
+        "dggs": {
+            "name": "morton",
+            "coordinate": MORTON,
+            "latitude": _grid.LATITUDE_CONVENTION,
+            "ellipsoid": {
+                "name": "WGS84",
+                "semi_major_axis": _grid.WGS84_SEMI_MAJOR_AXIS,
+                "inverse_flattening": _grid.WGS84_INVERSE_FLATTENING,
+            },
+            "refinement_level": int(cell_order),
+            "spatial_dimension": CELL_DIM,
+        },
+    }
+
+
+def create_template(
+    store, geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None
+) -> dict[str, zarr.Array]:
+    """Create the empty leaf (root group, cell group, arrays) in ``store``; no chunks yet."""
+    root = zarr.open_group(store, mode="w", zarr_format=3)
+    cells = root.create_group(str(geometry.cell_order), attributes=dggs_attrs(geometry.cell_order))
+    arrays = {MORTON: _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs, geometry)}
+    for name, spec in specs.items():
+        if spec.ragged:
+            arrays[name] = _ragged_array(cells, name, spec.attrs, geometry)
+        else:
+            arrays[name] = _dense_array(
+                cells, name, spec.dtype, spec.fill_value, spec.attrs, geometry
+            )
+    return arrays
+
+
+def _dense_array(group, name, dtype, fill_value, attrs, geometry: Geometry):
+    n, inner = geometry.n_cells, geometry.cells_per_chunk
+    return group.create_array(
+        name,
+        shape=(n,),
+        chunks=(inner,) if geometry.n_inner > 1 else (n,),
+        shards=(n,) if geometry.dense_sharded else None,
+        dtype=dtype.newbyteorder("<"),
+        fill_value=fill_value,
+        serializer=BytesCodec(endian="little"),
+        compressors=None,
+        filters=None,
+        attributes=dict(attrs or {}),
+        dimension_names=[CELL_DIM],
+        config={"write_empty_chunks": False},
+    )
+
+
+def _ragged_array(group, name, attrs, geometry: Geometry):
+    n, inner = geometry.n_cells, geometry.cells_per_chunk
+    return group.create_array(
+        name,
+        shape=(n,),
+        chunks=(inner,) if geometry.ragged_sharded else (n,),
+        shards=(n,) if geometry.ragged_sharded else None,
+        dtype=VLEN_DTYPE,
+        fill_value=b"",
+        serializer=VLenBytesCodec(),
+        compressors=[ZstdCodec(level=3, checksum=False)],
+        filters=None,
+        attributes=dict(attrs),
+        dimension_names=[CELL_DIM],
+        config={"write_empty_chunks": False},
+    )

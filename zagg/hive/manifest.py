@@ -1,0 +1,151 @@
+"""The store manifest ``morton_hive.json``: built once, written before any leaf, write-once.
+
+A rerun may re-ensure it: when the frozen keys match the existing manifest nothing is
+written; when they differ and the store already holds leaves (any ``{sign+base}/`` child at
+the root) the write is refused naming the differing keys. A mismatch on an empty root is
+an ordinary first write. There is no override: change roots instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zagg.hive.paths import MANIFEST_KEY
+from zagg.hive.stamp import HIVE_SPEC, now_iso
+from zagg.hive.storage import StoreRoot, as_root
+
+FROZEN_KEYS = (
+    "spec",
+    "dataset",
+    "cell_order",
+    "shard_order",
+    "split_schedule",
+    "temporal",
+    "semantic_hash",
+)
+PYRAMID_SPECS = ("zagg-pyramid/1", "zagg-pyramid/2")
+PYRAMID_OFF = {"spec": "zagg-pyramid/1", "overview": {"orders": []}}
+_BASE_RE = re.compile(r"^-?[1-6]$")
+
+
+class ManifestConflictError(ValueError):
+    """An existing store's manifest disagrees with this run on frozen keys."""
+
+
+def build_manifest(
+    *,
+    dataset: dict,
+    semantic_hash: str,
+    cell_order: int,
+    shard_order: int,
+    generated_at: str | None = None,
+) -> dict:
+    """The manifest of an unwindowed (morton-hive/1) store with the declared-off pyramid."""
+    if not isinstance(dataset, dict) or not {"short_name", "version"} <= set(dataset):
+        raise ValueError(f"dataset must be {{'short_name', 'version'}}, got {dataset!r}")
+    if not isinstance(semantic_hash, str) or not semantic_hash:
+        raise ValueError("semantic_hash must be a non-empty string")
+    p, c = int(shard_order), int(cell_order)
+    if not 0 <= p <= c <= 29:
+        raise ValueError(f"need 0 <= shard_order ({p}) <= cell_order ({c}) <= 29")
+    return {
+        "spec": HIVE_SPEC,
+        "dataset": {"short_name": str(dataset["short_name"]), "version": str(dataset["version"])},
+        "semantic_hash": semantic_hash,
+        "cell_order": c,
+        "shard_order": p,
+        "split_schedule": [1] * p,
+        "path_grouping": 1,
+        "pyramid": {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}},
+        "generated_at": generated_at or now_iso(),
+    }
+
+
+def read_manifest(root: str | StoreRoot) -> dict | None:
+    """The store's manifest, or None when there is none; a malformed one raises."""
+    root = as_root(root)
+    payload = root.read_json(MANIFEST_KEY)
+    if payload is None:
+        return None
+    if not isinstance(payload, dict):
+        raise ValueError(f"{root.url_of(MANIFEST_KEY)} is not a JSON object")
+    spec = payload.get("spec")
+    if spec != HIVE_SPEC:
+        raise ValueError(
+            f"{root.url_of(MANIFEST_KEY)} declares spec {spec!r}; zagg reads and writes "
+            f"{HIVE_SPEC!r} stores only"
+        )
+    for key in ("cell_order", "shard_order"):
+        if not isinstance(payload.get(key), int):
+            raise ValueError(f"{root.url_of(MANIFEST_KEY)}: {key} must be an integer")
+    pyramid = payload.get("pyramid")
+    if isinstance(pyramid, dict) and pyramid.get("spec") not in PYRAMID_SPECS:
+        raise ValueError(
+            f"{root.url_of(MANIFEST_KEY)} declares pyramid spec {pyramid.get('spec')!r}; known "
+            f"revisions are {list(PYRAMID_SPECS)}"
+        )
+    if payload.get("path_grouping", 1) != 1:
+        raise ValueError(
+            f"{root.url_of(MANIFEST_KEY)} declares path_grouping {payload['path_grouping']}; "
+            "zagg reads one-digit-per-level trees only"
+        )
+    return payload
+
+
+def frozen_differences(existing: dict, new: dict) -> list[str]:
+    """Frozen keys whose values differ (a semantic_hash missing on either side is exempt)."""
+    diffs = []
+    for key in FROZEN_KEYS:
+        if key == "semantic_hash" and (key not in existing or key not in new):
+            continue
+        if existing.get(key) != new.get(key):
+            diffs.append(key)
+    return diffs
+
+
+def has_leaves(root: StoreRoot) -> list[str]:
+    """The ``{sign+base}/`` children at the root (one delimiter listing)."""
+    dirs, _files = root.list_dir("")
+    return [d for d in dirs if _BASE_RE.match(d)]
+
+
+def check_manifest(root: str | StoreRoot, manifest: dict) -> dict | None:
+    """Read-only precheck before any leaf is written; returns the existing manifest.
+
+    Raises :class:`ManifestConflictError` when frozen keys differ and leaves exist.
+    """
+    root = as_root(root)
+    try:
+        existing = read_manifest(root)
+    except ValueError as exc:
+        if has_leaves(root):
+            raise ManifestConflictError(
+                f"the existing manifest at {root.url_of(MANIFEST_KEY)} is unreadable ({exc}) and "
+                "the store holds leaves; clear the root or write to a new one"
+            ) from exc
+        return None
+    if existing is None:
+        return None
+    diffs = frozen_differences(existing, manifest)
+    if diffs:
+        children = has_leaves(root)
+        if children:
+            detail = ", ".join(
+                f"{k} (existing {existing.get(k)!r}, new {manifest.get(k)!r})" for k in diffs
+            )
+            raise ManifestConflictError(
+                f"refusing to write leaves into {root.url}: frozen manifest keys differ from the "
+                f"existing store: {detail}. The store already holds leaves under {children}; "
+                "clear the root or choose a new one"
+            )
+    return existing
+
+
+def write_manifest(root: str | StoreRoot, manifest: dict) -> bool:
+    """Ensure the manifest: no write when the frozen keys already match; returns True if written."""
+    root = as_root(root)
+    existing = check_manifest(root, manifest)
+    if existing is not None and not frozen_differences(existing, manifest):
+        return False
+    root.write_json(MANIFEST_KEY, manifest)
+    return True

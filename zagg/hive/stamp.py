@@ -1,0 +1,89 @@
+"""The commit stamp (D4): the last write of a leaf, in its root group attrs.
+
+A leaf whose root ``zarr.json`` has no ``morton_hive_commit`` mapping is debris: readers
+skip it and writers may clear it. The stamp is read with one GET of that JSON object, no
+zarr machinery, so readers and writers agree on completeness cheaply.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import zarr
+
+from zagg.hive.storage import StoreRoot
+
+COMMIT_ATTR = "morton_hive_commit"
+HIVE_SPEC = "morton-hive/1"
+KNOWN_SPECS = (HIVE_SPEC,)
+
+
+def now_iso() -> str:
+    """UTC now, whole seconds, ISO 8601 with an explicit ``+00:00`` offset (the one clock)."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def build_stamp(
+    *,
+    cells_with_data: int,
+    granule_count: int,
+    written_at: str,
+    coverage: dict,
+    content_hashes: dict,
+) -> dict:
+    """The stamp of an unwindowed leaf (key order as in the spec's examples)."""
+    return {
+        "spec": HIVE_SPEC,
+        "complete": True,
+        "cells_with_data": int(cells_with_data),
+        "granule_count": int(granule_count),
+        "written_at": written_at,
+        "coverage": coverage,
+        "content_hashes": content_hashes,
+    }
+
+
+def write_stamp(store, stamp: dict) -> None:
+    """Seal a leaf: one rewrite of its root group metadata carrying the stamp."""
+    root = zarr.open_group(store, mode="r+", zarr_format=3)
+    root.attrs.update({COMMIT_ATTR: stamp})
+
+
+def read_stamp(root: StoreRoot, leaf: str) -> dict | None:
+    """The stamp of the leaf at ``leaf`` (a key prefix), or None for debris or absence.
+
+    A present but unparsable root ``zarr.json`` raises: that leaf claims to exist and
+    cannot be half-trusted.
+    """
+    meta = root.read_json(f"{leaf}/zarr.json")
+    if not isinstance(meta, dict):
+        return None
+    attrs = meta.get("attributes")
+    stamp = attrs.get(COMMIT_ATTR) if isinstance(attrs, dict) else None
+    return dict(stamp) if isinstance(stamp, dict) else None
+
+
+def check_stamp(stamp: dict, leaf: str) -> dict:
+    """Raise on a stamp this reader cannot interpret (unknown spec revision)."""
+    spec = stamp.get("spec")
+    if spec not in KNOWN_SPECS:
+        raise ValueError(
+            f"leaf {leaf} is stamped with spec {spec!r}; this reader understands "
+            f"{list(KNOWN_SPECS)} only (windowed morton-hive/2 leaves are not supported)"
+        )
+    if stamp.get("complete") is not True:
+        raise ValueError(f"leaf {leaf} has a commit stamp whose 'complete' is not true")
+    return stamp
+
+
+def data_prefix(leaf: str, stamp: dict) -> str:
+    """Where the leaf's arrays live: ``{leaf}/{current}`` on a versioned leaf, else ``leaf``."""
+    current = stamp.get("current")
+    if current is None:
+        return leaf
+    if not isinstance(current, str) or not current.startswith("run-") or "/" in current:
+        raise ValueError(
+            f"leaf {leaf} names an invalid version {current!r}: 'current' must be one path "
+            "component starting with 'run-'"
+        )
+    return f"{leaf}/{current}"

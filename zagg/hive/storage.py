@@ -1,0 +1,169 @@
+"""A hive store root: key-level I/O on a local directory or any fsspec URL (``s3://`` …).
+
+Everything the format layer reads or writes goes through :class:`StoreRoot`: small JSON
+and sidecar objects by key, delimiter listings for the discovery walk, prefix deletes for
+the leaf retry discipline, and zarr stores rooted at a leaf prefix. Keys are always
+``/``-separated and relative to the root. The object is cheap to pickle (URL + options),
+so a dask task can receive one and open its own filesystem handle.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+import fsspec
+import zarr.storage
+from zarr.abc.store import Store
+
+
+class StoreRoot:
+    """One store root: a local path or an fsspec URL plus its ``storage_options``."""
+
+    def __init__(self, url: str | StoreRoot, storage_options: dict[str, Any] | None = None):
+        if isinstance(url, StoreRoot):
+            storage_options = url.storage_options if storage_options is None else storage_options
+            url = url.url
+        if not isinstance(url, str) or not url:
+            raise ValueError(f"a store root must be a non-empty path or URL, got {url!r}")
+        self.url = url.rstrip("/") or url
+        self.storage_options = dict(storage_options or {})
+        self._fs = None
+        self._path = None
+
+    # -- identity -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"StoreRoot({self.url!r})"
+
+    def __getstate__(self) -> dict:
+        return {"url": self.url, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["url"], state["storage_options"])
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.url or self.url.startswith("file://")
+
+    def _resolve(self) -> None:
+        if self._fs is None:
+            self._fs, self._path = fsspec.core.url_to_fs(self.url, **self.storage_options)
+
+    @property
+    def fs(self):
+        """The fsspec filesystem (created on first use, so the object pickles cheaply)."""
+        self._resolve()
+        return self._fs
+
+    @property
+    def path(self) -> str:
+        """The root's path inside :attr:`fs`."""
+        self._resolve()
+        return self._path
+
+    def _full(self, key: str) -> str:
+        key = _clean_key(key)
+        return f"{self.path}/{key}" if key else self.path
+
+    def url_of(self, key: str) -> str:
+        """The URL of ``key`` under this root (what zarr or another reader would open)."""
+        key = _clean_key(key)
+        return f"{self.url}/{key}" if key else self.url
+
+    # -- objects ------------------------------------------------------------------------
+    def read_bytes(self, key: str) -> bytes | None:
+        """The object's bytes, or ``None`` when it does not exist."""
+        try:
+            return self.fs.cat_file(self._full(key))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def write_bytes(self, key: str, data: bytes) -> int:
+        """Write one object (creating parent directories locally); returns its size."""
+        full = self._full(key)
+        if self.is_local:
+            self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
+        self.fs.pipe_file(full, bytes(data))
+        return len(data)
+
+    def read_json(self, key: str) -> Any | None:
+        """Parse one JSON object; ``None`` when absent, ``ValueError`` when unparsable."""
+        data = self.read_bytes(key)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{self.url_of(key)} is not valid JSON: {exc}") from exc
+
+    def write_json(self, key: str, payload: Any) -> int:
+        return self.write_bytes(key, dumps_json(payload))
+
+    def exists(self, key: str) -> bool:
+        return bool(self.fs.exists(self._full(key)))
+
+    def list_dir(self, prefix: str = "") -> tuple[list[str], list[str]]:
+        """One delimiter listing: (child directory names, child object names), sorted."""
+        full = self._full(prefix)
+        try:
+            self.fs.invalidate_cache(full)
+        except Exception:  # cache invalidation is best-effort
+            pass
+        try:
+            entries = self.fs.ls(full, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        dirs, files = [], []
+        for entry in entries:
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if entry["name"].rstrip("/") == full.rstrip("/"):
+                continue
+            (dirs if entry.get("type") == "directory" else files).append(name)
+        return sorted(dirs), sorted(files)
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object under ``prefix`` (a no-op when nothing is there)."""
+        if not _clean_key(prefix):
+            raise ValueError("refusing to delete the whole store root")
+        full = self._full(prefix)
+        try:
+            if self.fs.exists(full):
+                self.fs.rm(full, recursive=True)
+        except FileNotFoundError:
+            pass
+        try:
+            self.fs.invalidate_cache(full)
+        except Exception:
+            pass
+
+    # -- zarr ---------------------------------------------------------------------------
+    def zarr_store(self, prefix: str, *, read_only: bool = False) -> Store:
+        """A zarr v3 store rooted at ``prefix`` (LocalStore locally, FsspecStore otherwise)."""
+        if self.is_local:
+            full = self._full(prefix)
+            if read_only:
+                return zarr.storage.LocalStore(full, read_only=True)
+            return zarr.storage.LocalStore(full)
+        return zarr.storage.FsspecStore.from_url(
+            self.url_of(prefix), storage_options=self.storage_options or None, read_only=read_only
+        )
+
+
+def as_root(root: str | StoreRoot, storage_options: dict[str, Any] | None = None) -> StoreRoot:
+    """Accept a path/URL or an existing :class:`StoreRoot`."""
+    if isinstance(root, StoreRoot) and storage_options is None:
+        return root
+    return StoreRoot(root, storage_options)
+
+
+def dumps_json(payload: Any) -> bytes:
+    """The one JSON serialization used for every object we write (indented, UTF-8)."""
+    return (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _clean_key(key: str) -> str:
+    key = key.strip("/")
+    if any(part in ("", ".", "..") for part in key.split("/")) and key:
+        raise ValueError(f"{key!r} is not a clean store key (empty, '.' or '..' component)")
+    return key

@@ -1,0 +1,38 @@
+"""The discovery walk: delimiter listings down the digit tree to every ``{id}.zarr`` leaf.
+
+This is the fallback and verification path (no root MOC, a refresh, a debris audit), never
+a per-observation lookup. It yields stamped leaves and debris alike; completeness is the
+stamp's job. A ``*.zarr`` entry is a leaf of the node only when its basename is the node's
+own id, so overview and column objects (``all.zarr``, ``*.pyramid.zarr``) are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zagg import grid
+from zagg.hive.storage import StoreRoot, as_root
+
+_BASE_RE = re.compile(r"^-?[1-6]$")
+_DIGIT_RE = re.compile(r"^[1-4]$")
+
+
+def walk_leaves(root: str | StoreRoot) -> list[tuple[str, str]]:
+    """``(leaf prefix, shard id)`` of every leaf in the tree, in ascending word order."""
+    root = as_root(root)
+    found: list[tuple[str, str]] = []
+    dirs, _ = root.list_dir("")
+    stack = [(d, d) for d in dirs if _BASE_RE.match(d)]
+    while stack:
+        node, node_id = stack.pop()
+        children, files = root.list_dir(node)
+        for name in children + files:
+            if name == f"{node_id}.zarr":
+                found.append((f"{node}/{name}", node_id))
+            elif _DIGIT_RE.match(name) and name in children:
+                stack.append((f"{node}/{name}", node_id + name))
+    if not found:
+        return []
+    words = grid.from_decimal([sid for _, sid in found])
+    order = sorted(range(len(found)), key=lambda i: int(words[i]))
+    return [found[i] for i in order]
