@@ -158,6 +158,8 @@ def test_filters_apply_before_aggregation():
     assert int(res["count"].sum()) == int(keep.sum())
     for w, (n, f) in truth.items():
         assert res["count"].values[idx[w]] == n
+        if f.size:
+            assert res["h_max"].values[idx[w]] == np.float32(f.max())
 
 
 def test_shards_argument_restricts_and_stays_lazy():

@@ -16,6 +16,7 @@ import xarray as xr
 from . import hive
 from .grid import from_decimal
 
+
 def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
     """The part of a run's configuration that decides leaf contents (hashed into the store).
 
