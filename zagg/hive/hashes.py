@@ -36,11 +36,15 @@ def element_bytes(element: object) -> bytes:
     )
 
 
-def array_digest(values: np.ndarray) -> str:
-    """The §5.2 hex digest of one array's full decoded contents."""
+def array_digest(values: np.ndarray, lengths: np.ndarray | None = None) -> str:
+    """The §5.2 hex digest of one array's full decoded contents.
+
+    For a vlen array whose cells are all bytes, ``lengths`` (each cell's payload length)
+    may be passed to skip measuring them again.
+    """
     values = np.asarray(values)
     if values.dtype.kind == "O":
-        return _vlen_digest(values.ravel(order="C"))
+        return _vlen_digest(np.ascontiguousarray(values.ravel(order="C")), lengths)
     if values.dtype.kind in "USV":
         raise TypeError(f"arrays of dtype {values.dtype} have no content-hash recipe")
     values = np.ascontiguousarray(values)
@@ -49,23 +53,31 @@ def array_digest(values: np.ndarray) -> str:
     return hashlib.sha256(values.tobytes()).hexdigest()
 
 
-def _vlen_digest(cells: np.ndarray) -> str:
-    """sha256 over ``u64_le(len) || payload`` per cell, assembled in blocks with numpy."""
-    if not set(map(type, cells)) <= {bytes}:
-        cells = [element_bytes(element) for element in cells]
+def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
+    """sha256 over ``u64_le(len) || payload`` per cell, assembled in blocks with numpy.
+
+    Only occupied cells are visited in Python; a run of empty cells is 8 zero bytes each.
+    """
+    from zagg.hive.encode import EMPTY_BYTES_ID, object_pointers
+
+    if lengths is None:
+        filled = np.flatnonzero(object_pointers(cells) != EMPTY_BYTES_ID)
+        payloads = {int(i): element_bytes(cells[i]) for i in filled}
+        lengths = np.zeros(cells.shape[0], dtype=np.int64)
+        for i, payload in payloads.items():
+            lengths[i] = len(payload)
+    else:
+        payloads = {int(i): bytes(cells[i]) for i in np.flatnonzero(lengths)}
     digest = hashlib.sha256()
     for start in range(0, len(cells), _BLOCK):
-        block = cells[start : start + _BLOCK]
-        lengths = np.fromiter(map(len, block), dtype="<u8", count=len(block))
-        payload = np.frombuffer(b"".join(block), dtype=np.uint8)
-        stream = np.empty(_LEN * len(block) + payload.size, dtype=np.uint8)
-        starts = _LEN * np.arange(len(block), dtype=np.int64)
-        starts[1:] += np.cumsum(lengths[:-1].astype(np.int64))
-        prefix = starts[:, None] + np.arange(_LEN, dtype=np.int64)
-        is_payload = np.ones(stream.size, dtype=bool)
-        is_payload[prefix.ravel()] = False
-        stream[prefix.ravel()] = lengths.view(np.uint8)
-        stream[is_payload] = payload
+        ln = np.asarray(lengths[start : start + _BLOCK], dtype=np.int64)
+        stream = np.zeros(_LEN * ln.size + int(ln.sum()), dtype=np.uint8)
+        heads = _LEN * np.arange(ln.size, dtype=np.int64)
+        heads[1:] += np.cumsum(ln[:-1])
+        stream[(heads[:, None] + np.arange(_LEN)).ravel()] = ln.astype("<u8").view(np.uint8)
+        for i in np.flatnonzero(ln):
+            stream[heads[i] + _LEN: heads[i] + _LEN + ln[i]] = np.frombuffer(
+                payloads[start + int(i)], dtype=np.uint8)
         digest.update(stream.tobytes())
     return digest.hexdigest()
 
@@ -76,12 +88,14 @@ def combined_digest(digests: Mapping[str, str] | list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(values)).encode("ascii")).hexdigest()
 
 
-def content_hashes(arrays: Mapping[str, np.ndarray]) -> dict:
+def content_hashes(arrays: Mapping[str, np.ndarray],
+                   lengths: Mapping[str, np.ndarray] | None = None) -> dict:
     """The structured record ``{"arrays": {key: hex}, "combined": hex}``, keys sorted.
 
     ``arrays`` is keyed by the path relative to the leaf root (``"6/count"``).
     """
     if "combined" in arrays:
         raise ValueError("'combined' is reserved in content_hashes and cannot name an array")
-    per_array = {key: array_digest(arrays[key]) for key in sorted(arrays)}
+    lengths = lengths or {}
+    per_array = {key: array_digest(arrays[key], lengths.get(key)) for key in sorted(arrays)}
     return {"arrays": per_array, "combined": combined_digest(per_array)}

@@ -18,7 +18,7 @@ import numpy as np
 from zarr.storage import WrapperStore
 
 from zagg import grid as _grid
-from zagg.hive import coverage, hashes, paths, stamp, stats
+from zagg.hive import coverage, encode, hashes, paths, stamp, stats
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, create_template, field_specs
 from zagg.hive.storage import StoreRoot, as_root
 
@@ -60,7 +60,7 @@ def write_leaf(
     ids = None if granule_ids is None else stats.bare_granule_ids(granule_ids)
     if granule_count is None:
         granule_count = 0 if ids is None else len(ids)
-    values, occupied, morton = _prepare(shard_id, arrays, specs, geometry)
+    values, lengths, occupied, morton = _prepare(shard_id, arrays, specs, geometry)
     cells_with_data = int(occupied.sum())
     if cells_with_data == 0:
         return None
@@ -76,10 +76,9 @@ def write_leaf(
         )
     root.delete_prefix(rel)
     store = _CountingStore(root.zarr_store(rel))
-    zarrays = create_template(store, geometry, specs, morton_attrs)
-    zarrays[MORTON][:] = morton
-    for name in specs:
-        zarrays[name][:] = values[name]
+    create_template(store, geometry, specs, morton_attrs)
+    chunk_bytes, chunk_objects = _write_chunks(root, rel, geometry, specs, values, lengths,
+                                               morton)
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
@@ -98,7 +97,8 @@ def write_leaf(
 
     group = str(geometry.cell_order)
     written = {f"{group}/{MORTON}": morton} | {f"{group}/{n}": v for n, v in values.items()}
-    content = hashes.content_hashes(written)
+    content = hashes.content_hashes(written, lengths={f"{group}/{n}": v
+                                                      for n, v in lengths.items()})
     t_hashed = time.perf_counter()
 
     written_at = stamp.now_iso()
@@ -119,8 +119,8 @@ def write_leaf(
         "granule_count": int(granule_count),
         "content_hashes": content,
         "coverage": envelope,
-        "bytes_written": store.bytes_written + extra_bytes,
-        "objects_written": store.objects_written + (1 if extra_bytes else 0),
+        "bytes_written": store.bytes_written + chunk_bytes + extra_bytes,
+        "objects_written": store.objects_written + chunk_objects + (1 if extra_bytes else 0),
         "written_at": written_at,
         "timings": {
             "prepare_s": t_prepared - t_start,
@@ -144,8 +144,9 @@ def write_leaf(
 
 def _prepare(
     shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Geometry
-) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Normalized field values, cell occupancy, and the stored ``morton`` (0 in empty chunks)."""
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Normalized field values, ragged payload lengths, cell occupancy, and the stored
+    ``morton`` (0 in empty chunks)."""
     n = geometry.n_cells
     missing = sorted(set(specs) - set(arrays))
     extra = sorted(set(arrays) - set(specs) - {MORTON})
@@ -154,7 +155,7 @@ def _prepare(
             f"shard {shard_id}: arrays do not match the fields block "
             f"(missing {missing}, undeclared {extra})"
         )
-    values, occupied = {}, np.zeros(n, dtype=bool)
+    values, lengths, occupied = {}, {}, np.zeros(n, dtype=bool)
     for name, spec in specs.items():
         raw = np.asarray(arrays[name]) if not isinstance(arrays[name], np.ndarray) else arrays[name]
         if raw.shape != (n,):
@@ -163,8 +164,8 @@ def _prepare(
                 f"= 4**(child_order - parent_order) cells"
             )
         if spec.ragged:
-            values[name], lengths = _ragged_values(name, raw, spec)
-            occupied |= lengths > 0
+            values[name], lengths[name] = _ragged_values(name, raw, spec)
+            occupied |= lengths[name] > 0
         else:
             values[name] = _dense_values(name, raw, spec)
             occupied |= _non_fill(values[name], spec.fill_value)
@@ -185,7 +186,7 @@ def _prepare(
             )
     chunk_full = occupied.reshape(-1, geometry.cells_per_chunk).any(axis=1)
     morton = np.where(np.repeat(chunk_full, geometry.cells_per_chunk), law, np.uint64(0))
-    return values, occupied, morton.astype(np.uint64)
+    return values, lengths, occupied, morton.astype(np.uint64)
 
 
 def _dense_values(name: str, raw: np.ndarray, spec: FieldSpec) -> np.ndarray:
@@ -209,23 +210,22 @@ def _non_fill(values: np.ndarray, fill) -> np.ndarray:
 
 
 def _ragged_values(name: str, raw: np.ndarray, spec: FieldSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Payloads as an object array of ``bytes`` (``b""`` when empty) and their lengths."""
+    """Cells as bytes (b"" when empty) and their lengths; only non-empty cells are visited."""
     element = spec.attrs["ragged"]["element"]
     dtype = np.dtype(str(element["dtype"])).newbyteorder("<")
     row_bytes = dtype.itemsize * int(np.prod(element["shape"][1:], dtype=np.int64))
-    cells = raw.ravel()
-    if not set(map(type, cells)) <= {bytes}:
-        cells = [_payload(name, i, cell, dtype) for i, cell in enumerate(cells)]
-    out = np.empty(len(cells), dtype=object)
-    out[:] = cells
-    lengths = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
-    bad = np.flatnonzero(lengths % row_bytes)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"ragged field {name!r}: cell {i} holds {lengths[i]} bytes, not a whole number "
-            f"of {row_bytes}-byte rows of the declared element {element}"
-        )
+    out = np.ascontiguousarray(raw, dtype=object).copy()
+    lengths = np.zeros(out.shape[0], dtype=np.int64)
+    ptrs = encode.object_pointers(out)
+    for i in np.flatnonzero(ptrs != encode.EMPTY_BYTES_ID):
+        payload = _payload(name, i, out[i], dtype)
+        if len(payload) % row_bytes:
+            raise ValueError(
+                f"ragged field {name!r}: cell {i} holds {len(payload)} bytes, not a whole number "
+                f"of {row_bytes}-byte rows of the declared element {element}"
+            )
+        out[i] = payload
+        lengths[i] = len(payload)
     return out, lengths
 
 
@@ -240,6 +240,32 @@ def _payload(name: str, i: int, cell, dtype: np.dtype) -> bytes:
         f"ragged field {name!r}: cell {i} holds a {type(cell).__name__}; expected raw "
         "payload bytes (b'' or None when empty)"
     )
+
+
+def _write_chunks(root, rel, geometry: Geometry, specs, values, lengths, morton):
+    """Write every array's chunk objects; returns (bytes, objects) written."""
+    group = str(geometry.cell_order)
+    k = geometry.n_inner
+    enc = encode.ChunkEncoder()
+    arrays = [(MORTON, False, morton, np.dtype("uint64"), 0)]
+    arrays += [(n, sp.ragged, values[n], sp.dtype, sp.fill_value) for n, sp in specs.items()]
+    total = count = 0
+    for name, ragged, vals, dtype, fill in arrays:
+        if ragged:
+            sharded = geometry.ragged_sharded
+            chunks = enc.ragged_chunks(vals, lengths[name], k if sharded else 1)
+        else:
+            sharded = geometry.dense_sharded
+            chunks = enc.dense_chunks(vals, dtype, fill, k)
+        if sharded:
+            objects = [(0, encode.shard_object(chunks))]
+        else:
+            objects = list(enumerate(chunks))
+        for idx, data in objects:
+            if data is not None:
+                total += root.write_bytes(f"{rel}/{group}/{name}/c/{idx}", data)
+                count += 1
+    return total, count
 
 
 class _CountingStore(WrapperStore):
