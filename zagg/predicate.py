@@ -27,7 +27,7 @@ import difflib
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -127,7 +127,9 @@ def _tokenize(text: str) -> list[_Token]:
             lexeme = text[i:j]
             is_int = not any(c in lexeme for c in ".eE")
             value = int(lexeme) if is_int else float(lexeme)
-            if not (math.isfinite(value) if isinstance(value, float) else _INT_MIN <= value < _INT_END):
+            if not (
+                math.isfinite(value) if isinstance(value, float) else _INT_MIN <= value < _INT_END
+            ):
                 raise PredicateError(
                     f"numeric literal {lexeme!r} at position {i} is out of range", i
                 )
@@ -159,10 +161,16 @@ class _Var:
 
 @dataclass(frozen=True)
 class _Num:
-    value: int | float
+    """A literal; equal literals render equally (``1`` and ``1.0`` are distinct)."""
+
+    value: int | float = field(compare=False)
+    text: str = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "text", repr(self.value))
 
     def render(self) -> str:
-        return repr(self.value)
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -268,7 +276,7 @@ class _Parser:
 
     def unary(self) -> _Node:
         tok = self.peek()
-        if tok.kind == "op" and tok.text in "~(":
+        if tok.kind == "op" and tok.text in ("~", "("):
             self.depth += 1
             if self.depth > MAX_DEPTH:
                 raise PredicateError(
@@ -341,7 +349,7 @@ class _Parser:
 _Fn = Callable[[Mapping[str, np.ndarray]], "np.ndarray | np.bool_"]
 
 
-def _compile(node: _Node) -> _Fn:
+def _build_evaluator(node: _Node) -> _Fn:
     """Nested closures of numpy calls; literal-only comparisons fold to constants."""
     if isinstance(node, _Compare):
         vector_op, scalar_op = _COMPARATORS[node.op]
@@ -358,9 +366,9 @@ def _compile(node: _Node) -> _Fn:
         value, b = left.value, right.name
         return lambda arrays: vector_op(value, arrays[b])
     if isinstance(node, _Not):
-        inner = _compile(node.operand)
+        inner = _build_evaluator(node.operand)
         return lambda arrays: np.logical_not(inner(arrays))
-    parts = [_compile(o) for o in node.operands]
+    parts = [_build_evaluator(o) for o in node.operands]
     combine = np.logical_and if isinstance(node, _And) else np.logical_or
 
     def fold(arrays):
@@ -394,7 +402,7 @@ class Predicate:
 
     def __init__(self, node: _Node):
         self._node = node
-        self._fn = _compile(node)
+        self._fn = _build_evaluator(node)
         names: dict[str, None] = {}
         _names(node, names)
         #: Variable names the predicate reads, in order of first appearance.
@@ -409,8 +417,7 @@ class Predicate:
         missing = [v for v in self.variables if v not in arrays]
         if missing:
             raise PredicateError(
-                f"predicate {str(self)!r} reads {missing} but the arrays given are "
-                f"{sorted(arrays)}"
+                f"predicate {str(self)!r} reads {missing} but the arrays given are {sorted(arrays)}"
             )
         used = {v: np.asarray(arrays[v]) for v in self.variables}
         shaping = used.values() if used else (np.asarray(a) for a in arrays.values())

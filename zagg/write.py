@@ -103,7 +103,8 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     names = list(z["fields"])
     attrs = {n: dict(ds[n].attrs) for n in names}
     fields = {n: dict(z["fields"][n]) for n in names}
-    blocks = [ds[n].data.to_delayed().ravel() for n in names]
+    # optimize_graph=False keeps one finalize task per shard shared by all its fields
+    blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
     task = dask.delayed(_write_shard, pure=False)
     tasks = [
         task(root, sid, names, fields, grid, attrs, semantic, granule_count,

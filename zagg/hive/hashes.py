@@ -14,7 +14,6 @@ from collections.abc import Mapping
 import numpy as np
 
 _LEN = 8  # bytes of the vlen length prefix
-_BLOCK = 1 << 16  # cells hashed per numpy block
 
 
 def element_bytes(element: object) -> bytes:
@@ -50,7 +49,12 @@ def array_digest(values: np.ndarray, lengths: np.ndarray | None = None) -> str:
     values = np.ascontiguousarray(values)
     if values.dtype.byteorder == ">":
         values = values.astype(values.dtype.newbyteorder("<"))
-    return hashlib.sha256(values.tobytes()).hexdigest()
+    return hashlib.sha256(_buffer(values)).hexdigest()
+
+
+def _buffer(values: np.ndarray) -> memoryview:
+    """A zero-copy byte view of a contiguous array (hashing never copies the array)."""
+    return memoryview(values.reshape(-1).view(np.uint8)) if values.size else memoryview(b"")
 
 
 def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
@@ -68,18 +72,29 @@ def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
             lengths[i] = len(payload)
     else:
         payloads = {int(i): bytes(cells[i]) for i in np.flatnonzero(lengths)}
-    digest = hashlib.sha256()
-    for start in range(0, len(cells), _BLOCK):
-        ln = np.asarray(lengths[start : start + _BLOCK], dtype=np.int64)
-        stream = np.zeros(_LEN * ln.size + int(ln.sum()), dtype=np.uint8)
-        heads = _LEN * np.arange(ln.size, dtype=np.int64)
-        heads[1:] += np.cumsum(ln[:-1])
-        stream[(heads[:, None] + np.arange(_LEN)).ravel()] = ln.astype("<u8").view(np.uint8)
-        for i in np.flatnonzero(ln):
-            stream[heads[i] + _LEN: heads[i] + _LEN + ln[i]] = np.frombuffer(
-                payloads[start + int(i)], dtype=np.uint8)
-        digest.update(stream.tobytes())
-    return digest.hexdigest()
+    return hashlib.sha256(_buffer(vlen_stream(lengths, payloads))).hexdigest()
+
+
+def vlen_stream(lengths: np.ndarray, payloads: Mapping[int, bytes]) -> np.ndarray:
+    """The hashed byte stream: ``u64_le(len) || payload`` for every cell, in order.
+
+    Empty cells are runs of zero bytes, so only occupied cells are written into the
+    zero-initialised buffer (headers and payloads placed with vectorised indexing).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    heads = _LEN * np.arange(lengths.size, dtype=np.int64)
+    heads[1:] += np.cumsum(lengths[:-1])
+    stream = np.zeros(_LEN * lengths.size + int(lengths.sum()), dtype=np.uint8)
+    filled = np.flatnonzero(lengths)
+    if filled.size:
+        pos = (heads[filled, None] + np.arange(_LEN)).ravel()
+        stream[pos] = lengths[filled].astype("<u8").view(np.uint8)
+        ln = lengths[filled]
+        body = np.frombuffer(b"".join(payloads[int(k)] for k in filled), dtype=np.uint8)
+        starts = heads[filled] + _LEN
+        offsets = np.repeat(starts - (np.cumsum(ln) - ln), ln)
+        stream[offsets + np.arange(body.size)] = body
+    return stream
 
 
 def combined_digest(digests: Mapping[str, str] | list[str]) -> str:

@@ -10,6 +10,7 @@ object whenever K > 1. Inner chunks that hold only the fill are never written.
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -239,6 +240,30 @@ def dggs_attrs(cell_order: int) -> dict:
             "spatial_dimension": CELL_DIM,
         },
     }
+
+
+def template_documents(
+    geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None
+) -> dict[str, bytes]:
+    """The leaf template's metadata objects (``zarr.json`` keys → bytes), built by zarr once
+    per distinct leaf layout in a process and reused: every leaf of a run shares them."""
+    key = json.dumps(
+        [geometry.as_grid(), morton_attrs or {},
+         [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs] for n, sp in specs.items()]],
+        sort_keys=True, default=str,
+    )
+    docs = _TEMPLATES.get(key)
+    if docs is None:
+        store = zarr.storage.MemoryStore()
+        create_template(store, geometry, specs, morton_attrs)
+        docs = {k: bytes(v.to_bytes()) for k, v in store._store_dict.items()}
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = docs
+    return docs
+
+
+_TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 
 def create_template(

@@ -19,7 +19,7 @@ from zarr.storage import WrapperStore
 
 from zagg import grid as _grid
 from zagg.hive import coverage, encode, hashes, paths, stamp, stats
-from zagg.hive.layout import MORTON, FieldSpec, Geometry, create_template, field_specs
+from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.storage import StoreRoot, as_root
 
 
@@ -75,8 +75,11 @@ def write_leaf(
             "or to a new root"
         )
     root.delete_prefix(rel)
+    sizes = {  # final size of every object of the leaf, by key
+        key: root.write_bytes(f"{rel}/{key}", doc)
+        for key, doc in template_documents(geometry, specs, morton_attrs).items()
+    }
     store = _CountingStore(root.zarr_store(rel))
-    create_template(store, geometry, specs, morton_attrs)
     chunk_bytes, chunk_objects = _write_chunks(root, rel, geometry, specs, values, lengths,
                                                morton)
     t_arrays = time.perf_counter()
@@ -119,8 +122,8 @@ def write_leaf(
         "granule_count": int(granule_count),
         "content_hashes": content,
         "coverage": envelope,
-        "bytes_written": store.bytes_written + chunk_bytes + extra_bytes,
-        "objects_written": store.objects_written + chunk_objects + (1 if extra_bytes else 0),
+        "bytes_written": sum((sizes | store.sizes).values()) + chunk_bytes + extra_bytes,
+        "objects_written": len(sizes | store.sizes) + chunk_objects + (1 if extra_bytes else 0),
         "written_at": written_at,
         "timings": {
             "prepare_s": t_prepared - t_start,
@@ -193,13 +196,18 @@ def _dense_values(name: str, raw: np.ndarray, spec: FieldSpec) -> np.ndarray:
     if raw.dtype.kind not in "biuf":
         raise ValueError(f"dense field {name!r} got values of dtype {raw.dtype}")
     try:
-        values = raw.astype(spec.dtype.newbyteorder("<"), casting="same_kind", copy=True)
+        values = raw.astype(spec.dtype.newbyteorder("<"), casting="same_kind", copy=False)
     except TypeError as exc:
         raise ValueError(
             f"dense field {name!r}: values of dtype {raw.dtype} cannot be stored as {spec.dtype}"
         ) from exc
     if values.dtype.kind == "f":
-        values[np.isnan(values)] = np.nan  # one NaN bit pattern, the one the fill decodes to
+        # one NaN bit pattern, the one the fill decodes to; copy only when one differs
+        nan = np.isnan(values)
+        canonical = np.array(np.nan, dtype=values.dtype).view(f"u{values.itemsize}")
+        if (values.view(f"u{values.itemsize}")[nan] != canonical).any():
+            values = values.copy()
+            values[nan] = np.nan
     return values
 
 
@@ -214,11 +222,15 @@ def _ragged_values(name: str, raw: np.ndarray, spec: FieldSpec) -> tuple[np.ndar
     element = spec.attrs["ragged"]["element"]
     dtype = np.dtype(str(element["dtype"])).newbyteorder("<")
     row_bytes = dtype.itemsize * int(np.prod(element["shape"][1:], dtype=np.int64))
-    out = np.ascontiguousarray(raw, dtype=object).copy()
+    out = np.ascontiguousarray(raw, dtype=object)
     lengths = np.zeros(out.shape[0], dtype=np.int64)
     ptrs = encode.object_pointers(out)
+    copied = False
     for i in np.flatnonzero(ptrs != encode.EMPTY_BYTES_ID):
         payload = _payload(name, i, out[i], dtype)
+        if payload is not out[i]:
+            if not copied:  # never mutate the caller's array
+                out, copied = out.copy(), True
         if len(payload) % row_bytes:
             raise ValueError(
                 f"ragged field {name!r}: cell {i} holds {len(payload)} bytes, not a whole number "
@@ -232,6 +244,8 @@ def _ragged_values(name: str, raw: np.ndarray, spec: FieldSpec) -> tuple[np.ndar
 def _payload(name: str, i: int, cell, dtype: np.dtype) -> bytes:
     if cell is None:
         return b""
+    if type(cell) is bytes:
+        return cell
     if isinstance(cell, bytes | bytearray | memoryview):
         return bytes(cell)
     if isinstance(cell, np.ndarray):
@@ -284,9 +298,5 @@ class _CountingStore(WrapperStore):
         self._sizes.pop(key, None)
 
     @property
-    def bytes_written(self) -> int:
-        return sum(self._sizes.values())
-
-    @property
-    def objects_written(self) -> int:
-        return len(self._sizes)
+    def sizes(self) -> dict[str, int]:
+        return dict(self._sizes)
