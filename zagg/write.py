@@ -101,6 +101,12 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     hive.write_manifest(root, manifest)
 
     names = list(z["fields"])
+    per_shard = 4 ** (grid["child_order"] - grid["parent_order"])
+    if any(ds[n].chunks is None for n in names) or ds.sizes["cells"] != per_shard * len(shard_ids):
+        if ds.sizes["cells"] != per_shard * len(shard_ids):
+            raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
+                             f"of {per_shard} cells need {per_shard * len(shard_ids)}")
+        ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
     fields = {n: dict(z["fields"][n]) for n in names}
     # optimize_graph=False keeps one finalize task per shard shared by all its fields

@@ -10,6 +10,7 @@ so a dask task can receive one and open its own filesystem handle.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from typing import Any
 
@@ -25,6 +26,8 @@ class StoreRoot:
         if isinstance(url, StoreRoot):
             storage_options = url.storage_options if storage_options is None else storage_options
             url = url.url
+        if isinstance(url, os.PathLike):
+            url = os.fspath(url)
         if not isinstance(url, str) or not url:
             raise ValueError(f"a store root must be a non-empty path or URL, got {url!r}")
         self.url = url.rstrip("/") or url

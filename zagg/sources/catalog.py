@@ -1,0 +1,354 @@
+"""Granule catalogs: per granule its id, href, time range and footprint, computed once.
+
+:func:`build_catalog` reads every granule's coordinates (and ``delta_time``) once and records
+its footprint, the morton cells at a stated order that its points fall in (mortie words keyed
+exactly as aggregation keys points, stored as decimal ids), and its UTC time range. The
+result is written and read back as JSON or parquet (:func:`write_catalog`,
+:func:`read_catalog`), so later runs pick granules for a set of shards with :func:`select`
+without opening any file; a catalog file is also a valid ``data_source.granules`` location.
+Rebuilding with ``reuse=`` an older catalog only scans granules it does not list yet.
+
+Time: ICESat-2 ``delta_time`` is GPS seconds since the ATLAS SDP epoch, whose GPS time
+(``/ancillary_data/atlas_sdp_gps_epoch``, 1198800018 s) is 2018-01-01T00:00:00Z. UTC is the
+GPS epoch 1980-01-06T00:00:00Z plus ``atlas_sdp_gps_epoch + delta_time`` minus the GPS-UTC
+offset of 18 leap seconds, which for every time since 2017 equals 2018-01-01T00:00:00Z plus
+``delta_time``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+from .. import grid as G
+from ..grid import MAX_ORDER
+from .granules import (
+    GranuleError,
+    GranuleSource,
+    StorageOptions,
+    _open_with_stamp,
+    _scan_file,
+    granule_id,
+    hdf5_path,
+    list_granules,
+    parse_granule_source,
+    read_rows,
+)
+
+__all__ = [
+    "ATLAS_SDP_GPS_EPOCH",
+    "Catalog",
+    "CatalogEntry",
+    "CatalogError",
+    "DEFAULT_ORDER",
+    "GPS_UTC_LEAP_SECONDS",
+    "build_catalog",
+    "delta_time_to_utc",
+    "read_catalog",
+    "select",
+    "write_catalog",
+]
+
+CATALOG_VERSION = 1
+DEFAULT_ORDER = 9  # ~13 km cells: the shard order of the example configs
+GPS_EPOCH = dt.datetime(1980, 1, 6, tzinfo=dt.UTC)
+GPS_UTC_LEAP_SECONDS = 18  # GPS - UTC since 2017-01-01
+ATLAS_SDP_GPS_EPOCH = 1198800018.0  # GPS seconds of 2018-01-01T00:00:00Z
+READ_ROWS = 4_000_000  # coordinate rows read at once while building
+_FIELDS = ("id", "href", "rows", "footprint", "time_start", "time_end", "delta_time_min",
+           "delta_time_max")
+
+
+class CatalogError(ValueError):
+    """A catalog file or a selection that zagg refuses; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One granule: ``rows`` observations over its groups, ``footprint`` decimal cell ids."""
+
+    id: str
+    href: str
+    rows: int
+    footprint: tuple[str, ...]
+    time_start: str | None = None
+    time_end: str | None = None
+    delta_time_min: float | None = None
+    delta_time_max: float | None = None
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["footprint"] = list(self.footprint)
+        return d
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Granule entries with footprints at ``order``; ``source`` says what was scanned and
+    ``failed`` lists granules that could not be read ({granule, error})."""
+
+    order: int
+    entries: tuple[CatalogEntry, ...]
+    source: Mapping = dataclasses.field(default_factory=dict)
+    failed: tuple[Mapping, ...] = ()
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.entries]
+
+    def header(self) -> dict:
+        return {"zagg_catalog": CATALOG_VERSION, "order": self.order,
+                "source": dict(self.source), "failed": [dict(f) for f in self.failed]}
+
+
+# --------------------------------------------------------------------------- time
+
+
+def delta_time_to_utc(delta_time: float, epoch: float = ATLAS_SDP_GPS_EPOCH) -> str:
+    """ISO UTC string (microseconds, 'Z') of GPS seconds ``delta_time`` since ``epoch``
+    (GPS seconds of the product's SDP epoch)."""
+    seconds = float(epoch) + float(delta_time) - GPS_UTC_LEAP_SECONDS
+    t = GPS_EPOCH + dt.timedelta(seconds=seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None = None) -> Catalog:
+    """Scan the granules of ``source`` (a :class:`GranuleSource` or a raw ``data_source``
+    mapping) into a catalog with footprints at ``order``.
+
+    Only the coordinates and ``delta_time`` paths are read (all rows, ``READ_ROWS`` at a
+    time); granules are scanned in parallel as dask tasks. Entries of ``reuse`` with the same
+    href and order are kept without reading (granule files are immutable products). With
+    ``on_error: skip`` unreadable granules are left out and listed in ``failed``.
+    """
+    if not isinstance(source, GranuleSource):
+        source = parse_granule_source(source)
+    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= MAX_ORDER:
+        raise ValueError(f"order must be an integer in 0..{MAX_ORDER}, got {order!r}")
+    scan_source = dataclasses.replace(source, variables=(), filters=())
+    known = {}
+    if reuse is not None and reuse.order == order:
+        known = {e.href: e for e in reuse}
+    hrefs = list_granules(source)
+    todo = [h for h in hrefs if h not in known]
+
+    def safe(href):
+        try:
+            return _entry(scan_source, href, order)
+        except GranuleError as exc:
+            return exc
+
+    results = dict(zip(todo, dask.compute(*[dask.delayed(safe)(h) for h in todo]), strict=True))
+    entries, failed = [], []
+    for href in hrefs:
+        res = known[href] if href in known else results[href]
+        if isinstance(res, GranuleError):
+            if source.on_error == "fail":
+                raise res
+            failed.append({"granule": granule_id(href), "error": str(res)})
+        else:
+            entries.append(res)
+    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    described = {"granules": where, "groups": list(source.groups or []),
+                 "coordinates": {"latitude": source.latitude, "longitude": source.longitude},
+                 "delta_time": source.delta_time}
+    return Catalog(order, tuple(entries), described, tuple(failed))
+
+
+def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
+    gid = granule_id(href)
+    try:
+        with _open_with_stamp(href, source.storage_options, 1 << 20) as (f, stamp):
+            scan = _scan_file(source, f, href, gid, stamp)
+            epoch = ATLAS_SDP_GPS_EPOCH
+            if "ancillary_data/atlas_sdp_gps_epoch" in f:
+                epoch = float(np.asarray(f["ancillary_data/atlas_sdp_gps_epoch"]).ravel()[0])
+            words, t_min, t_max = [], np.inf, -np.inf
+            for g in scan.groups:
+                for start in range(0, g.rows, READ_ROWS):
+                    stop = min(start + READ_ROWS, g.rows)
+                    lat = read_rows(f[hdf5_path(source.latitude, g.group)], start, stop, dtype=np.float64)
+                    lon = read_rows(f[hdf5_path(source.longitude, g.group)], start, stop, dtype=np.float64)
+                    w, ok = G.point_words(lat, lon)
+                    words.append(np.unique(G.ancestor(w[ok], order)))
+                    if source.delta_time:
+                        t = read_rows(f[hdf5_path(source.delta_time, g.group)], start, stop, dtype=np.float64)
+                        t = t[np.isfinite(t)]
+                        if t.size:
+                            t_min, t_max = min(t_min, float(t.min())), max(t_max, float(t.max()))
+    except GranuleError:
+        raise
+    except Exception as exc:
+        msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
+        raise GranuleError(f"granule {gid!r} ({href}): cannot read for the catalog: {msg}") \
+            from None
+    cells = np.unique(np.concatenate(words)) if words else np.zeros(0, np.uint64)
+    timed = np.isfinite(t_min)
+    return CatalogEntry(
+        gid, href, int(sum(g.rows for g in scan.groups)), tuple(G.to_decimal(cells)),
+        delta_time_to_utc(t_min, epoch) if timed else None,
+        delta_time_to_utc(t_max, epoch) if timed else None,
+        t_min if timed else None, t_max if timed else None)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_catalog(catalog: Catalog, path, *, storage_options: Mapping | None = None) -> str:
+    """Write ``catalog`` to ``path`` (local or s3://) as JSON or parquet, by suffix."""
+    import fsspec
+
+    path = str(path)
+    kind = _kind(path)
+    opts = dict(storage_options or {})
+    if kind == "json":
+        doc = {**catalog.header(), "granules": [e.as_dict() for e in catalog]}
+        with fsspec.open(path, "w", **opts) as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        return path
+    pa, pq = _pyarrow()
+    table = pa.table(
+        {
+            "id": pa.array([e.id for e in catalog], pa.string()),
+            "href": pa.array([e.href for e in catalog], pa.string()),
+            "rows": pa.array([e.rows for e in catalog], pa.int64()),
+            "footprint": pa.array([list(e.footprint) for e in catalog], pa.list_(pa.string())),
+            "time_start": pa.array([e.time_start for e in catalog], pa.string()),
+            "time_end": pa.array([e.time_end for e in catalog], pa.string()),
+            "delta_time_min": pa.array([e.delta_time_min for e in catalog], pa.float64()),
+            "delta_time_max": pa.array([e.delta_time_max for e in catalog], pa.float64()),
+        },
+        metadata={"zagg_catalog": json.dumps(catalog.header())},
+    )
+    with fsspec.open(path, "wb", **opts) as f:
+        pq.write_table(table, f)
+    return path
+
+
+def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
+    """Read a catalog written by :func:`write_catalog`; relative hrefs are taken relative
+    to the catalog file's directory."""
+    import fsspec
+
+    path = str(path)
+    kind = _kind(path)
+    opts = dict(storage_options or {})
+    redact = StorageOptions(opts).redact
+    try:
+        if kind == "json":
+            with fsspec.open(path, "r", **opts) as f:
+                doc = json.load(f)
+            rows = doc.get("granules") if isinstance(doc, dict) else None
+            header = doc
+        else:
+            _, pq = _pyarrow()
+            with fsspec.open(path, "rb", **opts) as f:
+                table = pq.read_table(f)
+            meta = (table.schema.metadata or {}).get(b"zagg_catalog")
+            header = json.loads(meta) if meta else None
+            rows = table.to_pylist()
+    except FileNotFoundError:
+        raise CatalogError(f"catalog {path!r} does not exist; build it with build_catalog and "
+                           "write_catalog") from None
+    except (OSError, ValueError) as exc:
+        raise CatalogError(f"catalog {path!r} cannot be read: "
+                           f"{redact(f'{type(exc).__name__}: {exc}')}") from None
+    if not isinstance(header, dict) or header.get("zagg_catalog") != CATALOG_VERSION:
+        raise CatalogError(f"{path!r} is not a zagg catalog (version {CATALOG_VERSION}); "
+                           "write one with zagg.sources.catalog.write_catalog")
+    order = header.get("order")
+    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= MAX_ORDER:
+        raise CatalogError(f"catalog {path!r}: order {order!r} is not in 0..{MAX_ORDER}")
+    if not isinstance(rows, list):
+        raise CatalogError(f"catalog {path!r}: no 'granules' list")
+    base = path.rsplit("/", 1)[0] if "/" in path else "."
+    entries = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or any(k not in r for k in _FIELDS):
+            raise CatalogError(f"catalog {path!r}: granule entry {i} lacks one of "
+                               f"{', '.join(_FIELDS)}")
+        href = r["href"]
+        if not (href.startswith(("/", "s3://", "file://")) or ":" in href[:3]):
+            href = f"{base}/{href}"
+        entries.append(CatalogEntry(r["id"], href, int(r["rows"]),
+                                    tuple(r["footprint"] or ()), r["time_start"], r["time_end"],
+                                    r["delta_time_min"], r["delta_time_max"]))
+    return Catalog(order, tuple(entries), header.get("source") or {},
+                   tuple(header.get("failed") or ()))
+
+
+def _kind(path: str) -> str:
+    low = path.lower()
+    if low.endswith(".json"):
+        return "json"
+    if low.endswith(".parquet"):
+        return "parquet"
+    raise CatalogError(f"catalog path {path!r} must end in .json or .parquet")
+
+
+def _pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CatalogError("parquet catalogs need pyarrow: pip install pyarrow, or use a "
+                           ".json catalog") from None
+    return pa, pq
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def select(catalog: Catalog, shards, *, shard_order: int | None = None) -> Catalog:
+    """The catalog restricted to granules whose footprint touches one of ``shards``.
+
+    ``shards`` are decimal ids or morton words, all at one order p (``shard_order`` if
+    given). Footprints finer than p are coarsened to p; a catalog coarser than p cannot
+    tell which shards a granule touches and is refused.
+    """
+    ids = [shards] if isinstance(shards, str | int | np.integer) else list(shards)
+    if ids and all(isinstance(s, str) for s in ids):
+        try:
+            words = G.from_decimal(ids)
+        except ValueError as exc:
+            raise CatalogError(f"shards: {exc}") from None
+    else:
+        words = np.asarray(ids, dtype=np.uint64)
+    orders = sorted({int(w) & 63 for w in words})
+    if len(orders) > 1:
+        raise CatalogError(f"shards must all be at one order, got orders {orders}")
+    if not orders:
+        return dataclasses.replace(catalog, entries=())
+    p = orders[0]
+    if shard_order is not None and p != shard_order:
+        raise CatalogError(f"shards are at order {p} but shard_order is {shard_order}; give "
+                           f"shards at order {shard_order}")
+    if catalog.order < p:
+        raise CatalogError(f"catalog footprints are at order {catalog.order}, coarser than "
+                           f"the shards (order {p}); rebuild the catalog with "
+                           f"build_catalog(..., order={p}) or any order >= {p}")
+    wanted = np.unique(words)
+    keep = []
+    for e in catalog:
+        if not e.footprint:
+            continue
+        cells = G.ancestor(G.from_decimal(e.footprint), p)
+        if np.isin(cells, wanted).any():
+            keep.append(e)
+    return dataclasses.replace(catalog, entries=tuple(keep))
