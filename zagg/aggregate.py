@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from . import grid as G
+from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
 from .kernels import segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine
@@ -279,8 +280,9 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, chunk_size: int = DEFAULT_
     t0 = time.perf_counter()
     counts = None
     if plan.shard_set is None:
-        results = list(dask.persist(*results))
-        summaries = _compute(progress, [dask.delayed(_summary)(r) for r in results])
+        results = progress_.persist(results, progress=progress,
+                                    label="keying and reducing input chunks")
+        summaries = progress_.compute([dask.delayed(_summary)(r) for r in results])
         shard_words = np.unique(np.concatenate([s for s, _ in summaries] + [np.zeros(0, np.uint64)]))
         members = {int(w): [] for w in shard_words}
         for r, (ws, _) in zip(results, summaries, strict=True):
@@ -292,15 +294,6 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, chunk_size: int = DEFAULT_
         members = {int(w): results for w in shard_words}
     return _build_dataset(config, plan, shard_words, members, counts, dim,
                           time.perf_counter() - t0)
-
-
-def _compute(progress: bool, tasks):
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            return dask.compute(*tasks)
-    return dask.compute(*tasks)
 
 
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):

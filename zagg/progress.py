@@ -1,20 +1,64 @@
-"""Progress reporting for long computations: a bar on the active scheduler."""
+"""Progress reporting for long computations, on whichever scheduler is active.
+
+With a ``distributed`` client, the scheduler's own text progress bar follows the futures;
+with the local schedulers, dask's ProgressBar prints to stderr once work passes a second.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 
+import dask
+
+
+def _client():
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
 
 @contextlib.contextmanager
 def progress_bar(minimum: float = 1.0):
-    """Show a text progress bar for dask computations inside the block.
-
-    With a distributed client active, the scheduler's progress is shown by the caller via
-    :func:`distributed.progress`; for the local schedulers dask's ProgressBar prints to
-    stderr once the work takes longer than ``minimum`` seconds.
-    """
+    """A local-scheduler progress bar around the block."""
     from dask.diagnostics import ProgressBar
 
     with ProgressBar(minimum=minimum, out=sys.stderr):
         yield
+
+
+def compute(tasks, *, progress: bool = False, label: str = "") -> list:
+    """``dask.compute(*tasks)`` with a progress bar when asked."""
+    client = _client()
+    if client is not None:
+        futures = client.compute(list(tasks))
+        if progress and futures:
+            _distributed_bar(futures, label)
+        return client.gather(futures)
+    if progress:
+        if label:
+            print(label, file=sys.stderr)
+        with progress_bar():
+            return list(dask.compute(*tasks))
+    return list(dask.compute(*tasks))
+
+
+def persist(objs, *, progress: bool = False, label: str = "") -> list:
+    """``dask.persist(*objs)``; on a distributed client, waits with a progress bar."""
+    client = _client()
+    out = list(dask.persist(*objs))
+    if client is not None and progress and out:
+        _distributed_bar(out, label)
+    return out
+
+
+def _distributed_bar(futures, label: str) -> None:
+    from distributed import progress as dprogress
+
+    if label:
+        print(label, file=sys.stderr)
+    dprogress(futures)
+    print(file=sys.stderr)

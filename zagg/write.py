@@ -7,6 +7,7 @@ object and only the client touches root objects.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ import dask
 import xarray as xr
 
 from . import hive
+from . import progress as progress_
 from .grid import from_decimal
 
 
@@ -140,12 +142,8 @@ def _run(tasks, progress: bool, client):
         if progress:
             from distributed import progress as dprogress
 
+            print("writing leaves", file=sys.stderr)
             dprogress(futures)
-            print()
+            print(file=sys.stderr)
         return client.gather(futures)
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            return list(dask.compute(*tasks))
-    return list(dask.compute(*tasks))
+    return progress_.compute(tasks, progress=progress, label="writing leaves")
