@@ -65,6 +65,7 @@ def measure(n: int, threads: int, reps: int) -> dict:
         key_chunk,
         make_plan,
         reduce_keyed,
+        state_key,
     )
     from zagg.config import load_config
     from zagg.sources.synthetic import synthetic_photons
@@ -76,6 +77,7 @@ def measure(n: int, threads: int, reps: int) -> dict:
     cfg = load_config(CONFIG)
     plan = make_plan(cfg)
     fields = tuple(cfg.fields.values())
+    keys = tuple(state_key(f, cfg) for f in fields)
     arrs = {"lat_ph": lat, "lon_ph": lon, "h_ph": ds["h_ph"].values}
     chunks = [{k: v[i:i + CHUNK] for k, v in arrs.items()} for i in range(0, n, CHUNK)]
 
@@ -98,7 +100,7 @@ def measure(n: int, threads: int, reps: int) -> dict:
         words = np.unique(np.concatenate([r.shards for r in results]))
         for w in words:
             pieces = [r.piece(int(w)) for r in results]
-            finalize_shard(plan, fields, _combine(plan, *pieces), int(w))
+            finalize_shard(plan, fields, keys, _combine(plan, *pieces), int(w))
         return len(words)
 
     aggregate_only()  # compile numba kernels outside the timing

@@ -119,7 +119,7 @@ BAD = [
      r"'output.store_layout': 'flat' is not supported; use 'hive'"),
     ("unknown function", variant("aggregation.variables.h_mean.function", "meen"),
      r"'aggregation.variables.h_mean.function': unknown function 'meen' \(did you mean "
-     r"'mean'\?\); valid: count, max, mean, min, std, sum, tdigest, var"),
+     r"'mean'\?\); valid: composition, count, max, mean, min, std, sum, tdigest, var"),
     ("source not declared", variant("aggregation.variables.h_mean.source", "h_li"),
      r"'aggregation.variables.h_mean.source': 'h_li' is not declared in data_source.variables"),
     ("mean without source", variant("aggregation.variables.h_mean.source", None, delete=True),
@@ -161,7 +161,8 @@ BAD = [
     ("filter value string", variant("data_source.filters.0.value", "high"),
      r"'data_source.filters\[0\].value': filter values must be numbers, got 'high'"),
     ("variables not a list", variant("data_source.variables", "h_ph"),
-     r"'data_source.variables': expected a list of variable names, got 'h_ph'"),
+     r"'data_source.variables': expected a list of variable names or a mapping of names to "
+     r"variables, got 'h_ph'"),
     ("coordinates missing latitude", variant("data_source.coordinates.latitude", None,
                                              delete=True),
      r"'data_source.coordinates.latitude': is required but missing"),

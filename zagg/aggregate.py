@@ -19,11 +19,26 @@ import xarray as xr
 from . import grid as G
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
-from .kernels import segments, tdigest
-from .partials import Digests, DigestSpec, Partial, combine
+from . import predicate
+from .kernels import composition, segments, tdigest
+from .partials import Digests, DigestSpec, Partial, combine, group_key
 
 DEFAULT_CHUNK = 1 << 20
 FAN_IN = 8
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A composition field's inputs: confidence rows, threshold, and its digest's rows."""
+
+    conf: str
+    threshold: int
+    of_source: str
+    of_where: str | None
+
+    @property
+    def key(self) -> str:
+        return f"composition:{self.conf}@{self.threshold}:{self.of_source}|{self.of_where or ''}"
 
 
 @dataclass(frozen=True)
@@ -33,9 +48,12 @@ class Plan:
     lat: str
     lon: str
     filters: tuple[Filter, ...]
-    inputs: tuple[str, ...]  # variable order of the arrays handed to chunk tasks
-    states: tuple[tuple[str, tuple[str, ...]], ...]  # (source or "", states)
+    inputs: tuple[str, ...]  # Dataset variables handed to chunk tasks, in this order
+    columns: tuple[tuple[str, str, int | None], ...]  # declared name, variable, column
+    declared: tuple[str, ...]  # names predicates may read
+    states: tuple[tuple[str, str, str | None, tuple[str, ...]], ...]  # key, source, where, states
     digests: tuple[tuple[str, DigestSpec], ...]
+    compositions: tuple[tuple[str, Composition], ...]
     cell_order: int
     shard_order: int
     shard_set: tuple[int, ...] | None = None
@@ -61,20 +79,48 @@ class ChunkResult:
         return self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
 
 
+def state_key(f: FieldSpec, config: Config) -> str:
+    """Where a field's states live in a partial."""
+    if f.function == "composition":
+        return composition_of(f, config).key
+    if f.kind == "ragged":
+        return DigestSpec(f.source, int(f.params["delta"]), f.where, f.located).key
+    return group_key(f.source, f.where)
+
+
+def composition_of(f: FieldSpec, config: Config) -> Composition:
+    of = config.fields[f.params["of"]]
+    return Composition(f.source, int(f.params["threshold"]), of.source, of.where)
+
+
 def make_plan(config: Config, shards=None) -> Plan:
     src = config.data_source
-    states: dict[str, set] = {}
+    states: dict[tuple, set] = {}
     digests: dict[str, DigestSpec] = {}
+    comps: dict[str, Composition] = {}
+    used = set()
     for f in config.fields.values():
         red = f.reducer
-        if red.kind == "ragged":
-            spec = DigestSpec(f.source, int(f.params["delta"]))
+        if f.where:
+            used.update(predicate.parse(f.where, src.variables).variables)
+        if f.function == "composition":
+            comp = composition_of(f, config)
+            comps[comp.key] = comp
+            used.update({comp.conf, comp.of_source})
+            if comp.of_where:
+                used.update(predicate.parse(comp.of_where, src.variables).variables)
+        elif red.kind == "ragged":
+            spec = DigestSpec(f.source, int(f.params["delta"]), f.where, f.located)
             digests[spec.key] = spec
+            used.add(f.source)
         else:
-            states.setdefault(f.source or "", set()).update(red.chunk)
+            states.setdefault((f.source or "", f.where), set()).update(red.chunk)
+            if f.source:
+                used.add(f.source)
+    columns = tuple((n, *src.columns.get(n, (n, None))) for n in sorted(used))
     inputs = [src.latitude, src.longitude]
     inputs += [f.variable for f in src.filters]
-    inputs += [s for s in states if s] + [d.source for d in digests.values()]
+    inputs += [var for _, var, _ in columns]
     inputs = tuple(dict.fromkeys(inputs))
     shard_set = None
     if shards is not None:
@@ -84,8 +130,12 @@ def make_plan(config: Config, shards=None) -> Plan:
         src.longitude,
         src.filters,
         inputs,
-        tuple((k, tuple(sorted(v))) for k, v in sorted(states.items())),
+        columns,
+        tuple(src.variables),
+        tuple((group_key(k[0], k[1]), k[0], k[1], tuple(sorted(v)))
+              for k, v in sorted(states.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))),
         tuple(sorted(digests.items())),
+        tuple(sorted(comps.items())),
         config.grid.child_order,
         config.grid.parent_order,
         shard_set,
@@ -132,8 +182,13 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
     if not all_sel:
         cell_words = cell_words[sel]
 
+    columns = {n: (var, col) for n, var, col in plan.columns}
+
     def values(name):
-        v = np.asarray(arrs[name])
+        var, col = columns.get(name, (name, None))
+        v = np.asarray(arrs[var])
+        if col is not None:
+            v = v[:, col]
         if keep is not None:
             v = v[keep]
         return v if all_sel else v[sel]
@@ -153,19 +208,43 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
     """Group keyed points by cell and reduce them: the chunk's partial, the shard words it
     touches and each shard's row bounds in the partial."""
     order, cells, offsets = segments.group_by_cell(cell_words, plan.cell_order)
+    masks: dict[str, np.ndarray] = {}
+
+    def selected(where):
+        if where not in masks:
+            pred = predicate.parse(where, plan.declared)
+            masks[where] = pred.evaluate({n: values(n) for n in pred.variables})
+        return masks[where]
+
     states = {}
-    for source, wanted in plan.states:
+    for key, source, where, wanted in plan.states:
         if source == "":
-            states[""] = {"count": np.diff(offsets)}
-        else:
-            states[source] = segments.dense_states(values(source), order, offsets, wanted)
+            if where is None:
+                states[key] = {"count": np.diff(offsets)}
+            else:
+                hits = selected(where)[order].astype(np.int64)
+                states[key] = {"count": segments.segment_sums(hits, offsets)}
+            continue
+        vals = values(source)
+        if where is not None:
+            vals = np.where(selected(where), vals.astype(np.float64, copy=False), np.nan)
+        states[key] = segments.dense_states(vals, order, offsets, wanted)
     digests = {}
-    cache = {}
     for key, spec in plan.digests:
-        if spec.source not in cache:
-            cache[spec.source] = values(spec.source)[order]
-        m, w, o = tdigest.build(cache[spec.source], offsets, spec.delta)
+        v = values(spec.source)[order]
+        if v.dtype.kind != "f":
+            v = v.astype(np.float64)
+        if spec.where is not None:
+            v = np.where(selected(spec.where)[order], v, np.nan)
+        m, w, o = tdigest.build(v, offsets, spec.delta)
         digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+    for key, comp in plan.compositions:
+        rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))
+        if comp.of_where is not None:
+            rows &= selected(comp.of_where)
+        lanes, nsig = composition.lane_counts(values(comp.conf), order, offsets,
+                                              comp.threshold, rows)
+        states[key] = {"lanes": lanes, "nsig": nsig}
     partial = Partial(cells, states, digests)
     shard_of_cell = G.ancestor(cells, plan.shard_order)
     if cells.size:
@@ -201,29 +280,31 @@ def _summary(result: ChunkResult):
     return result.shards, result.counts
 
 
-def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], part: Partial, shard_word: int):
-    """Dense arrays of one shard (fills where a cell has no data), one per field."""
+def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, ...],
+                   part: Partial, shard_word: int):
+    """Dense arrays of one shard (fills where a cell has no data), one per field;
+    ``keys[i]`` says where field i's states live in the partial."""
     p, c = plan.shard_order, plan.cell_order
     n = 4 ** (c - p)
     rank = G.cell_rank(part.cells, shard_word, p, c)
     out = {}
-    for f in fields:
+    for f, key in zip(fields, keys, strict=True):
         red = f.reducer
         if red.kind == "ragged":
             arr = np.empty(n, dtype=object)
             arr.fill(b"")  # several times faster than np.full for object arrays
             if part.cells.size:
-                d = part.digests[DigestSpec(f.source, int(f.params["delta"])).key]
+                d = part.digests[key]
                 arr[rank] = tdigest.to_payloads(d.means, d.weights, d.offsets)
             out[f.name] = arr
             continue
         dtype = np.dtype(f.dtype)
         arr = np.full(n, f.fill_value, dtype=dtype)
         if part.cells.size:
-            st = part.states[f.source or ""]
+            st = part.states[key]
             vals = red.finalize(st, f.params)
-            has = st["count"] > 0
-            if red.name != "count":
+            has = st["count"] > 0 if "count" in st else st["nsig"] > 0
+            if red.name != "count" and vals.dtype.kind == "f":
                 has &= ~np.isnan(vals)
             arr[rank[has]] = vals[has].astype(dtype)
         out[f.name] = arr
@@ -243,12 +324,18 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int):
         raise ValueError(f"latitude variable {plan.lat!r} must be 1-D, has dims {lat.dims}")
     dim = lat.dims[0]
     sub = ds[list(plan.inputs)]
+    columns = {n: (var, col) for n, var, col in plan.columns}
+    two_d = {f.variable for f in plan.filters}
+    two_d |= {var for var, col in columns.values() if col is not None}
+    two_d |= {columns.get(c.conf, (c.conf, None))[0] for _, c in plan.compositions}
     for name in plan.inputs:
         v = sub[name]
-        if v.dims[0] != dim or (v.ndim > 1 and name not in {f.variable for f in plan.filters}):
+        if v.dims[0] != dim or (v.ndim > 1 and name not in two_d) or v.ndim > 2:
             raise ValueError(
                 f"variable {name!r} has dims {v.dims}; every variable zagg reads must run along "
-                f"the observation dimension {dim!r} (2-D variables only in filters with a column)"
+                f"the observation dimension {dim!r}; a 2-D variable is read through a column "
+                "(data_source.variables: {name: {variable, column}}), a filter column or a "
+                "composition source"
             )
     sub = sub.drop_vars([c for c in sub.coords if c not in sub.dims])
     if any(sub[name].chunks is None for name in plan.inputs):
@@ -298,6 +385,7 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, chunk_size: int = DEFAULT_
 
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
     fields = tuple(config.fields.values())
+    keys = tuple(state_key(f, config) for f in fields)
     p, c = plan.shard_order, plan.cell_order
     n = 4 ** (c - p)
     piece = dask.delayed(_piece, pure=True)
@@ -308,7 +396,7 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
     for w in shard_words:
         w = int(w)
         combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
-        arrays = fin(plan, fields, combined, w)
+        arrays = fin(plan, fields, keys, combined, w)
         for f in fields:
             dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
             per_field[f.name].append(da.from_delayed(arrays[f.name], (n,), dtype=dtype))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import reducers
+from . import predicate, reducers
 from .grid import MAX_ORDER
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
@@ -90,11 +90,16 @@ class Filter:
 class DataSource:
     latitude: str
     longitude: str
-    variables: tuple[str, ...]
+    variables: tuple[str, ...]  # declared names fields, filters and predicates may read
     time: str | None = None
     filters: tuple[Filter, ...] = ()
     input: str | None = None  # a zarr store or netCDF file with the points
     synthetic: Mapping[str, object] | None = None  # built-in generator parameters
+    #: declared name → (Dataset variable, column or None); a column picks one of a 2-D one
+    columns: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+
+    def dataset_variable(self, name: str) -> str:
+        return self.columns.get(name, (name, None))[0]
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,13 @@ class FieldSpec:
     fill_value: object
     params: Mapping[str, object] = field(default_factory=dict)
     attrs: Mapping[str, object] = field(default_factory=dict)
+    where: str | None = None  # canonical predicate text selecting the rows this field reads
+    stratum: Mapping[str, object] | None = None  # {"name": signal|noise, "threshold": int}
+    located: bool = False  # a {name}_locations sibling of per-centroid point/area words
+
+    @property
+    def locations_name(self) -> str:
+        return f"{self.name}_locations"
 
     @property
     def reducer(self) -> reducers.Reducer:
@@ -118,8 +130,21 @@ class FieldSpec:
         return self.reducer.kind
 
     def array_attrs(self) -> dict:
-        """The zarr array attrs of this field: user attrs plus the spec-owned blocks."""
-        return {**copy.deepcopy(dict(self.attrs)), **self.reducer.spec_attrs(self.params)}
+        """The zarr array attrs of this field: user attrs, stratum provenance, and the
+        spec-owned blocks the writer stamps."""
+        attrs = copy.deepcopy(dict(self.attrs))
+        if self.stratum:
+            attrs["stratum"] = self.stratum["name"]
+            attrs["signal_threshold"] = self.stratum["threshold"]
+        attrs.update(self.reducer.spec_attrs(self.params))
+        if self.located:
+            attrs["ragged"]["locations"] = self.locations_name
+        return attrs
+
+    def locations_attrs(self) -> dict:
+        """Attrs of the located sibling: only its own ragged declaration (spec §1.2)."""
+        return {"ragged": {"spec": "zagg-ragged/1",
+                           "element": {"dtype": "uint64", "shape": [-1]}}}
 
 
 @dataclass(frozen=True)
@@ -177,6 +202,8 @@ class Config:
                    for i, f in enumerate(ds_src.filters)]
         wanted += [(f"aggregation.variables.{n}.source", f.source)
                    for n, f in self.fields.items() if f.source]
+        wanted = [(p, ds_src.dataset_variable(n)) for p, n in wanted]
+        wanted += [(f"data_source.variables.{n}", v) for n, (v, _) in ds_src.columns.items()]
         have = set(ds.variables)
         for path, name in wanted:
             if name not in have:
@@ -191,7 +218,8 @@ class Config:
 _TOP = ("data_source", "aggregation", "output")
 _SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic")
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
-_FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs")
+_FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
+          "located")
 _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
@@ -238,13 +266,7 @@ def _parse_source(raw) -> DataSource:
                 ("latitude", "longitude"))
     lat = _name(coords["latitude"], "data_source.coordinates.latitude")
     lon = _name(coords["longitude"], "data_source.coordinates.longitude")
-    variables = raw["variables"]
-    if isinstance(variables, str) or not isinstance(variables, list):
-        _fail("data_source.variables", f"expected a list of variable names, got {variables!r}")
-    variables = tuple(_name(v, f"data_source.variables[{i}]") for i, v in enumerate(variables))
-    dup = {v for v in variables if variables.count(v) > 1}
-    if dup:
-        _fail("data_source.variables", f"{sorted(dup)} listed more than once")
+    variables, columns = _parse_variables(raw["variables"])
     time = raw.get("time")
     if time is not None:
         time = _name(time, "data_source.time")
@@ -256,7 +278,37 @@ def _parse_source(raw) -> DataSource:
     synthetic = _parse_synthetic(raw.get("synthetic"))
     if inp is not None and synthetic is not None:
         _fail("data_source", "give either 'input' or 'synthetic', not both")
-    return DataSource(lat, lon, variables, time, filters, inp, synthetic)
+    return DataSource(lat, lon, variables, time, filters, inp, synthetic, columns)
+
+
+def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
+    """``variables`` as a list of Dataset variable names, or a mapping of declared names to
+    a Dataset variable name or ``{variable, column}`` (one column of a 2-D variable)."""
+    path = "data_source.variables"
+    if isinstance(raw, list):
+        names = tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(raw))
+        dup = {v for v in names if names.count(v) > 1}
+        if dup:
+            _fail(path, f"{sorted(dup)} listed more than once")
+        return names, {}
+    if not isinstance(raw, Mapping) or not raw:
+        _fail(path, f"expected a list of variable names or a mapping of names to variables, "
+              f"got {raw!r}")
+    columns = {}
+    for name, spec in raw.items():
+        p = f"{path}.{name}"
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
+            _fail(p, "declared names must be identifiers (letters, digits, underscores)")
+        if isinstance(spec, str):
+            columns[name] = (_name(spec, p), None)
+            continue
+        _check_keys(spec, ("variable", "column"), p, ("variable",))
+        column = spec.get("column")
+        if column is not None and (isinstance(column, bool) or not isinstance(column, int)
+                                   or column < 0):
+            _fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
+        columns[name] = (_name(spec["variable"], f"{p}.variable"), column)
+    return tuple(columns), {k: v for k, v in columns.items() if v != (k, None)}
 
 
 def _parse_synthetic(raw) -> dict | None:
@@ -298,7 +350,7 @@ def _representable(value, dtype: np.dtype) -> bool:
     return False
 
 
-def _parse_field(name: str, raw, variables) -> FieldSpec:
+def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     path = f"aggregation.variables.{name}"
     _check_keys(raw, _FIELD, path, ("function",))
     function = raw["function"]
@@ -350,6 +402,8 @@ def _parse_field(name: str, raw, variables) -> FieldSpec:
     _check_keys(params_raw, tuple(red.params), f"{path}.params")
     params = {}
     for key, spec in red.params.items():
+        if spec.default is reducers.REQUIRED and key not in params_raw:
+            _fail(f"{path}.params.{key}", f"is required for {function!r} ({spec.valid})")
         v = params_raw.get(key, spec.default)
         if isinstance(v, bool) or not isinstance(v, spec.kind) or not spec.check(v):
             _fail(f"{path}.params.{key}", f"{v!r} is invalid; expected {spec.valid}")
@@ -362,7 +416,60 @@ def _parse_field(name: str, raw, variables) -> FieldSpec:
             _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
                   "by zagg itself; remove it (spec-owned keys: "
                   f"{', '.join(SPEC_OWNED_ATTRS)})")
-    return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs))
+    where = raw.get("where")
+    if where is not None:
+        if not isinstance(where, str) or not where.strip():
+            _fail(f"{path}.where", f"expected a predicate expression, got {where!r}")
+        try:
+            where = str(predicate.parse(where, variables))
+        except predicate.PredicateError as exc:
+            _fail(f"{path}.where", str(exc))
+    stratum = _parse_stratum(raw.get("stratum"), f"{path}.stratum", where)
+    located = raw.get("located", False)
+    if not isinstance(located, bool):
+        _fail(f"{path}.located", f"expected true or false, got {located!r}")
+    if located and red.kind != "ragged":
+        _fail(f"{path}.located", f"only digest (ragged) fields carry locations, not "
+              f"{function!r}")
+    if function == "composition":
+        if "fill_value" in raw and raw["fill_value"] != 0:
+            _fail(f"{path}.fill_value", f"a composition word's fill is 0 (an unwritten cell "
+                  f"must read as 'no flags', spec §3), got {raw['fill_value']!r}")
+        if source is None:
+            _fail(f"{path}.source", "composition needs the (n, 5) signal confidence variable, "
+                  "e.g. signal_conf_ph")
+        _check_composition_of(params, f"{path}.params", fields_raw or {})
+    return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs), where,
+                     stratum, located)
+
+
+def _parse_stratum(raw, path: str, where) -> dict | None:
+    if raw is None:
+        return None
+    _check_keys(raw, ("name", "threshold"), path, ("name", "threshold"))
+    if raw["name"] not in ("signal", "noise"):
+        _fail(f"{path}.name", f"{raw['name']!r} is not a stratum; valid: signal, noise")
+    t = raw["threshold"]
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= 4:
+        _fail(f"{path}.threshold", f"expected a confidence level 1..4, got {t!r}")
+    if where is None:
+        _fail(path, "a stratum selects its rows with 'where'; add the predicate that defines "
+              f"the {raw['name']} photons")
+    return {"name": raw["name"], "threshold": t}
+
+
+def _check_composition_of(params, path: str, fields_raw: Mapping) -> None:
+    of = params["of"]
+    target = fields_raw.get(of)
+    if not isinstance(target, Mapping) or target.get("function") != "tdigest":
+        digests = sorted(n for n, f in fields_raw.items()
+                         if isinstance(f, Mapping) and f.get("function") == "tdigest")
+        _fail(f"{path}.of", f"{of!r} must name a t-digest field of this config (its weights "
+              f"are N_signal); declared digests: {', '.join(digests) or 'none'}")
+    stratum = target.get("stratum")
+    if isinstance(stratum, Mapping) and stratum.get("threshold") != params["threshold"]:
+        _fail(f"{path}.threshold", f"{params['threshold']} differs from the stratum threshold "
+              f"{stratum.get('threshold')!r} of {of!r}; they must be equal (spec §3.3)")
 
 
 def _parse_grid(raw) -> Grid:
@@ -458,7 +565,11 @@ def parse_config(raw: Mapping) -> Config:
         if not isinstance(name, str) or not name.isidentifier() or name == "morton":
             _fail(f"aggregation.variables.{name}", "field names must be identifiers "
                   "(letters, digits, underscores) and not 'morton'")
-        fields[name] = _parse_field(name, spec, source.variables)
+        fields[name] = _parse_field(name, spec, source.variables, fields_raw)
+    for f in fields.values():
+        if f.located and f.locations_name in fields:
+            _fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
+                  f"locations sibling of {f.name!r}; rename the field")
     output = _parse_output(raw["output"], fields)
     return Config(source, fields, output, copy.deepcopy(dict(raw)))
 

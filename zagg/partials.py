@@ -60,12 +60,22 @@ def empty_like(template: Partial) -> Partial:
 
 @dataclass(frozen=True)
 class DigestSpec:
+    """One digest to build: of ``source`` over the rows ``where`` selects."""
+
     source: str
     delta: int
+    where: str | None = None
+    located: bool = False
 
     @property
     def key(self) -> str:
-        return f"{self.source}@{self.delta}"
+        loc = "+loc" if self.located else ""
+        return f"{self.source}@{self.delta}{loc}" + (f"|{self.where}" if self.where else "")
+
+
+def group_key(source: str | None, where: str | None) -> str:
+    """Key of the dense states of ``source`` ("" = no source) over the rows ``where`` keeps."""
+    return (source or "") + (f"|{where}" if where else "")
 
 
 def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partial:

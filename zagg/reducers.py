@@ -25,7 +25,10 @@ STATE_COMBINE = {
     "min": "min",
     "max": "max",
     "digest": "tdigest-merge",
+    "lanes": "sum",  # exact per-lane photon counts of the composition word (and N_signal)
 }
+
+REQUIRED = object()  # a Param default meaning "the config must give it"
 
 PYRAMID_CLASSES = ("exact", "approximate", "packed", "none")
 
@@ -103,6 +106,18 @@ def _ddof_param():
     }
 
 
+def _fin_composition(s, p):
+    from .kernels.composition import compose
+
+    return compose(s["lanes"], s["nsig"])
+
+
+def _composition_attrs(params):
+    from .kernels.composition import composition_attrs
+
+    return {"composition": composition_attrs(params["of"], params["threshold"])}
+
+
 def _tdigest_attrs(params):
     return {
         "ragged": {
@@ -171,6 +186,21 @@ REGISTRY: dict[str, Reducer] = {
             },
             dtype_kinds="f",
             spec_attrs=_tdigest_attrs,
+        ),
+        Reducer(
+            "composition",
+            "dense",
+            ("lanes",),
+            _fin_composition,
+            "uint64",
+            "packed",
+            "composition_kway",
+            params={
+                "of": Param(REQUIRED, str, lambda v: bool(v), "the name of the signal digest"),
+                "threshold": Param(2, int, lambda v: 1 <= v <= 4, "a confidence level 1..4"),
+            },
+            dtype_kinds="u",
+            spec_attrs=_composition_attrs,
         ),
     )
 }

@@ -108,6 +108,46 @@ def _pack_cells(conf, offsets, threshold, mask, use_mask):
 
 
 @nb.njit(cache=True)
+def _lane_counts(conf, order, offsets, threshold, rows):
+    m = offsets.shape[0] - 1
+    counts = np.zeros((m, 8), dtype=np.int64)
+    n_rows = np.zeros(m, dtype=np.int64)
+    for c in range(m):
+        for j in range(offsets[c], offsets[c + 1]):
+            k = order[j]
+            if not rows[k]:
+                continue
+            n_rows[c] += 1
+            top = conf[k, 0]
+            for s in range(5):
+                v = conf[k, s]
+                if v > top:
+                    top = v
+                if v >= threshold:
+                    counts[c, s] += 1
+            if top >= threshold and 2 <= top <= 4:
+                counts[c, 3 + top] += 1
+    return counts, n_rows
+
+
+def lane_counts(conf, order, offsets, threshold: int, rows):
+    """Exact per-cell lane counts and stratum size from photon rows.
+
+    ``conf`` is the ``(n, 5)`` confidence rows in input order, ``order``/``offsets`` group
+    them by cell, ``rows`` (bool, input order) selects the stratum the word describes. The
+    stratum size — the second result — is every selected row, so it equals the weight of a
+    digest built over the same rows; lanes 0–4 count rows whose surface confidence clears
+    ``threshold``, lanes 5–7 signal rows whose strongest confidence is 2 / 3 / 4. Counts
+    are summed across partials and quantized once by :func:`compose`.
+    """
+    conf = np.ascontiguousarray(conf)
+    if conf.ndim != 2 or conf.shape[1] != N_SURFACES or conf.dtype.kind not in "iu":
+        raise ValueError(f"conf must be an (n, 5) integer array, got {conf.dtype} {conf.shape}")
+    return _lane_counts(conf, np.asarray(order, np.int64), np.asarray(offsets, np.int64),
+                        np.int64(threshold), np.ascontiguousarray(rows, dtype=np.bool_))
+
+
+@nb.njit(cache=True)
 def _compose(counts, n):
     out = np.empty(counts.shape[0], dtype=np.uint64)
     for c in range(counts.shape[0]):

@@ -171,6 +171,12 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max)
     return count, s_hi, s_lo, q_hi, q_lo, vmin, vmax
 
 
+def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of ``x[offsets[j]:offsets[j+1]]`` per segment (empty segments sum to 0)."""
+    csum = np.concatenate(([0], np.cumsum(x, dtype=np.int64)))
+    return csum[offsets[1:]] - csum[offsets[:-1]]
+
+
 STATE_ARRAYS = {
     "count": ("count",),
     "sum": ("sum_hi", "sum_lo"),
@@ -260,8 +266,10 @@ def combine_states(states: dict[str, np.ndarray], perm, offsets) -> dict[str, np
             out[name], out[base + "_lo"] = _combine_dd(x, states[base + "_lo"], perm, offsets)
         elif name in ("min", "max"):
             out[name] = _combine_extreme(x, perm, offsets, name == "max")
-        else:
+        elif x.ndim == 1:
             out[name] = _combine_sum_int(x, perm, offsets)
+        else:  # per-cell vectors (composition lane counts)
+            out[name] = np.add.reduceat(x[perm], offsets[:-1], axis=0)
     return out
 
 

@@ -7,6 +7,12 @@ While a cell holds ``n <= delta`` observations the digest is loss-free (one weig
 centroid per value); above that it is compressed with Dunning's merging t-digest under the
 k1 scale function ``k(q) = delta / (2 pi) * asin(2 q - 1)``.
 
+Those are "counts" digests (spec §2.0). Given per-observation ``weights``, :func:`build`
+makes "flux" digests instead: the loss-free regime is still keyed on the observation count,
+and compression positions observations by cumulative weight. :func:`build` and
+:func:`merge` can also report which input rows formed each output centroid (the basis of
+the location channel in :mod:`zagg.kernels.located`).
+
 Segments are given by ``offsets`` (int64, length m + 1): segment i is
 ``[offsets[i], offsets[i + 1])``. Kernels compute in float64; payloads round to float32,
 which keeps centroid weights exact up to 2**24 observations each. Because a payload is just
@@ -22,6 +28,7 @@ import numpy as np
 from numba import njit
 
 DEFAULT_DELTA = 512
+WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 
 # build sorts segments of up to _SHORT values inside the kernel; longer ones are sorted by the
 # wrapper with numpy, whose SIMD sort beats any numba sort even with a python loop over them.
@@ -46,11 +53,13 @@ def _weight_limit(before, total, delta):
 
 
 @njit(cache=True)
-def _compress(m, w, n, total, delta, out_m, out_w, pos):
+def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
     """Greedy single-pass k1 merge of ``n`` centroids sorted by mean into ``out[pos:]``.
 
     A centroid absorbs the next one while its right edge stays within one k-unit of its left
-    edge. Returns the new write position.
+    edge. Returns the new write position. Unless ``starts`` is None, ``starts[c]`` receives
+    ``base`` plus the input row at which output centroid c begins, so a centroid's members
+    are the input rows up to the next start (the None check is resolved at compile time).
     """
     before = 0.0
     cur_w = w[0]
@@ -58,6 +67,8 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos):
     lo = m[0]
     hi = m[0]
     limit = _weight_limit(before, total, delta)
+    if starts is not None:
+        starts[pos] = base
     for i in range(1, n):
         wi = w[i]
         if before + cur_w + wi <= limit:
@@ -68,6 +79,8 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos):
             out_m[pos] = min(max(cur_s / cur_w, lo), hi)
             out_w[pos] = cur_w
             pos += 1
+            if starts is not None:
+                starts[pos] = base + i
             before += cur_w
             limit = _weight_limit(before, total, delta)
             cur_w = wi
@@ -142,7 +155,7 @@ def _build(values, offsets, delta, out_m, out_w, out_off):
                 pos += n
             else:
                 _small_sort(small, n, buf, 0)
-                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos)
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
         else:
             for j in range(a, a + length):
                 x = np.float64(values[j]) + 0.0
@@ -155,17 +168,18 @@ def _build(values, offsets, delta, out_m, out_w, out_off):
                     out_w[pos + i] = 1.0
                 pos += n
             else:
-                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos)
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
         out_off[s + 1] = pos
     return pos
 
 
 @njit(cache=True)
-def _sort_runs(m, w, n, tm, tw, bounds):
+def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
     """Stable sort of rows ``(m, w)[:n]`` by mean, in place, by merging ascending runs.
 
     A merge input is a few concatenated sorted digests, so this costs O(n log runs).
-    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1).
+    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1). Unless ``idx`` is
+    None, it is permuted along with the rows (``ti`` is its scratch).
     """
     nb = 1
     bounds[0] = 0
@@ -175,6 +189,7 @@ def _sort_runs(m, w, n, tm, tw, bounds):
             nb += 1
     bounds[nb] = n
     src_m, src_w, dst_m, dst_w = m, w, tm, tw
+    src_i, dst_i = idx, ti
     swapped = False
     while nb > 1:
         k = 0
@@ -187,26 +202,39 @@ def _sort_runs(m, w, n, tm, tw, bounds):
                 if j >= hi or (i < mid and src_m[i] <= src_m[j]):
                     dst_m[o] = src_m[i]
                     dst_w[o] = src_w[i]
+                    if idx is not None:
+                        dst_i[o] = src_i[i]
                     i += 1
                 else:
                     dst_m[o] = src_m[j]
                     dst_w[o] = src_w[j]
+                    if idx is not None:
+                        dst_i[o] = src_i[j]
                     j += 1
             bounds[k] = lo
             k += 1
         bounds[k] = n
         nb = k
         src_m, src_w, dst_m, dst_w = dst_m, dst_w, src_m, src_w
+        src_i, dst_i = dst_i, src_i
         swapped = not swapped
     if swapped:
         for i in range(n):
             m[i] = tm[i]
             w[i] = tw[i]
+            if idx is not None:
+                idx[i] = ti[i]
 
 
 @njit(cache=True)
-def _merge(means, weights, offsets, delta, out_m, out_w, out_off):
-    """Kernel of :func:`merge`, writing like :func:`_build`; returns the number of centroids."""
+def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members, starts):
+    """Kernel of :func:`merge`, writing like :func:`_build`; returns the number of centroids.
+
+    ``flux`` selects the flux rules: ties in mean ordered by weight, loss-free while a
+    segment has at most ``delta`` rows (instead of total weight). Unless ``members`` is None,
+    it receives the sorted input row indices and ``starts`` each centroid's first position
+    in it (see :func:`_compress`).
+    """
     out_off[0] = 0
     longest = _max_segment(offsets)
     bm = np.empty(longest, np.float64)
@@ -214,7 +242,10 @@ def _merge(means, weights, offsets, delta, out_m, out_w, out_off):
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
     bounds = np.empty(longest + 1, np.int64)
+    bi = np.empty(longest, np.int64) if members is not None else None
+    ti = np.empty(longest, np.int64) if members is not None else None
     pos = 0
+    kept = 0
     for s in range(offsets.size - 1):
         a = offsets[s]
         n = offsets[s + 1] - a
@@ -223,16 +254,125 @@ def _merge(means, weights, offsets, delta, out_m, out_w, out_off):
             bm[i] = means[a + i] + 0.0
             bw[i] = weights[a + i]
             total += bw[i]
-        _sort_runs(bm, bw, n, tm, tw, bounds)
-        if total <= delta:
+            if members is not None:
+                bi[i] = a + i
+        _sort_runs(bm, bw, n, tm, tw, bounds, bi, ti)
+        if flux:
+            _order_weight_ties(bm, bw, bi, n)
+        if members is not None:
+            for i in range(n):
+                members[kept + i] = bi[i]
+        if (n <= delta) if flux else (total <= delta):
             for i in range(n):
                 out_m[pos + i] = bm[i]
                 out_w[pos + i] = bw[i]
+                if starts is not None:
+                    starts[pos + i] = kept + i
             pos += n
         else:
-            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos)
+            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos, starts, kept)
+        kept += n
         out_off[s + 1] = pos
     return pos
+
+
+@njit(cache=True)
+def _order_weight_ties(m, w, idx, n):
+    """Order rows ``(m, w)[:n]``, already sorted by mean, by weight within runs of equal mean.
+
+    Insertion sort: linear when ties are rare. Makes a flux digest independent of the order
+    its rows arrived in. ``idx`` (or None) is permuted along.
+    """
+    for k in range(1, n):
+        mk = m[k]
+        wk = w[k]
+        if not (m[k - 1] == mk and w[k - 1] > wk):
+            continue
+        ik = idx[k] if idx is not None else 0
+        i = k
+        while i > 0 and m[i - 1] == mk and w[i - 1] > wk:
+            m[i] = m[i - 1]
+            w[i] = w[i - 1]
+            if idx is not None:
+                idx[i] = idx[i - 1]
+            i -= 1
+        m[i] = mk
+        w[i] = wk
+        if idx is not None:
+            idx[i] = ik
+
+
+@njit(cache=True)
+def _rank_permutation(src, n, perm):
+    """Stable sorting permutation of ``src[:n]`` (n <= _SHORT) by rank counting (see
+    :func:`_small_sort`): ``perm[r]`` is the row of rank r."""
+    for k in range(n):
+        x = src[k]
+        r = 0
+        for j in range(n):
+            r += (src[j] < x) | ((src[j] == x) & (j < k))
+        perm[r] = k
+
+
+@njit(cache=True)
+def _build_tracked(values, weights, offsets, delta, out_m, out_w, out_off, members, starts):
+    """Kernel of :func:`build` for weighted input or member tracking.
+
+    ``values`` (and ``weights``, or None for unit counts) are float32. Rows with a
+    non-finite value or a weight that is not positive and finite are dropped; the rest are
+    stably sorted by value (then weight) carrying their input row index. A segment is
+    loss-free while it keeps at most ``delta`` rows, else k1-compressed by weight. Unless
+    None, ``members`` receives the kept row indices in sorted order and ``starts`` each
+    centroid's first position in it. Returns ``(centroids, kept rows)``.
+    """
+    out_off[0] = 0
+    longest = _max_segment(offsets)
+    bm = np.empty(longest, np.float64)
+    bw = np.empty(longest, np.float64)
+    sm = np.empty(longest, np.float64)
+    sw = np.empty(longest, np.float64)
+    si = np.empty(longest, np.int64)
+    perm = np.empty(longest, np.int64)
+    pos = 0
+    kept = 0
+    for s in range(offsets.size - 1):
+        a = offsets[s]
+        n = 0
+        for j in range(a, offsets[s + 1]):  # branch-free filter, as in _build
+            x = np.float64(values[j]) + 0.0
+            wj = 1.0 if weights is None else np.float64(weights[j])
+            bm[n] = x
+            bw[n] = wj
+            si[n] = j
+            n += math.isfinite(x) & (wj > 0.0) & math.isfinite(wj)
+        if n <= _SHORT:
+            _rank_permutation(bm, n, perm)
+        else:
+            perm[:n] = np.argsort(bm[:n], kind="mergesort")
+        total = 0.0
+        for i in range(n):
+            p = perm[i]
+            sm[i] = bm[p]
+            sw[i] = bw[p]
+            perm[i] = si[p]
+            total += sw[i]
+        if weights is not None:
+            _order_weight_ties(sm, sw, perm, n)
+        if members is not None:
+            for i in range(n):
+                members[kept + i] = perm[i]
+        if n <= delta:
+            for i in range(n):
+                out_m[pos + i] = sm[i]
+                out_w[pos + i] = sw[i]
+                if starts is not None:
+                    starts[pos + i] = kept + i
+            pos += n
+        else:
+            pos = _compress(sm, sw, n, total, delta, out_m, out_w, pos, starts, kept)
+        kept += n
+        out_off[s + 1] = pos
+    return pos, kept
 
 
 @njit(cache=True)
@@ -345,15 +485,29 @@ def _check_delta(delta):
     return delta
 
 
-def build(values, offsets, delta=DEFAULT_DELTA):
+def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False):
     """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
 
     Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
     Returns ``(means, weights, out_offsets)``: float64 centroids sorted within each segment.
+
+    ``weights`` (one per value) builds a "flux" digest (spec §2.0): weights are cast to
+    float32, and a row whose weight is not positive and finite there produces no centroid.
+    A segment stays loss-free while it keeps at most ``delta`` observations, whatever their
+    weights, so its payload is the (value, weight) pairs sorted by value, then weight; above
+    that, compression places observations by cumulative weight and centroid means are
+    weight-averaged. Without ``weights`` every observation weighs 1 ("counts").
+
+    With ``return_members`` two more arrays are returned, ``(member_index,
+    member_offsets)``: the input rows absorbed by output centroid j are
+    ``member_index[member_offsets[j]:member_offsets[j + 1]]`` (indices into ``values``, in
+    sorted order; every kept row appears exactly once, dropped rows nowhere).
     """
     values = np.asarray(values).reshape(-1)
     offsets = _offsets(offsets, values.size)
     delta = _check_delta(delta)
+    if weights is not None or return_members:
+        return _build_with(values, offsets, delta, weights, return_members)
     long = np.flatnonzero(np.diff(offsets) > _SHORT)
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.ascontiguousarray(values.astype(np.float32, copy=bool(long.size)))
@@ -363,19 +517,93 @@ def build(values, offsets, delta=DEFAULT_DELTA):
     return _trimmed(*out, _build(values, offsets, delta, *out))
 
 
-def merge(means, weights, offsets, delta=DEFAULT_DELTA):
+def _build_with(values, offsets, delta, weights, return_members):
+    """:func:`build` through the tracking kernel (weighted input and/or members)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if weights is not None:
+            weights = np.asarray(weights).reshape(-1)
+            if weights.size != values.size:
+                raise ValueError("weights must have one entry per value")
+            weights = np.ascontiguousarray(weights, dtype=np.float32)
+    out = _outputs(offsets)
+    members, starts = _member_buffers(offsets, return_members)
+    k, kept = _build_tracked(values, weights, offsets, delta, *out, members, starts)
+    return _with_members(_trimmed(*out, k), members, starts, k, kept)
+
+
+def _member_buffers(offsets, wanted):
+    if not wanted:
+        return None, None
+    cap = int(offsets[-1] - offsets[0])
+    return np.empty(cap, np.int64), np.empty(cap + 1, np.int64)
+
+
+def _with_members(result, members, starts, k, kept):
+    """Append ``(member_index, member_offsets)`` to a kernel result when tracked."""
+    if members is None:
+        return result
+    starts[k] = kept
+    return (*result, members[:kept], starts[: k + 1])
+
+
+
+def check_weights_declaration(declaration):
+    """The spec §2.0 weights declaration, with an absent one (None) read as "counts";
+    an unknown value is a future revision and refused."""
+    if declaration is None:
+        return "counts"
+    if declaration not in WEIGHTS_DECLARATIONS:
+        raise ValueError(
+            f"unknown weights declaration {declaration!r}; known declarations are "
+            f"{list(WEIGHTS_DECLARATIONS)}"
+        )
+    return declaration
+
+
+def check_weights_compatible(a_decl, b_decl):
+    """Refuse a merge of digests carrying different weights declarations (spec §2.0).
+
+    Counts and flux weights mean different things, so their merged sum would mean neither.
+    Absent (None) is "counts". Returns the shared declaration, ready for :func:`merge`.
+    """
+    a, b = check_weights_declaration(a_decl), check_weights_declaration(b_decl)
+    if a != b:
+        raise ValueError(
+            f"cannot merge digests with weights declaration {a_decl!r} (read as {a!r}) and "
+            f"{b_decl!r} (read as {b!r}): counts and flux weights do not mix"
+        )
+    return a
+
+
+def merge(
+    means, weights, offsets, delta=DEFAULT_DELTA, *, declaration="counts", return_members=False
+):
     """Merge the concatenated centroids of several digests per segment into one digest.
 
     Each segment is stably sorted by mean and compressed only if its total weight exceeds
     ``delta``, so loss-free pieces merge to exactly the sorted union of their values.
+
+    ``declaration="flux"`` (spec §2.0; check mixed inputs with
+    :func:`check_weights_compatible`) applies :func:`build`'s flux rules instead: ties in
+    mean are ordered by weight, and a segment is compressed only when it holds more than
+    ``delta`` rows, since a flux weight counts no observations. Loss-free flux pieces thus
+    merge to exactly the build of their union too.
+
+    ``return_members`` appends ``(member_index, member_offsets)`` as in :func:`build`, with
+    indices into the input centroid rows.
     """
+    flux = check_weights_declaration(declaration) == "flux"
     means = np.ascontiguousarray(means, dtype=np.float64).reshape(-1)
     weights = np.ascontiguousarray(weights, dtype=np.float64).reshape(-1)
     if means.size != weights.size:
         raise ValueError("means and weights must have the same length")
     offsets = _offsets(offsets, means.size)
+    delta = _check_delta(delta)
     out = _outputs(offsets)
-    return _trimmed(*out, _merge(means, weights, offsets, _check_delta(delta), *out))
+    members, starts = _member_buffers(offsets, return_members)
+    k = _merge(means, weights, offsets, delta, flux, *out, members, starts)
+    return _with_members(_trimmed(*out, k), members, starts, k, int(offsets[-1] - offsets[0]))
 
 
 def to_payloads(means, weights, offsets):

@@ -40,9 +40,14 @@ __all__ = [
     "GranuleSource",
     "GranuleVariable",
     "StorageOptions",
+    "granule_id",
+    "hdf5_path",
     "list_granules",
     "open_granules",
+    "open_h5",
     "parse_granule_source",
+    "read_block",
+    "read_rows",
 ]
 
 GRANULE_SUFFIXES = (".h5", ".hdf5", ".he5")
@@ -75,21 +80,42 @@ class GranuleError(ValueError):
 
 
 class StorageOptions(dict):
-    """s3fs options whose repr hides credentials, so they never reach a log or a message."""
+    """s3fs options whose repr hides credentials, so they never reach a log or a message.
+
+    A credential is ``key``, ``secret``, ``token`` or any option (also inside
+    ``client_kwargs``/``config_kwargs``) whose name mentions a secret, token, password or
+    access key.
+    """
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in _SECRET_KEYS else v) for k, v in self.items()}
-        return f"StorageOptions({shown!r})"
+        return f"StorageOptions({_masked(self)!r})"
 
     __str__ = __repr__
 
     def redact(self, text: str) -> str:
         """``text`` with every credential value replaced by ``***``."""
-        for k in _SECRET_KEYS:
-            v = self.get(k)
-            if isinstance(v, str) and v:
-                text = text.replace(v, "***")
+        for value in sorted(_secret_values(self), key=len, reverse=True):
+            text = text.replace(value, "***")
         return text
+
+
+def _is_secret(name) -> bool:
+    name = str(name).lower()
+    return name in _SECRET_KEYS or any(w in name for w in ("secret", "token", "password",
+                                                           "access_key", "credential"))
+
+
+def _masked(options: Mapping) -> dict:
+    return {k: "***" if _is_secret(k) else _masked(v) if isinstance(v, Mapping) else v
+            for k, v in options.items()}
+
+
+def _secret_values(options: Mapping):
+    for k, v in options.items():
+        if isinstance(v, Mapping):
+            yield from _secret_values(v)
+        elif _is_secret(k) and isinstance(v, str) and v:
+            yield v
 
 
 @dataclass(frozen=True)
@@ -114,7 +140,7 @@ class GranuleSource:
     delta_time: str | None = None
     on_error: str = "fail"
     storage_options: StorageOptions = field(default_factory=StorageOptions, repr=False)
-    key: str = "data_source"  # where the block sits in the config, for messages
+    config_key: str = "data_source"  # where the block sits in the config, for messages
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -293,7 +319,7 @@ def _parse_storage_options(value, path: str) -> StorageOptions:
         v = value[key]
         ok = isinstance(v, kind) and (kind is not str or v.strip())
         if not ok:
-            shown = "(value not shown)" if key in _SECRET_KEYS else f"got {v!r}"
+            shown = "(value not shown)" if _is_secret(key) or kind is Mapping else f"got {v!r}"
             _fail(f"{path}.{key}", f"expected {_kind_name(kind)}, {shown}")
     if ("key" in value) != ("secret" in value):
         _fail(path, "'key' and 'secret' go together; give both or neither (or use 'profile')")
@@ -328,7 +354,7 @@ def _s3(options: Mapping):
 def list_granules(source: GranuleSource) -> list[str]:
     """Hrefs of the granules a source names, sorted by granule id (a catalog keeps its
     order). Refuses an empty listing and two granules with the same id."""
-    loc, key = source.granules, f"{source.key}.granules"
+    loc, key = source.granules, f"{source.config_key}.granules"
     if isinstance(loc, tuple):
         hrefs = [_local(h) for h in loc]
     elif _is_catalog(loc):
@@ -554,7 +580,7 @@ def read_block(href: str, group: str | None, start: int, stop: int, items: tuple
     """
     gid = granule_id(href)
     out = {}
-    options = StorageOptions(storage_options or {})  # task arguments arrive as plain dicts
+    options = StorageOptions(storage_options or {})  # a plain mapping works too
     hpath = None
     try:
         with open_h5(href, options) as f:
@@ -617,7 +643,7 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
                 hrefs.append(e.href)
     else:
         if shards is not None:
-            raise _config_error(f"{source.key}.granules", "selecting granules by shards needs "
+            raise _config_error(f"{source.config_key}.granules", "selecting granules by shards needs "
                                 "their footprints: build a catalog with "
                                 "zagg.sources.catalog.build_catalog and write_catalog, then "
                                 "point this key at the .json or .parquet file")
@@ -648,12 +674,12 @@ def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> li
         missing = [g for g in source.groups if g not in present]
         prefix = _group_prefix(source.latitude)
         if len(missing) == len(source.groups):
-            raise _config_error(f"{source.key}.groups", f"none of the groups {missing} is in "
+            raise _config_error(f"{source.config_key}.groups", f"none of the groups {missing} is in "
                                 f"any of the {len(scans)} granule(s) (no {prefix!r}); check "
                                 "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
                                 "and the coordinate paths")
         if missing and len(scans) > 1:
-            warnings.warn(f"{source.key}.groups: {missing} are in none of the {len(scans)} "
+            warnings.warn(f"{source.config_key}.groups: {missing} are in none of the {len(scans)} "
                           f"granules (no {prefix!r}); a misspelt group name reads nothing",
                           stacklevel=3)
     if hrefs and not scans:
@@ -665,63 +691,65 @@ def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> li
 
 def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
              chunk_size: int) -> xr.Dataset:
+    """The lazy Dataset over ``scans``: one read task per block of at most ``chunk_size``
+    rows of one granule and group, one selection task per variable and block, and one
+    granule-index task per block (which never touches the file)."""
     items = source.items()
-    dtypes: dict[str, str] = {}
+    dtypes: dict[str, str] = {name: np.dtype(np.float64).str for name, _, _ in items}
     attrs: dict[str, dict] = {}
-    for s in scans:
+    for i, s in enumerate(scans):
         for name, dt in s.dtypes.items():
-            dtypes[name] = dt if name not in dtypes else np.result_type(dtypes[name], dt).str
+            dtypes[name] = dt if i == 0 else np.result_type(dtypes[name], dt).str
         for name, a in s.attrs.items():
             attrs.setdefault(name, a)
-    for name, _, _ in items:  # a run with only empty groups still needs dtypes
-        dtypes.setdefault(name, np.dtype(np.float64).str)
     blocks = []  # (granule index, href, group, start, stop)
     contributing = []
     for s in scans:
-        rows = [g for g in s.groups if g.rows > 0]
-        if not rows:
-            continue
-        gi = len(contributing)
-        contributing.append(granule_id(s.href))
-        for g in rows:
+        groups = [g for g in s.groups if g.rows > 0]
+        if groups:
+            contributing.append(granule_id(s.href))
+        for g in groups:
             for start in range(0, g.rows, chunk_size):
-                blocks.append((gi, s.href, g.group, start, min(start + chunk_size, g.rows)))
+                stop = min(start + chunk_size, g.rows)
+                blocks.append((len(contributing) - 1, s.href, g.group, start, stop))
 
     token = tokenize(source.granules, source.groups, items, dtypes, source.storage_options,
                      [(s.href, s.stamp, s.groups) for s in scans], chunk_size)
-    lengths = tuple(b[4] - b[3] for b in blocks) or (0,)
-    read_name = f"read-granule-{token}"
+    chunks = (tuple(b[4] - b[3] for b in blocks) or (0,),)
+    read = f"read-granule-{token}"
     fail_nan = source.on_error == "fail"
     read_layer = {
-        (read_name, i): Task((read_name, i), read_block, href, group, start, stop, items,
-                             dtypes, source.storage_options, fail_nan, _data_producer=True)
+        (read, i): Task((read, i), read_block, href, group, start, stop, items, dtypes,
+                        source.storage_options, fail_nan, _data_producer=True)
         for i, (_, href, group, start, stop) in enumerate(blocks)
     }
+
+    def array(name: str, dtype, make) -> da.Array:
+        key = f"{name}-{token}"
+        if not blocks:  # nothing to read: one empty chunk
+            layer = {(key, 0): Task((key, 0), np.zeros, 0, np.dtype(dtype))}
+            graph = HighLevelGraph({key: layer}, {key: set()})
+        else:
+            layer = {(key, i): make((key, i), i) for i in range(len(blocks))}
+            uses_read = name in dtypes
+            graph = HighLevelGraph({read: read_layer, key: layer} if uses_read else {key: layer},
+                                   {read: set(), key: {read}} if uses_read else {key: set()})
+        return da.Array(graph, key, chunks=chunks, dtype=np.dtype(dtype))
+
     data_vars = {}
     for name, template, column in items:
-        vname = f"{name}-{token}"
-        layer = {(vname, i): Task((vname, i), operator.getitem, TaskRef((read_name, i)), name)
-                 for i in range(len(blocks))}
-        if not blocks:
-            layer = {(vname, 0): Task((vname, 0), np.zeros, 0, np.dtype(dtypes[name]))}
-            graph = HighLevelGraph({vname: layer}, {vname: set()})
-        else:
-            graph = HighLevelGraph({read_name: read_layer, vname: layer},
-                                   {read_name: set(), vname: {read_name}})
-        arr = da.Array(graph, vname, chunks=(lengths,), dtype=np.dtype(dtypes[name]))
+        arr = array(name, dtypes[name],
+                    lambda k, i, name=name: Task(k, operator.getitem, TaskRef((read, i)), name))
         a = dict(TIME_ATTRS) if name == "time" else dict(attrs.get(name, {}))
         a["source_path"] = template
         if column is not None:
             a["column"] = column
         data_vars[name] = xr.Variable("obs", arr, attrs=a)
-    gname = f"granule-index-{token}"
-    glayer = {(gname, i): Task((gname, i), _granule_index, b[4] - b[3], b[0])
-              for i, b in enumerate(blocks)} or \
-        {(gname, 0): Task((gname, 0), np.zeros, 0, np.int32)}
+    index = array("granule", np.int32, lambda k, i: Task(k, _granule_index,
+                                                          blocks[i][4] - blocks[i][3],
+                                                          blocks[i][0]))
     data_vars["granule"] = xr.Variable(
-        "obs", da.Array(HighLevelGraph.from_collections(gname, glayer), gname,
-                        chunks=(lengths,), dtype=np.int32),
-        attrs={"long_name": "index of the row's granule in attrs['granules']"})
+        "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"})
     where = source.granules if isinstance(source.granules, str) else list(source.granules)
     return xr.Dataset(data_vars, attrs={
         "source": "zagg.sources.granules",

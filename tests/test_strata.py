@@ -1,0 +1,160 @@
+"""Strata, where-predicates and composition words against brute-force numpy, per cell."""
+
+import copy
+
+import mortie
+import moczarr
+import numpy as np
+import pytest
+import yaml
+
+import zagg
+from zagg.config import ConfigError
+from zagg.kernels import composition, tdigest
+from zagg.sources.synthetic import synthetic_photons
+from zagg.write import to_hive
+
+REGION = (-100.1, -75.55, -99.9, -75.45)
+STRATA = yaml.safe_load(open("configs/atl03_strata.yaml"))
+
+
+def strata_config(located=False, child=17):
+    cfg = copy.deepcopy(STRATA)
+    for name in ("h_tdigest_signal", "h_tdigest_noise"):
+        cfg["aggregation"]["variables"][name]["located"] = located
+        cfg["aggregation"]["variables"][name]["params"] = {"delta": 100_000}
+    cfg["output"]["grid"] = {"parent_order": 9, "child_order": child}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def photons():
+    ds = synthetic_photons(60_000, REGION, chunk_size=20_000, seed=9).compute()
+    h = ds["h_ph"].values.copy()
+    h[::97] = np.nan  # some signal and noise rows without a height
+    ds["h_ph"] = ("photon", h)
+    return ds
+
+
+@pytest.fixture(scope="module")
+def result(photons):
+    return zagg.aggregate(photons, strata_config()).compute()
+
+
+def brute(photons, c=17):
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    conf = photons["signal_conf_ph"].values[ok]
+    h = photons["h_ph"].values[ok].astype(np.float64)
+    cells = mortie.geo2mort(lat[ok], lon[ok], order=c)
+    return cells, conf, h
+
+
+def test_strata_weights_and_payloads_match_numpy(photons, result):
+    cells, conf, h = brute(photons)
+    signal = conf.max(axis=1) >= 2
+    idx = {int(w): i for i, w in enumerate(result["morton"].values)}
+    checked = 0
+    for w in np.unique(cells):
+        i = idx[int(w)]
+        sel = cells == w
+        for name, stratum in (("h_tdigest_signal", signal), ("h_tdigest_noise", ~signal)):
+            vals = h[sel & stratum]
+            vals = np.sort(vals[np.isfinite(vals)].astype(np.float32))
+            arr = tdigest.payload_to_array(result[name].values[i])
+            np.testing.assert_array_equal(arr[:, 0], vals)
+            assert arr[:, 1].sum() == vals.size
+        all_w = tdigest.payload_to_array(result["h_tdigest"].values[i])[:, 1].sum()
+        sig_w = tdigest.payload_to_array(result["h_tdigest_signal"].values[i])[:, 1].sum()
+        noise_w = tdigest.payload_to_array(result["h_tdigest_noise"].values[i])[:, 1].sum()
+        assert sig_w + noise_w == min(all_w, sig_w + noise_w)  # strata partition the cell
+        checked += 1
+    assert checked > 100
+
+
+def test_composition_lanes_match_numpy(photons, result):
+    cells, conf, h = brute(photons)
+    top = conf.max(axis=1)
+    stratum = (top >= 2) & np.isfinite(h)  # the rows of the signal digest
+    idx = {int(w): i for i, w in enumerate(result["morton"].values)}
+    words = result["composition"].values
+    for w in np.unique(cells):
+        sel = (cells == w) & stratum
+        n = int(sel.sum())
+        word = words[idx[int(w)]]
+        if n == 0:
+            assert word == 0
+            continue
+        lanes = [(conf[sel, s] >= 2).sum() for s in range(5)]
+        lanes += [(top[sel] == lv).sum() for lv in (2, 3, 4)]
+        expect = composition.compose(np.array([lanes]), np.array([n]))[0]
+        assert word == expect
+        got = composition.unpack(np.array([word]))[0]
+        assert all((g > 0) == (c > 0) for g, c in zip(got, lanes, strict=True))  # presence
+        if n <= 254:  # exact recovery regime
+            np.testing.assert_array_equal(composition.counts(np.array([word]), np.array([n]))[0],
+                                          lanes)
+        weight = tdigest.payload_to_array(result["h_tdigest_signal"].values[idx[int(w)]])[:, 1]
+        assert weight.sum() == n  # N_signal is the signal digest's weight
+
+
+def test_composition_is_chunking_invariant(photons, result):
+    other = zagg.aggregate(photons.chunk({"photon": 7_000}), strata_config()).compute()
+    np.testing.assert_array_equal(other["composition"].values, result["composition"].values)
+    assert list(other["h_tdigest_noise"].values) == list(result["h_tdigest_noise"].values)
+
+
+def test_store_attrs_and_moczarr_decode_composition(tmp_path, result):
+    to_hive(result, tmp_path / "s")
+    root = str(tmp_path / "s")
+    leaf, sid = zagg.hive.walk_leaves(root)[0]
+    store = moczarr.open_leaf(root, sid)
+    import zarr
+
+    arr = zarr.open_array(store, path="17/composition", mode="r")
+    attrs = moczarr.parse_composition_attrs(dict(arr.attrs))
+    assert attrs is not None
+    sig = zarr.open_array(store, path="17/h_tdigest_signal", mode="r")
+    assert sig.attrs["stratum"] == "signal" and sig.attrs["signal_threshold"] == 2
+    words = arr[:]
+    filled = words[words != 0]
+    lanes = moczarr.named_lanes(filled, dict(arr.attrs))
+    assert set(lanes) >= {"land", "land_ice", "high"}
+    ours = composition.unpack(filled)
+    np.testing.assert_array_equal(np.asarray(lanes["land_ice"]), ours[:, 3])
+
+
+BAD = [
+    ("composition of a non-digest",
+     ("aggregation.variables.composition.params.of", "count"),
+     r"'aggregation.variables.composition.params.of': 'count' must name a t-digest field"),
+    ("composition threshold differs",
+     ("aggregation.variables.composition.params.threshold", 3),
+     r"params.threshold': 3 differs from the stratum threshold 2 of 'h_tdigest_signal'"),
+    ("composition fill",
+     ("aggregation.variables.composition.fill_value", 1),
+     r"'aggregation.variables.composition.fill_value': a composition word's fill is 0"),
+    ("stratum name",
+     ("aggregation.variables.h_tdigest_signal.stratum.name", "sig"),
+     r"stratum.name': 'sig' is not a stratum; valid: signal, noise"),
+    ("predicate unknown name",
+     ("aggregation.variables.h_tdigest_signal.where", "conf_lnd >= 2"),
+     r"h_tdigest_signal.where': .*conf_lnd.*conf_land"),
+    ("predicate injection",
+     ("aggregation.variables.h_tdigest_signal.where", "__import__('os').system('x')"),
+     r"h_tdigest_signal.where'"),
+    ("located on a dense field", ("aggregation.variables.count.located", True),
+     r"'aggregation.variables.count.located': only digest \(ragged\) fields carry locations"),
+]
+
+
+@pytest.mark.parametrize("desc,change,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_strata_configs(desc, change, message):
+    cfg = strata_config()
+    keys = change[0].split(".")
+    node = cfg
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = change[1]
+    with pytest.raises(ConfigError, match=message):
+        zagg.load_config(cfg)
