@@ -2,8 +2,8 @@
 
 import copy
 
-import mortie
 import moczarr
+import mortie
 import numpy as np
 import pytest
 import yaml

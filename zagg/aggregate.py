@@ -17,9 +17,9 @@ import numpy as np
 import xarray as xr
 
 from . import grid as G
+from . import predicate
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
-from . import predicate
 from .kernels import composition, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
 
