@@ -1,0 +1,117 @@
+"""Benchmark: synthetic points → hive store end to end, with peak memory, against geo2mort.
+
+Each size runs ``zagg.run`` (a LocalCluster on this machine, every core) from the lazy
+synthetic generator — the points are generated inside the tasks, never materialised on the
+client — into a fresh store. Peak RSS is sampled over the whole process tree (client,
+scheduler, workers). The same run measures ``mortie.geo2mort`` alone on RAYON threads =
+cores, and prints the ratio of the end-to-end rate to it.
+
+    python benchmarks/bench_store.py                    # 1e6 and 1e7 points
+    python benchmarks/bench_store.py --sizes 1e8        # the streamed 100 M point run
+    python benchmarks/bench_store.py --region -100.2 -75.6 -99.8 -75.4   # a dense box
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+
+def sample_rss(stop: threading.Event, out: list) -> None:
+    import psutil
+
+    me = psutil.Process()
+    peak = 0
+    while not stop.is_set():
+        procs = [me, *me.children(recursive=True)]
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        peak = max(peak, total)
+        stop.wait(0.2)
+    out.append(peak)
+
+
+def geo2mort_rate(n: int = 4_000_000) -> float:
+    import mortie
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    lat, lon = rng.uniform(-76, -75, n), rng.uniform(-102, -98, n)
+    mortie.geo2mort(lat[:1000], lon[:1000])
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        mortie.geo2mort(lat, lon)
+        best = min(best, time.perf_counter() - t0)
+    return n / best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
+    ap.add_argument("--region", nargs=4, type=float, default=None,
+                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument("--child-order", type=int, default=19)
+    ap.add_argument("--chunk", type=int, default=1_000_000)
+    args = ap.parse_args()
+    cores = os.cpu_count() or 1
+    os.environ["RAYON_NUM_THREADS"] = str(cores)
+
+    from zagg.run import run
+    from zagg.sources.synthetic import DEFAULT_REGION
+
+    region = list(args.region or DEFAULT_REGION)
+    base = geo2mort_rate()
+    print(f"zagg store benchmark: synthetic ATL03-like photons over {region}, order "
+          f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
+          f"{cores} cores")
+    print(f"geo2mort alone on {cores} cores: {base / 1e6:.2f} Mpts/s (baseline)")
+    for n in map(int, args.sizes):
+        cfg = {
+            "data_source": {
+                "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+                "variables": ["h_ph"],
+                "synthetic": {"points": n, "region": region, "seed": 1,
+                              "chunk_size": args.chunk},
+            },
+            "aggregation": {"variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph"},
+                "h_min": {"function": "min", "source": "h_ph"},
+                "h_max": {"function": "max", "source": "h_ph"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }},
+            "output": {"dataset": {"short_name": "BENCH", "version": "1"},
+                       "grid": {"parent_order": 9, "child_order": args.child_order}},
+        }
+        tmp = tempfile.mkdtemp(prefix="zagg-bench-")
+        stop, peak = threading.Event(), []
+        sampler = threading.Thread(target=sample_rss, args=(stop, peak), daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        summary = run(cfg, store=f"{tmp}/store", progress=False)
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+        shutil.rmtree(tmp, ignore_errors=True)
+        rate = n / wall
+        print(f"\n{n:.0e} points: {summary.shards} shards, {summary.cells_with_data:,} cells "
+              f"with data, {summary.bytes_written / 2**20:,.0f} MiB written")
+        print(f"  end to end      {rate / 1e6:7.2f} Mpts/s   ({wall:.1f} s wall, cluster start "
+              f"included)")
+        print(f"  per shard       {wall / max(summary.shards, 1) * cores:7.3f} core-s")
+        print(f"  peak RSS        {peak[0] / 2**30:7.2f} GiB (all processes)")
+        print(f"  ratio to geo2mort {rate / base:5.2f}   (target >= 0.50)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
