@@ -232,6 +232,11 @@ def test_bad_catalog_files(tmp_path):
         read_catalog(tmp_path / "y.json")
     with pytest.raises(ValueError, match="order must be"):
         build_catalog(block(tmp_path), order=30)
+    from zagg.config import ConfigError
+
+    with pytest.raises(ConfigError, match="config key 'data_source.granules': catalog .*does "
+                                          "not exist"):
+        open_granules(block(tmp_path / "nothing.json"))
 
 
 def test_catalog_on_s3(granules, tmp_path):

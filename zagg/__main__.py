@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 
@@ -11,7 +12,8 @@ def _cmd_run(args) -> int:
 
     summary = run(args.config, store=args.store, scheduler=args.scheduler,
                   workers=args.workers, threads=args.threads, memory_limit=args.memory_limit,
-                  progress=not args.quiet)
+                  progress=not args.quiet, catalog=args.catalog, region=args.region,
+                  bbox=args.bbox)
     print("\n".join(summary.lines()))
     return 0
 
@@ -21,6 +23,23 @@ def _cmd_demo(args) -> int:
 
     demo(store=args.store, points=args.points, seed=args.seed, workers=args.workers,
          map_path=args.map)
+    return 0
+
+
+def _cmd_catalog(args) -> int:
+    from .config import ConfigError, load_config
+    from .sources.catalog import build_catalog, write_catalog
+
+    if not args.config:
+        raise ConfigError("zagg catalog needs --config: its data_source says which HDF5 paths "
+                          "hold the coordinates")
+    cfg = load_config(args.config)
+    if cfg.data_source.granules is None:
+        raise ConfigError("the config's data_source has no 'granules' block")
+    source = dataclasses.replace(cfg.data_source.granules, granules=args.granules)
+    catalog = build_catalog(source, order=args.order)
+    write_catalog(catalog, args.output)
+    print(f"catalog {args.output}: {len(catalog)} granules, footprints at order {args.order}")
     return 0
 
 
@@ -51,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, help="local cluster workers (default: cores / 2)")
     r.add_argument("--threads", type=int, help="threads per local worker (default 2)")
     r.add_argument("--memory-limit", help="memory limit per local worker, e.g. 4GiB")
+    r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
+    r.add_argument("--region", help="GeoJSON polygon file: only the shards it covers")
+    r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
 
@@ -61,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int)
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
     d.set_defaults(func=_cmd_demo)
+
+    c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
+    c.add_argument("granules", help="directory, glob or s3:// prefix of granule files")
+    c.add_argument("output", help="catalog file to write (.json or .parquet)")
+    c.add_argument("--config", help="pipeline config whose data_source names the paths")
+    c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
+    c.set_defaults(func=_cmd_catalog)
 
     i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
     i.add_argument("store")
@@ -77,10 +106,13 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from .config import ConfigError
     from .hive import ManifestConflictError
+    from .regions import RegionError
+    from .sources.granules import GranuleError
 
     try:
         return args.func(args)
-    except (ConfigError, ManifestConflictError, FileNotFoundError) as exc:
+    except (ConfigError, ManifestConflictError, FileNotFoundError, RegionError,
+            GranuleError) as exc:
         print(f"zagg: error: {exc}", file=sys.stderr)
         return 2
 

@@ -57,6 +57,7 @@ class Plan:
     cell_order: int
     shard_order: int
     shard_set: tuple[int, ...] | None = None
+    granule_var: str | None = None  # per-row granule index, tracked into each shard
 
     @property
     def digest_specs(self) -> dict[str, DigestSpec]:
@@ -71,6 +72,7 @@ class ChunkResult:
     shards: np.ndarray  # shard words present, ascending
     bounds: np.ndarray  # row bounds of each shard in partial.cells (len + 1)
     counts: dict[str, int]
+    granules: dict[int, list[int]] | None = None  # shard word → granule indices it holds
 
     def piece(self, shard_word: int) -> Partial:
         i = np.searchsorted(self.shards, np.uint64(shard_word))
@@ -93,7 +95,7 @@ def composition_of(f: FieldSpec, config: Config) -> Composition:
     return Composition(f.source, int(f.params["threshold"]), of.source, of.where)
 
 
-def make_plan(config: Config, shards=None) -> Plan:
+def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Plan:
     src = config.data_source
     states: dict[tuple, set] = {}
     digests: dict[str, DigestSpec] = {}
@@ -121,6 +123,8 @@ def make_plan(config: Config, shards=None) -> Plan:
     inputs = [src.latitude, src.longitude]
     inputs += [f.variable for f in src.filters]
     inputs += [var for _, var, _ in columns]
+    if granule_var:
+        inputs.append(granule_var)
     inputs = tuple(dict.fromkeys(inputs))
     shard_set = None
     if shards is not None:
@@ -139,6 +143,7 @@ def make_plan(config: Config, shards=None) -> Plan:
         config.grid.child_order,
         config.grid.parent_order,
         shard_set,
+        granule_var,
     )
 
 
@@ -262,7 +267,19 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
     arrs = dict(zip(plan.inputs, arrays, strict=True))
     cell_words, values, counts = key_chunk(plan, arrs)
     partial, shards, bounds = reduce_keyed(plan, cell_words, values)
-    return ChunkResult(partial, shards, bounds, counts)
+    granules = None
+    if plan.granule_var is not None and cell_words.size:
+        granules = _shard_granules(G.ancestor(cell_words, plan.shard_order),
+                                   values(plan.granule_var))
+    return ChunkResult(partial, shards, bounds, counts, granules)
+
+
+def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for g in np.unique(granule):
+        for w in np.unique(shard_words[granule == g]):
+            out.setdefault(int(w), []).append(int(g))
+    return out
 
 
 def _piece(result: ChunkResult, shard_word: int) -> Partial:
@@ -277,7 +294,7 @@ def _combine(plan: Plan, *parts: Partial) -> Partial:
 
 
 def _summary(result: ChunkResult):
-    return result.shards, result.counts
+    return result.shards, result.counts, result.granules
 
 
 def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, ...],
@@ -348,39 +365,64 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int):
     return dim, list(zip(*blocks, strict=True))
 
 
-def aggregate(ds: xr.Dataset, config, *, shards=None, chunk_size: int = DEFAULT_CHUNK,
-              progress: bool = False) -> xr.Dataset:
+def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = None,
+              chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> xr.Dataset:
     """Aggregate the points of ``ds`` into a lazy leaf Dataset on dimension ``cells``.
 
     ``ds`` is any Dataset with one observation dimension (numpy- or dask-backed; numpy
     inputs are chunked by ``chunk_size``). Which shards hold data is discovered by reducing
-    every input chunk once (the partials are persisted, never the raw points); pass
-    ``shards`` (decimal ids or words at the shard order) to restrict the output to those
-    shards and keep the whole computation lazy.
+    every input chunk once (the partials are persisted, never the raw points). ``shards``
+    (decimal ids or words at the shard order) restricts the output to those shards; with
+    ``discover=False`` (the default when ``shards`` is given) nothing is computed until the
+    result is, and every given shard is in the output. A ``granule`` index variable with
+    ``ds.attrs["granules"]`` (as :func:`zagg.sources.granules.open_granules` makes) is
+    tracked into ``attrs["zagg"]["shard_granules"]`` when discovering.
     """
     config = load_config(config)
     config.check_dataset(ds)
-    plan = make_plan(config, shards)
+    granule_ids = list(ds.attrs.get("granules") or [])
+    granule_var = "granule" if granule_ids and "granule" in ds.variables else None
+    plan = make_plan(config, shards, granule_var)
+    if discover is None:
+        discover = shards is None
     dim, blocks = _select_inputs(ds, plan, chunk_size)
     chunk_task = dask.delayed(reduce_chunk, pure=True)
     results = [chunk_task(plan, *blk) for blk in blocks]
     t0 = time.perf_counter()
     counts = None
-    if plan.shard_set is None:
+    shard_granules = None
+    if discover:
         results = progress_.persist(results, progress=progress,
                                     label="keying and reducing input chunks")
         summaries = progress_.compute([dask.delayed(_summary)(r) for r in results])
-        shard_words = np.unique(np.concatenate([s for s, _ in summaries] + [np.zeros(0, np.uint64)]))
+        shard_words = np.unique(np.concatenate([s for s, _, _ in summaries]
+                                               + [np.zeros(0, np.uint64)]))
         members = {int(w): [] for w in shard_words}
-        for r, (ws, _) in zip(results, summaries, strict=True):
+        for r, (ws, _, _) in zip(results, summaries, strict=True):
             for w in ws:
                 members[int(w)].append(r)
-        counts = {k: int(sum(c[k] for _, c in summaries)) for k in summaries[0][1]} if summaries else {}
+        counts = ({k: int(sum(c[k] for _, c, _ in summaries)) for k in summaries[0][1]}
+                  if summaries else {})
+        if granule_var:
+            per_shard: dict[int, set] = {}
+            for _, _, g in summaries:
+                for w, idx in (g or {}).items():
+                    per_shard.setdefault(w, set()).update(idx)
+            shard_granules = {
+                G.to_decimal(np.uint64(w))[0]: sorted(granule_ids[i] for i in idx)
+                for w, idx in per_shard.items()
+            }
     else:
         shard_words = np.asarray(plan.shard_set, dtype=np.uint64)
         members = {int(w): results for w in shard_words}
-    return _build_dataset(config, plan, shard_words, members, counts, dim,
-                          time.perf_counter() - t0)
+    out = _build_dataset(config, plan, shard_words, members, counts, dim,
+                         time.perf_counter() - t0)
+    if granule_var:
+        out.attrs["zagg"]["granules"] = granule_ids
+        out.attrs["zagg"]["shard_granules"] = shard_granules
+    if ds.attrs.get("failed_granules"):
+        out.attrs["zagg"]["failed_granules"] = list(ds.attrs["failed_granules"])
+    return out
 
 
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):

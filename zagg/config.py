@@ -9,6 +9,7 @@ source variable missing from the Dataset) run in :func:`Config.check_dataset`, c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
@@ -97,6 +98,7 @@ class DataSource:
     synthetic: Mapping[str, object] | None = None  # built-in generator parameters
     #: declared name → (Dataset variable, column or None); a column picks one of a 2-D one
     columns: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    granules: object | None = None  # a zagg.sources.granules.GranuleSource when reading HDF5
 
     def dataset_variable(self, name: str) -> str:
         return self.columns.get(name, (name, None))[0]
@@ -260,6 +262,11 @@ def _parse_filters(raw, variables, path) -> tuple[Filter, ...]:
 
 
 def _parse_source(raw) -> DataSource:
+    if isinstance(raw, Mapping) and "granules" in raw:
+        from .sources.granules import parse_granule_source
+
+        granules = parse_granule_source(raw)
+        return dataclasses.replace(granules.data_source(), granules=granules)
     _check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
     coords = raw["coordinates"]
     _check_keys(coords, ("latitude", "longitude"), "data_source.coordinates",

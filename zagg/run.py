@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import xarray as xr
@@ -13,9 +14,16 @@ from .config import Config, ConfigError, load_config
 from .write import RunSummary, manifest_for, to_hive
 
 
-def open_source(cfg: Config) -> xr.Dataset:
-    """The points Dataset a config names: the built-in generator or a zarr/netCDF input."""
+def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
+    """The points Dataset a config names: HDF5 granules (only those a catalog says touch
+    ``shards``, when given), the built-in generator, or a zarr/netCDF input."""
     src = cfg.data_source
+    if src.granules is not None:
+        from .sources.granules import open_granules
+
+        use_shards = shards if src.granules.is_catalog else None
+        return open_granules(src.granules, shards=use_shards,
+                             shard_order=cfg.grid.parent_order if use_shards else None)
     if src.synthetic is not None:
         from .sources.synthetic import DEFAULT_REGION, synthetic_photons
 
@@ -43,25 +51,40 @@ def open_source(cfg: Config) -> xr.Dataset:
 
 def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         scheduler: str | None = None, workers: int | None = None, threads: int | None = None,
-        memory_limit=None, progress: bool = True, storage_options=None) -> RunSummary:
+        memory_limit=None, progress: bool = True, storage_options=None,
+        catalog: str | None = None, region: str | None = None, bbox=None,
+        shards=None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
-    The store's manifest is checked before any work starts, so an incompatible existing
-    store is refused without computing anything.
+    ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
+    GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` restrict the
+    run to the covering shards at the shard order, and with a catalog only granules that
+    touch them are read. The store's manifest is checked before any work starts, so an
+    incompatible existing store is refused without computing anything.
     """
     t0 = time.perf_counter()
     cfg = load_config(config)
+    if catalog is not None:
+        if cfg.data_source.granules is None:
+            raise ConfigError("--catalog needs a granule data_source (data_source.granules)")
+        granules = dataclasses.replace(cfg.data_source.granules, granules=str(catalog))
+        cfg = dataclasses.replace(cfg, data_source=dataclasses.replace(
+            cfg.data_source, granules=granules))
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
+    if region is not None or bbox is not None:
+        from .regions import region_shards
+
+        shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
-    ds = open_source(cfg) if source is None else source
+    ds = open_source(cfg, shards=shards) if source is None else source
     with client_for(scheduler, workers=workers, threads=threads,
                     memory_limit=memory_limit) as client:
         probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
                  "dataset": {"short_name": cfg.output.short_name,
                              "version": cfg.output.version}}
         hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
-        leaves = aggregate(ds, cfg, progress=progress)
+        leaves = aggregate(ds, cfg, shards=shards, discover=True, progress=progress)
         return to_hive(leaves, store, storage_options=options, progress=progress,
                        client=client, t_start=t0)

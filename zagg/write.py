@@ -51,6 +51,8 @@ class RunSummary:
     leaves_written: int = 0
     cells_with_data: int = 0
     points: int | None = None
+    granules: int | None = None
+    failed_granules: list = field(default_factory=list)
     bytes_written: int = 0
     wall_seconds: float = 0.0
     records: list = field(default_factory=list, repr=False)
@@ -69,24 +71,33 @@ class RunSummary:
             f"shards          {self.shards:,} ({self.leaves_written:,} leaves written)",
             f"cells with data {self.cells_with_data:,}",
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
+            *([f"granules        {self.granules:,} read, {len(self.failed_granules)} failed"]
+              if self.granules is not None else []),
+            *[f"  failed        {f.get('granule')}: {f.get('error')}"
+              for f in self.failed_granules[:10]],
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
         ]
 
 
-def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_count,
-                 *blocks):
+def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
+                 stats_extra, *blocks):
     arrays = dict(zip(names, blocks, strict=True))
     return hive.write_leaf(root, shard_id, arrays, fields, grid, attrs=attrs,
-                           granule_count=granule_count, semantic_hash=semantic_hash)
+                           granule_count=None if granule_ids is not None else 0,
+                           granule_ids=granule_ids, semantic_hash=semantic_hash,
+                           stats_extra=stats_extra)
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
-            granule_count: int = 0, client=None, t_start: float | None = None) -> RunSummary:
+            client=None, t_start: float | None = None) -> RunSummary:
     """Write a leaf Dataset from :func:`zagg.aggregate` as a morton-hive store.
 
     Refuses up front (nothing written) when ``store`` already holds a store whose frozen
-    manifest keys differ. Returns a :class:`RunSummary`; empty shards write nothing.
+    manifest keys differ. Returns a :class:`RunSummary`; empty shards write nothing. When
+    the Dataset tracked its granules, each leaf records the ids of the granules that
+    contributed to it (its stamp's ``granule_count`` and the ``granules.json`` sibling), and
+    granules that failed to read are listed in every leaf's stats sidecar.
     """
     t0 = time.perf_counter() if t_start is None else t_start
     z = ds.attrs.get("zagg")
@@ -114,8 +125,12 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     # optimize_graph=False keeps one finalize task per shard shared by all its fields
     blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
     task = dask.delayed(_write_shard, pure=False)
+    shard_granules = z.get("shard_granules") or {}
+    failed = z.get("failed_granules") or []
+    extra = {"failed_granules": failed} if failed else None
     tasks = [
-        task(root, sid, names, fields, grid, attrs, semantic, granule_count,
+        task(root, sid, names, fields, grid, attrs, semantic,
+             shard_granules.get(sid) if "shard_granules" in z else None, extra,
              *[b[i] for b in blocks])
         for i, sid in enumerate(shard_ids)
     ]
@@ -130,6 +145,8 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
         leaves_written=len(written),
         cells_with_data=sum(r["cells_with_data"] for r in written),
         points=pts.get("keyed"),
+        granules=len(z["granules"]) if "granules" in z else None,
+        failed_granules=list(failed),
         bytes_written=sum(r["bytes_written"] for r in written),
         wall_seconds=time.perf_counter() - t0,
         records=written,

@@ -35,6 +35,7 @@ def write_leaf(
     granule_ids: Iterable[str] | None = None,
     semantic_hash: str | None = None,
     write_stats: bool = True,
+    stats_extra: Mapping | None = None,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` and return its record; an empty shard writes nothing.
 
@@ -139,7 +140,8 @@ def write_leaf(
         granules_sha = stats.write_granules(root, shard_id, ids)
     if write_stats:
         try:
-            stats.write_stats(root, record, semantic_hash=semantic_hash, granules_sha=granules_sha)
+            stats.write_stats(root, record, semantic_hash=semantic_hash, granules_sha=granules_sha,
+                              extra=dict(stats_extra) if stats_extra else None)
         except Exception as exc:  # the sidecar is telemetry, never truth
             warnings.warn(f"stats sidecar for leaf {rel} was not written: {exc}", stacklevel=2)
     return record

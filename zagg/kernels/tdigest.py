@@ -315,15 +315,17 @@ def _rank_permutation(src, n, perm):
 
 
 @njit(cache=True)
-def _build_tracked(values, weights, offsets, delta, out_m, out_w, out_off, members, starts):
+def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off, members, starts):
     """Kernel of :func:`build` for weighted input or member tracking.
 
-    ``values`` (and ``weights``, or None for unit counts) are float32. Rows with a
-    non-finite value or a weight that is not positive and finite are dropped; the rest are
-    stably sorted by value (then weight) carrying their input row index. A segment is
-    loss-free while it keeps at most ``delta`` rows, else k1-compressed by weight. Unless
-    None, ``members`` receives the kept row indices in sorted order and ``starts`` each
-    centroid's first position in it. Returns ``(centroids, kept rows)``.
+    ``values`` and ``weights`` are float32 (unit weights for counts); position j of a
+    segment reads input row ``rows[j]``, which the caller has arranged to be sorted by
+    value (stably) in segments longer than ``_SHORT``. Rows with a non-finite value or a
+    weight that is not positive and finite are dropped; the rest are stably sorted by value
+    then weight, carrying their input row index. A segment is loss-free while it keeps at
+    most ``delta`` rows, else k1-compressed by weight. Unless None, ``members`` receives the
+    kept row indices in sorted order and ``starts`` each centroid's first position in it.
+    Returns ``(centroids, kept rows)``.
     """
     out_off[0] = 0
     longest = _max_segment(offsets)
@@ -337,18 +339,21 @@ def _build_tracked(values, weights, offsets, delta, out_m, out_w, out_off, membe
     kept = 0
     for s in range(offsets.size - 1):
         a = offsets[s]
+        length = offsets[s + 1] - a
         n = 0
-        for j in range(a, offsets[s + 1]):  # branch-free filter, as in _build
-            x = np.float64(values[j]) + 0.0
-            wj = 1.0 if weights is None else np.float64(weights[j])
+        for j in range(a, a + length):  # branch-free filter, as in _build
+            r = rows[j]
+            x = np.float64(values[r]) + 0.0
+            wj = np.float64(weights[r])
             bm[n] = x
             bw[n] = wj
-            si[n] = j
+            si[n] = r
             n += math.isfinite(x) & (wj > 0.0) & math.isfinite(wj)
-        if n <= _SHORT:
+        if length <= _SHORT:
             _rank_permutation(bm, n, perm)
-        else:
-            perm[:n] = np.argsort(bm[:n], kind="mergesort")
+        else:  # already sorted
+            for i in range(n):
+                perm[i] = i
         total = 0.0
         for i in range(n):
             p = perm[i]
@@ -356,8 +361,7 @@ def _build_tracked(values, weights, offsets, delta, out_m, out_w, out_off, membe
             sw[i] = bw[p]
             perm[i] = si[p]
             total += sw[i]
-        if weights is not None:
-            _order_weight_ties(sm, sw, perm, n)
+        _order_weight_ties(sm, sw, perm, n)
         if members is not None:
             for i in range(n):
                 members[kept + i] = perm[i]
@@ -521,15 +525,38 @@ def _build_with(values, offsets, delta, weights, return_members):
     """:func:`build` through the tracking kernel (weighted input and/or members)."""
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.ascontiguousarray(values, dtype=np.float32)
-        if weights is not None:
+        if weights is None:
+            weights = np.ones(values.size, np.float32)
+        else:
             weights = np.asarray(weights).reshape(-1)
             if weights.size != values.size:
                 raise ValueError("weights must have one entry per value")
             weights = np.ascontiguousarray(weights, dtype=np.float32)
+    rows = np.arange(values.size, dtype=np.int64)
+    for s in np.flatnonzero(np.diff(offsets) > _SHORT).tolist():
+        a, b = offsets[s], offsets[s + 1]
+        rows[a:b] = a + _stable_order(values[a:b])
     out = _outputs(offsets)
     members, starts = _member_buffers(offsets, return_members)
-    k, kept = _build_tracked(values, weights, offsets, delta, *out, members, starts)
+    k, kept = _build_tracked(values, weights, rows, offsets, delta, *out, members, starts)
     return _with_members(_trimmed(*out, k), members, starts, k, kept)
+
+
+def _stable_order(x):
+    """Stable sorting permutation of float32 ``x`` whose finite part is sorted by value.
+
+    One uint64 sort of ``(order-preserving value bits << 32) | position`` keys: several
+    times faster than numpy's stable argsort. Non-finite values land somewhere (the
+    kernels drop them); ``+ 0`` folds -0.0 into 0.0 so the two tie by position.
+    """
+    if x.size >= 2**32:
+        raise ValueError("segments of 2**32 values or more are not supported")
+    bits = (x + np.float32(0.0)).view(np.uint32)
+    key = np.where(bits >> 31 != 0, ~bits, bits | np.uint32(0x80000000)).astype(np.uint64)
+    key <<= np.uint64(32)
+    key |= np.arange(x.size, dtype=np.uint64)
+    key.sort()
+    return (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def _member_buffers(offsets, wanted):
@@ -545,7 +572,6 @@ def _with_members(result, members, starts, k, kept):
         return result
     starts[k] = kept
     return (*result, members[:kept], starts[: k + 1])
-
 
 
 def check_weights_declaration(declaration):

@@ -178,32 +178,34 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
             epoch = ATLAS_SDP_GPS_EPOCH
             if "ancillary_data/atlas_sdp_gps_epoch" in f:
                 epoch = float(np.asarray(f["ancillary_data/atlas_sdp_gps_epoch"]).ravel()[0])
-            words, t_min, t_max = [], np.inf, -np.inf
+            cells, times = [], []
             for g in scan.groups:
                 for start in range(0, g.rows, READ_ROWS):
                     stop = min(start + READ_ROWS, g.rows)
-                    lat = read_rows(f[hdf5_path(source.latitude, g.group)], start, stop, dtype=np.float64)
-                    lon = read_rows(f[hdf5_path(source.longitude, g.group)], start, stop, dtype=np.float64)
-                    w, ok = G.point_words(lat, lon)
-                    words.append(np.unique(G.ancestor(w[ok], order)))
+
+                    def rows(template, g=g, start=start, stop=stop):
+                        dset = f[hdf5_path(template, g.group)]
+                        return read_rows(dset, start, stop, dtype=np.float64)
+
+                    words, ok = G.point_words(rows(source.latitude), rows(source.longitude))
+                    cells.append(np.unique(G.ancestor(words[ok], order)))
                     if source.delta_time:
-                        t = read_rows(f[hdf5_path(source.delta_time, g.group)], start, stop, dtype=np.float64)
+                        t = rows(source.delta_time)
                         t = t[np.isfinite(t)]
-                        if t.size:
-                            t_min, t_max = min(t_min, float(t.min())), max(t_max, float(t.max()))
+                        times += [t.min(), t.max()] if t.size else []
     except GranuleError:
         raise
     except Exception as exc:
         msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
         raise GranuleError(f"granule {gid!r} ({href}): cannot read for the catalog: {msg}") \
             from None
-    cells = np.unique(np.concatenate(words)) if words else np.zeros(0, np.uint64)
-    timed = np.isfinite(t_min)
+    cells = np.unique(np.concatenate(cells)) if cells else np.zeros(0, np.uint64)
+    t_min, t_max = (float(min(times)), float(max(times))) if times else (None, None)
     return CatalogEntry(
         gid, href, int(sum(g.rows for g in scan.groups)), tuple(G.to_decimal(cells)),
-        delta_time_to_utc(t_min, epoch) if timed else None,
-        delta_time_to_utc(t_max, epoch) if timed else None,
-        t_min if timed else None, t_max if timed else None)
+        delta_time_to_utc(t_min, epoch) if times else None,
+        delta_time_to_utc(t_max, epoch) if times else None,
+        t_min, t_max)
 
 
 # --------------------------------------------------------------------------- files
@@ -211,17 +213,26 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
 
 def write_catalog(catalog: Catalog, path, *, storage_options: Mapping | None = None) -> str:
     """Write ``catalog`` to ``path`` (local or s3://) as JSON or parquet, by suffix."""
-    import fsspec
-
     path = str(path)
     kind = _kind(path)
     opts = dict(storage_options or {})
+    try:
+        _write(catalog, path, kind, opts)
+    except OSError as exc:
+        msg = StorageOptions(opts).redact(f"{type(exc).__name__}: {exc}")
+        raise CatalogError(f"catalog {path!r} cannot be written: {msg}") from None
+    return path
+
+
+def _write(catalog: Catalog, path: str, kind: str, opts: dict) -> None:
+    import fsspec
+
     if kind == "json":
         doc = {**catalog.header(), "granules": [e.as_dict() for e in catalog]}
         with fsspec.open(path, "w", **opts) as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
-        return path
+        return
     pa, pq = _pyarrow()
     table = pa.table(
         {
@@ -238,7 +249,6 @@ def write_catalog(catalog: Catalog, path, *, storage_options: Mapping | None = N
     )
     with fsspec.open(path, "wb", **opts) as f:
         pq.write_table(table, f)
-    return path
 
 
 def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:

@@ -358,9 +358,7 @@ def list_granules(source: GranuleSource) -> list[str]:
     if isinstance(loc, tuple):
         hrefs = [_local(h) for h in loc]
     elif _is_catalog(loc):
-        from .catalog import read_catalog
-
-        hrefs = [e.href for e in read_catalog(loc, storage_options=source.storage_options)]
+        hrefs = [e.href for e in _read_catalog(source)]
     elif loc.startswith("s3://"):
         hrefs = _list_s3(loc, source.storage_options, key)
     else:
@@ -376,6 +374,15 @@ def list_granules(source: GranuleSource) -> list[str]:
         raise _config_error(key, f"granule ids (file names) must be unique, but {dup[0]!r} "
                             "appears more than once; narrow the glob or the list")
     return hrefs
+
+
+def _read_catalog(source: GranuleSource):
+    from .catalog import CatalogError, read_catalog
+
+    try:
+        return read_catalog(source.granules, storage_options=source.storage_options)
+    except CatalogError as exc:
+        raise _config_error(f"{source.config_key}.granules", str(exc)) from None
 
 
 def _local(href: str) -> str:
@@ -625,9 +632,9 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     failed: list[dict] = []
     if source.is_catalog:
-        from .catalog import read_catalog, select
+        from .catalog import select
 
-        catalog = read_catalog(source.granules, storage_options=source.storage_options)
+        catalog = _read_catalog(source)
         if shards is not None:
             catalog = select(catalog, shards, shard_order=shard_order)
         failed += [dict(f) for f in catalog.failed]
@@ -643,8 +650,8 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
                 hrefs.append(e.href)
     else:
         if shards is not None:
-            raise _config_error(f"{source.config_key}.granules", "selecting granules by shards needs "
-                                "their footprints: build a catalog with "
+            raise _config_error(f"{source.config_key}.granules", "selecting granules by "
+                                "shards needs their footprints: build a catalog with "
                                 "zagg.sources.catalog.build_catalog and write_catalog, then "
                                 "point this key at the .json or .parquet file")
         hrefs = list_granules(source)
@@ -674,13 +681,14 @@ def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> li
         missing = [g for g in source.groups if g not in present]
         prefix = _group_prefix(source.latitude)
         if len(missing) == len(source.groups):
-            raise _config_error(f"{source.config_key}.groups", f"none of the groups {missing} is in "
-                                f"any of the {len(scans)} granule(s) (no {prefix!r}); check "
+            raise _config_error(f"{source.config_key}.groups", f"none of the groups {missing} "
+                                f"is in any of the {len(scans)} granule(s) (no {prefix!r}); check "
                                 "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
                                 "and the coordinate paths")
         if missing and len(scans) > 1:
-            warnings.warn(f"{source.config_key}.groups: {missing} are in none of the {len(scans)} "
-                          f"granules (no {prefix!r}); a misspelt group name reads nothing",
+            warnings.warn(f"{source.config_key}.groups: {missing} are in none of the "
+                          f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
+                          "nothing",
                           stacklevel=3)
     if hrefs and not scans:
         first = failed[0]["error"] if failed else ""

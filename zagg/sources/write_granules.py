@@ -109,9 +109,12 @@ def write_granules(directory, n_granules: int, *, product: str = "ATL03",
             or points_per_granule < 1):
         raise ValueError(f"points_per_granule must be a positive integer, got "
                          f"{points_per_granule!r}")
+    region = tuple(float(v) for v in region)
+    if len(region) != 4 or not (-180.0 <= region[0] < region[2] <= 180.0
+                                and -90.0 <= region[1] < region[3] <= 90.0):
+        raise ValueError(f"region must be (lon_min, lat_min, lon_max, lat_max), got {region!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    region = tuple(float(v) for v in region)
     n_photons = points_per_granule
     if product == "ATL06":  # photons whose segments give about points_per_granule rows
         photons_per_shot = float(beam_rates(noise_fraction)[1].sum())
@@ -128,13 +131,7 @@ def write_granules(directory, n_granules: int, *, product: str = "ATL03",
         t_start = float(np.nanmin(photons["delta_time"])) if n_photons else 0.0
         t_end = float(np.nanmax(photons["delta_time"])) if n_photons else 0.0
         cycle = max(1, 1 + int((t_start - _CYCLE_1_START) // (_CYCLE_DAYS * 86400)))
-        stamp = _EPOCH + dt.timedelta(seconds=int(t_start))
-        while True:  # distinct names even if two passes start in the same second
-            name = (f"{product}_{stamp:%Y%m%d%H%M%S}_{rgt:04d}{cycle % 100:02d}"
-                    f"{region_no:02d}_{RELEASE}_01.h5")
-            if name not in names:
-                break
-            stamp += dt.timedelta(seconds=1)
+        name = _granule_name(product, t_start, rgt, cycle, region_no, names)
         names.add(name)
         path = directory / name
         with h5py.File(path, "w") as f:
@@ -151,6 +148,18 @@ def write_granules(directory, n_granules: int, *, product: str = "ATL03",
                     _write_atl06_beam(f, beam, data, t_start)
         paths.append(path)
     return sorted(paths)
+
+
+def _granule_name(product: str, t_start: float, rgt: int, cycle: int, region_no: int,
+                  taken: set) -> str:
+    """``ATL03_YYYYmmddHHMMSS_ttttccss_006_01.h5``; a second later if the name is taken."""
+    stamp = _EPOCH + dt.timedelta(seconds=int(t_start))
+    while True:
+        name = (f"{product}_{stamp:%Y%m%d%H%M%S}_{rgt:04d}{cycle % 100:02d}{region_no:02d}"
+                f"_{RELEASE}_01.h5")
+        if name not in taken:
+            return name
+        stamp += dt.timedelta(seconds=1)
 
 
 def _split_beams(photons: dict, n: int, noise_fraction: float) -> list[dict]:

@@ -1,0 +1,96 @@
+"""Regions → the shards that cover them, at the shard order (mortie coverage).
+
+A batch run per region aggregates only the shards a GeoJSON polygon or a lon/lat box
+touches. Box edges are densified before covering: mortie treats ring edges as great-circle
+arcs, which would cut corners off a lat/lon box.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mortie
+import numpy as np
+
+from . import grid as G
+
+_DENSIFY = 64  # points per box edge
+
+
+class RegionError(ValueError):
+    """A region that cannot be covered; the message names the file or value and the fix."""
+
+
+def parse_bbox(text: str) -> tuple[float, float, float, float]:
+    """``"lon0,lat0,lon1,lat1"`` → a validated box."""
+    try:
+        lon0, lat0, lon1, lat1 = (float(v) for v in str(text).split(","))
+    except ValueError:
+        raise RegionError(f"--bbox {text!r}: expected four numbers lon0,lat0,lon1,lat1") from None
+    if not (-180 <= lon0 < lon1 <= 360 and -90 <= lat0 < lat1 <= 90):
+        raise RegionError(f"--bbox {text!r}: need lon0 < lon1 and -90 <= lat0 < lat1 <= 90")
+    return lon0, lat0, lon1, lat1
+
+
+def box_ring(bbox) -> tuple[np.ndarray, np.ndarray]:
+    """A densified closed ring (lats, lons) along the four edges of a lon/lat box."""
+    lon0, lat0, lon1, lat1 = bbox
+    t = np.linspace(0.0, 1.0, _DENSIFY, endpoint=False)
+    lons = np.concatenate([lon0 + (lon1 - lon0) * t, np.full(_DENSIFY, lon1),
+                           lon1 - (lon1 - lon0) * t, np.full(_DENSIFY, lon0)])
+    lats = np.concatenate([np.full(_DENSIFY, lat0), lat0 + (lat1 - lat0) * t,
+                           np.full(_DENSIFY, lat1), lat1 - (lat1 - lat0) * t])
+    return lats, lons
+
+
+def _polygons(geo) -> list[list]:
+    kind = geo.get("type") if isinstance(geo, dict) else None
+    if kind == "FeatureCollection":
+        return [p for f in geo.get("features", []) for p in _polygons(f)]
+    if kind == "Feature":
+        return _polygons(geo.get("geometry") or {})
+    if kind == "Polygon":
+        return [geo["coordinates"]]
+    if kind == "MultiPolygon":
+        return list(geo["coordinates"])
+    raise RegionError(f"GeoJSON of type {kind!r} has no polygons; use a Polygon, MultiPolygon, "
+                      "Feature or FeatureCollection")
+
+
+def cover_rings(rings, order: int) -> np.ndarray:
+    """Shard words at ``order`` covering one polygon (outer ring + holes, [lon, lat] pairs)."""
+    lats, lons = [], []
+    for ring in rings:
+        arr = np.asarray(ring, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[0] < 4 or arr.shape[1] < 2:
+            raise RegionError("a polygon ring needs at least 4 [lon, lat] positions")
+        lons.append(arr[:, 0])
+        lats.append(arr[:, 1])
+    if len(rings) == 1:
+        return np.asarray(mortie.morton_coverage(lats[0], lons[0], order=order), np.uint64)
+    return np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64)
+
+
+def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -> list[str]:
+    """Decimal ids of the shards at ``order`` that a GeoJSON file or a box touches."""
+    words = []
+    if geojson is not None:
+        path = Path(geojson)
+        try:
+            geo = json.loads(path.read_text())
+        except OSError as exc:
+            raise RegionError(f"--region {path}: cannot read it ({exc})") from exc
+        except json.JSONDecodeError as exc:
+            raise RegionError(f"--region {path}: not valid JSON ({exc})") from exc
+        for poly in _polygons(geo):
+            words.append(cover_rings(poly, order))
+    if bbox is not None:
+        lats, lons = box_ring(parse_bbox(bbox) if isinstance(bbox, str) else bbox)
+        words.append(np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64))
+    if not words:
+        raise RegionError("give a region: a GeoJSON polygon file or a lon0,lat0,lon1,lat1 box")
+    merged = np.unique(np.concatenate(words))
+    if merged.size and not np.all(mortie.orders_of(merged) == order):
+        raise RegionError(f"mortie returned a cover not at order {order}")
+    return G.to_decimal(merged)
