@@ -89,7 +89,7 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
     to_hive(zagg.aggregate(photons, config()), tmp_path / "s")
     root = str(tmp_path / "s")
     leaf, sid = hive.walk_leaves(root)[0]
-    ours = zagg.read.open_leaf(root, sid)
+    ours = zagg.read.open_leaf(root, sid).load()
     by_word = {int(w): i for i, w in enumerate(ours["morton"].values)}
     store = moczarr.open_leaf(root, sid)
     seen = 0

@@ -158,3 +158,78 @@ def test_bad_strata_configs(desc, change, message):
     node[keys[-1]] = change[1]
     with pytest.raises(ConfigError, match=message):
         zagg.load_config(cfg)
+
+
+@pytest.fixture(scope="module")
+def located_result(photons):
+    return zagg.aggregate(photons, strata_config(located=True)).compute()
+
+
+def test_location_words_are_the_photons_point_words_and_lie_in_their_cell(photons,
+                                                                           located_result):
+    res = located_result
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    h = photons["h_ph"].values[ok]
+    conf = photons["signal_conf_ph"].values[ok]
+    points = mortie.geo2mort(lat[ok], lon[ok])  # order-29 point words
+    cells = zagg.grid.ancestor(points, 17)
+    signal = (conf.max(axis=1) >= 2) & np.isfinite(h)
+    idx = {int(w): i for i, w in enumerate(res["morton"].values)}
+    payloads = res["h_tdigest_signal"].values
+    locs = res["h_tdigest_signal_locations"].values
+    checked = 0
+    for w in np.unique(cells[signal]):
+        i = idx[int(w)]
+        rows = tdigest.payload_to_array(payloads[i])
+        words = np.frombuffer(locs[i], dtype="<u8")
+        assert len(words) == len(rows)  # row-aligned sibling
+        # loss-free: one point word per photon, the multiset of the cell's signal photons
+        np.testing.assert_array_equal(np.sort(words), np.sort(points[(cells == w) & signal]))
+        assert mortie.is_point(words).all()
+        np.testing.assert_array_equal(mortie.clip2order(17, words), np.full(len(words), w))
+        checked += 1
+    assert checked > 50
+    assert res["h_tdigest_signal"].attrs["ragged"]["locations"] == "h_tdigest_signal_locations"
+
+
+def test_merged_centroids_carry_common_ancestors_inside_the_cell(photons):
+    cfg = strata_config(located=True)
+    cfg["aggregation"]["variables"]["h_tdigest_signal"]["params"] = {"delta": 16}
+    res = zagg.aggregate(photons.chunk({"photon": 9_000}), cfg).compute()
+    merged = 0
+    for word, payload, loc in zip(res["morton"].values, res["h_tdigest_signal"].values,
+                                  res["h_tdigest_signal_locations"].values, strict=True):
+        if not payload:
+            continue
+        rows = tdigest.payload_to_array(payload)
+        words = np.frombuffer(loc, dtype="<u8")
+        assert len(words) == len(rows)
+        orders = mortie.orders_of(words)
+        assert (orders >= 17).all()  # never coarser than the cell they were folded in
+        np.testing.assert_array_equal(mortie.clip2order(17, words), np.full(len(words), word))
+        multi = rows[:, 1] > 1
+        assert not mortie.is_point(words[multi]).any()  # merged centroids are area words
+        merged += int(multi.sum())
+    assert merged > 20
+
+
+def test_moczarr_reads_location_siblings(tmp_path, located_result):
+    to_hive(located_result, tmp_path / "s")
+    root = str(tmp_path / "s")
+    for leaf, sid in zagg.hive.walk_leaves(root)[:3]:
+        ours = zagg.open_leaf(root, sid).load()
+        by_word = {int(w): i for i, w in enumerate(ours["morton"].values)}
+        our_locs = ours["h_tdigest_signal_locations"].values
+        our_payloads = ours["h_tdigest_signal"].values
+        store = moczarr.open_leaf(root, sid)
+        n = 0
+        for word, values, locs in moczarr.read_ragged(store, "17/h_tdigest_signal",
+                                                      locations=True):
+            i = by_word[int(word)]
+            np.testing.assert_array_equal(np.asarray(locs, dtype=np.uint64),
+                                          np.frombuffer(our_locs[i], dtype="<u8"))
+            np.testing.assert_array_equal(np.asarray(values),
+                                          tdigest.payload_to_array(our_payloads[i]))
+            n += 1
+        assert n > 0

@@ -20,10 +20,11 @@ from . import grid as G
 from . import predicate
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
-from .kernels import composition, segments, tdigest
+from .kernels import composition, located, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
 
 DEFAULT_CHUNK = 1 << 20
+POINT_WORDS = "__point_words__"  # the values() name of each kept point's order-29 word
 FAN_IN = 8
 
 
@@ -198,6 +199,11 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
             v = v[keep]
         return v if all_sel else v[sel]
 
+    point_words = words if all_sel else words[sel]
+
+    def values_or_words(name):
+        return point_words if name == POINT_WORDS else values(name)
+
     counts = {
         "points_in": n_in,
         "filtered": n_filtered,
@@ -205,7 +211,7 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
         "outside_shards": n_outside,
         "keyed": int(cell_words.size),
     }
-    return cell_words, values, counts
+    return cell_words, values_or_words, counts
 
 
 def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, np.ndarray,
@@ -241,8 +247,13 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             v = v.astype(np.float64)
         if spec.where is not None:
             v = np.where(selected(spec.where)[order], v, np.nan)
-        m, w, o = tdigest.build(v, offsets, spec.delta)
-        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+        if spec.located:
+            m, w, o, loc = located.located_build(v, values(POINT_WORDS)[order], offsets,
+                                                 spec.delta)
+            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
+        else:
+            m, w, o = tdigest.build(v, offsets, spec.delta)
+            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))
         if comp.of_where is not None:
@@ -314,6 +325,12 @@ def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, .
                 d = part.digests[key]
                 arr[rank] = tdigest.to_payloads(d.means, d.weights, d.offsets)
             out[f.name] = arr
+            if f.located:
+                locs = np.empty(n, dtype=object)
+                locs.fill(b"")
+                if part.cells.size:
+                    locs[rank] = located.locations_to_payloads(d.locs, d.offsets)
+                out[f.locations_name] = locs
             continue
         dtype = np.dtype(f.dtype)
         arr = np.full(n, f.fill_value, dtype=dtype)
@@ -425,6 +442,22 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
     return out
 
 
+def _fields_block(fields) -> dict:
+    """The per-array declaration the writer reads: every field, then located siblings."""
+    out = {}
+    for f in fields:
+        out[f.name] = {"function": f.function, "source": f.source, "kind": f.kind,
+                       "dtype": f.dtype, "fill_value": f.fill_value, "params": dict(f.params),
+                       "pyramid_class": f.reducer.pyramid_class}
+        if f.where:
+            out[f.name]["where"] = f.where
+        if f.located:
+            out[f.locations_name] = {"function": None, "source": f.source, "kind": "ragged",
+                                     "dtype": "uint64", "fill_value": b"", "params": {},
+                                     "pyramid_class": "approximate", "locations_of": f.name}
+    return out
+
+
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
     fields = tuple(config.fields.values())
     keys = tuple(state_key(f, config) for f in fields)
@@ -434,14 +467,16 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
     fin = dask.delayed(finalize_shard, pure=True)
     words_task = dask.delayed(G.shard_cell_words, pure=True)
     per_field = {f.name: [] for f in fields}
+    per_field.update({f.locations_name: [] for f in fields if f.located})
     morton = []
     for w in shard_words:
         w = int(w)
         combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
         arrays = fin(plan, fields, keys, combined, w)
-        for f in fields:
-            dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
-            per_field[f.name].append(da.from_delayed(arrays[f.name], (n,), dtype=dtype))
+        for name in per_field:
+            f = config.fields.get(name)
+            dtype = np.dtype(f.dtype) if f is not None and f.kind == "dense" else object
+            per_field[name].append(da.from_delayed(arrays[name], (n,), dtype=dtype))
         morton.append(da.from_delayed(words_task(np.uint64(w), p, c), (n,), dtype=np.uint64))
 
     def cat(chunks, dtype):
@@ -453,17 +488,15 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
     for f in fields:
         dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
         data_vars[f.name] = xr.Variable("cells", cat(per_field[f.name], dtype), f.array_attrs())
+        if f.located:
+            data_vars[f.locations_name] = xr.Variable(
+                "cells", cat(per_field[f.locations_name], object), f.locations_attrs())
     ds = xr.Dataset(data_vars, coords={"morton": ("cells", cat(morton, np.uint64))})
     ds["morton"].attrs = {"long_name": "morton cell word", "grid": "healpix-nested-morton"}
     ds.attrs["zagg"] = {
         "grid": config.grid.as_dict(),
         "shards": G.to_decimal(shard_words),
-        "fields": {
-            f.name: {"function": f.function, "source": f.source, "kind": f.kind,
-                     "dtype": f.dtype, "fill_value": f.fill_value, "params": dict(f.params),
-                     "pyramid_class": f.reducer.pyramid_class}
-            for f in fields
-        },
+        "fields": _fields_block(fields),
         "dataset": {"short_name": config.output.short_name, "version": config.output.version},
         "latitude": G.LATITUDE_CONVENTION,
         "observation_dim": dim,

@@ -1,4 +1,4 @@
-"""The built-in demo: synthetic ATL03-like photons over Pine Island Glacier → a hive store,
+"""The built-in demo: seeded ATL03 HDF5 granules over Pine Island Glacier → a hive store,
 a printed summary and a PNG map of photon count and median height per cell."""
 
 from __future__ import annotations
@@ -10,14 +10,23 @@ from pathlib import Path
 DEMO_SHORT_NAME = "ZAGG-DEMO"
 
 
-def demo_config(points: int, seed: int) -> dict:
+BEAMS = ["gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r"]
+
+
+def demo_config(granules: str) -> dict:
+    """ATL03 granules → count, height statistics and a height t-digest per order-17 cell."""
     return {
         "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "signal_conf_ph", "delta_time"],
-            "time": "delta_time",
-            "synthetic": {"points": int(points), "seed": int(seed)},
-            "filters": [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}],
+            "granules": granules,
+            "groups": BEAMS,
+            "coordinates": {"latitude": "/{group}/heights/lat_ph",
+                            "longitude": "/{group}/heights/lon_ph"},
+            "variables": {
+                "h_ph": "/{group}/heights/h_ph",
+                "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
+            },
+            "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
+            "delta_time": "/{group}/heights/delta_time",
         },
         "aggregation": {"variables": {
             "count": {"function": "count"},
@@ -32,6 +41,22 @@ def demo_config(points: int, seed: int) -> dict:
                      "child_order": 17},
         },
     }
+
+
+def demo_granules(directory: Path, points: int, seed: int) -> list[Path]:
+    """Seeded ATL03 granules in ``directory`` (reused when already written for this seed)."""
+    from .sources.write_granules import write_granules
+
+    per = 500_000
+    n = max(1, -(-points // per))
+    marker = directory / f".zagg-demo-{seed}-{n}x{per}"
+    if marker.exists():
+        return sorted(directory.glob("ATL03_*.h5"))
+    if directory.exists():
+        shutil.rmtree(directory)
+    paths = write_granules(directory, n, product="ATL03", points_per_granule=per, seed=seed)
+    marker.touch()
+    return paths
 
 
 def _clear_previous_demo(store: Path) -> None:
@@ -50,15 +75,23 @@ def _clear_previous_demo(store: Path) -> None:
 
 
 def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
-         workers: int | None = None, map_path: str | None = None) -> dict:
-    """Run the demo and return ``{"summary": RunSummary, "map": path or None}``."""
+         workers: int | None = None, map_path: str | None = None,
+         granules: str | None = None) -> dict:
+    """Write seeded ATL03 granules (once), aggregate them into ``store`` and draw the map.
+
+    Returns ``{"summary": RunSummary, "map": path or None}``.
+    """
     from .run import run
 
     path = Path(store)
     _clear_previous_demo(path)
-    print(f"zagg demo: {points:,} synthetic ATL03-like photons over Pine Island Glacier "
-          f"→ {path}/ (order-17 cells, order-9 shards)")
-    summary = run(demo_config(points, seed), store=str(path), workers=workers)
+    gdir = Path(granules) if granules else path.with_name(path.name + "-granules")
+    print(f"zagg demo: ATL03 granules with ~{points:,} synthetic photons over Pine Island "
+          f"Glacier in {gdir}/ → {path}/ (order-17 cells, order-9 shards)")
+    files = demo_granules(gdir, points, seed)
+    print(f"granules        {len(files)} HDF5 files, {sum(f.stat().st_size for f in files):,} "
+          "bytes")
+    summary = run(demo_config(str(gdir)), store=str(path), workers=workers)
     print("\n".join(summary.lines()))
     png = Path(map_path) if map_path else path.with_name(path.name + ".png")
     made = plot_map(str(path), str(png))

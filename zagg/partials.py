@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import segments, tdigest
+from .kernels import located, segments, tdigest
 
 
 @dataclass
@@ -22,14 +22,17 @@ class Digests:
     means: np.ndarray  # float32
     weights: np.ndarray  # float32
     offsets: np.ndarray  # int64, len(cells) + 1
+    locs: np.ndarray | None = None  # uint64 location word per centroid (located digests)
 
     def take(self, a: int, b: int) -> Digests:
         lo, hi = self.offsets[a], self.offsets[b]
-        return Digests(self.means[lo:hi], self.weights[lo:hi], self.offsets[a : b + 1] - lo)
+        locs = None if self.locs is None else self.locs[lo:hi]
+        return Digests(self.means[lo:hi], self.weights[lo:hi], self.offsets[a : b + 1] - lo, locs)
 
     @property
     def nbytes(self) -> int:
-        return self.means.nbytes + self.weights.nbytes + self.offsets.nbytes
+        n = self.means.nbytes + self.weights.nbytes + self.offsets.nbytes
+        return n + (0 if self.locs is None else self.locs.nbytes)
 
 
 @dataclass
@@ -103,8 +106,14 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
         new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
         idx = _gather_index(starts[perm], gsizes)
-        m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta)
-        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+        if spec.located:
+            locs = np.concatenate([p.digests[key].locs for p in parts])[idx]
+            m, w, o, loc = located.located_merge(means[idx], weights[idx], locs, new_off,
+                                                 spec.delta)
+            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
+        else:
+            m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta)
+            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
     return Partial(ucells, states, digests)
 
 
