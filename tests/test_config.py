@@ -59,7 +59,7 @@ def test_base_config_parses_with_defaults():
     m = cfg.fields["h_mean"]
     assert m.dtype == "float32" and math.isnan(m.fill_value)
     td = cfg.fields["h_tdigest"]
-    assert td.params == {"delta": 256}
+    assert td.params == {"delta": 256, "weights": "counts", "weight_source": None, "gain": None}
     assert td.array_attrs() == {
         "ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "float32", "shape": [-1, 2]}},
         "weights": "counts",

@@ -233,3 +233,76 @@ def test_moczarr_reads_location_siblings(tmp_path, located_result):
                                           tdigest.payload_to_array(our_payloads[i]))
             n += 1
         assert n > 0
+
+
+def flux_config():
+    cfg = strata_config()
+    cfg["data_source"]["variables"]["flux"] = "flux"
+    cfg["aggregation"]["variables"] = {
+        "count": {"function": "count"},
+        "h_flux": {"function": "tdigest", "source": "h_ph",
+                   "params": {"weights": "flux", "weight_source": "flux",
+                              "gain": {"name": "atlas_gain", "version": "2"}}},
+    }
+    return cfg
+
+
+def test_flux_weighted_digest(photons, tmp_path):
+    ds = photons.copy()
+    rng = np.random.default_rng(1)
+    flux = rng.gamma(2.0, 0.7, ds.sizes["photon"]).astype(np.float32)
+    flux[::50] = 0.0  # zero-flux photons carry no row
+    ds["flux"] = ("photon", flux)
+    res = zagg.aggregate(ds.chunk({"photon": 11_000}), flux_config()).compute()
+    assert res["h_flux"].attrs["weights"] == "flux"
+    assert res["h_flux"].attrs["gain"] == {"name": "atlas_gain", "version": "2"}
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    cells = mortie.geo2mort(lat[ok], lon[ok], order=17)
+    h, f = ds["h_ph"].values[ok], flux[ok]
+    idx = {int(w): i for i, w in enumerate(res["morton"].values)}
+    for w in np.unique(cells)[:200]:
+        sel = (cells == w) & np.isfinite(h) & (f > 0)
+        rows = tdigest.payload_to_array(res["h_flux"].values[idx[int(w)]])
+        assert len(rows) == sel.sum()  # loss-free: one row per photon with flux
+        assert rows[:, 1].sum() == pytest.approx(f[sel].astype(np.float64).sum(), rel=1e-5)
+    to_hive(res, tmp_path / "s")
+    leaf, sid = zagg.hive.walk_leaves(tmp_path / "s")[0]
+    store = moczarr.open_leaf(str(tmp_path / "s"), sid)
+    _arr, element = moczarr.open_ragged(store, "17/h_flux")
+    assert "flux" in repr(element) or element is not None
+    assert tdigest.check_weights_compatible("flux", "flux") == "flux"
+    with pytest.raises(ValueError, match="counts.*flux|flux.*counts"):
+        tdigest.check_weights_compatible(None, "flux")
+
+
+FLUX_BAD = [
+    ("h_flux.params.gain", None, r"h_flux.params.gain': a flux digest must record"),
+    ("h_flux.params.weight_source", None, r"weight_source': a flux digest needs the variable"),
+    ("h_flux.params.weights", "counts", r"h_flux.params.weight_source': only a digest with "
+                                        r"weights: flux"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", FLUX_BAD, ids=[b[0] for b in FLUX_BAD])
+def test_bad_flux_configs(key, value, message):
+    cfg = flux_config()
+    node = cfg["aggregation"]["variables"]
+    *path, last = key.split(".")
+    for k in path:
+        node = node[k]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    with pytest.raises(ConfigError, match=message):
+        zagg.load_config(cfg)
+
+
+def test_composition_of_a_flux_digest_is_refused():
+    cfg = flux_config()
+    cfg["aggregation"]["variables"]["comp"] = {
+        "function": "composition", "source": "signal_conf_ph",
+        "params": {"of": "h_flux", "threshold": 2}}
+    with pytest.raises(ConfigError, match="'h_flux' is flux-weighted"):
+        zagg.load_config(cfg)

@@ -87,8 +87,14 @@ def state_key(f: FieldSpec, config: Config) -> str:
     if f.function == "composition":
         return composition_of(f, config).key
     if f.kind == "ragged":
-        return DigestSpec(f.source, int(f.params["delta"]), f.where, f.located).key
+        return digest_spec(f).key
     return group_key(f.source, f.where)
+
+
+def digest_spec(f: FieldSpec) -> DigestSpec:
+    flux = f.params.get("weights") == "flux"
+    return DigestSpec(f.source, int(f.params["delta"]), f.where, f.located,
+                      f.params["weight_source"] if flux else None)
 
 
 def composition_of(f: FieldSpec, config: Config) -> Composition:
@@ -113,9 +119,9 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
             if comp.of_where:
                 used.update(predicate.parse(comp.of_where, src.variables).variables)
         elif red.kind == "ragged":
-            spec = DigestSpec(f.source, int(f.params["delta"]), f.where, f.located)
+            spec = digest_spec(f)
             digests[spec.key] = spec
-            used.add(f.source)
+            used.update({f.source, spec.weight_source} - {None})
         else:
             states.setdefault((f.source or "", f.where), set()).update(red.chunk)
             if f.source:
@@ -247,12 +253,15 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             v = v.astype(np.float64)
         if spec.where is not None:
             v = np.where(selected(spec.where)[order], v, np.nan)
+        wts = None
+        if spec.weight_source is not None:
+            wts = values(spec.weight_source)[order].astype(np.float64, copy=False)
         if spec.located:
             m, w, o, loc = located.located_build(v, values(POINT_WORDS)[order], offsets,
-                                                 spec.delta)
+                                                 spec.delta, weights=wts)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
         else:
-            m, w, o = tdigest.build(v, offsets, spec.delta)
+            m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))

@@ -412,6 +412,9 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         if spec.default is reducers.REQUIRED and key not in params_raw:
             _fail(f"{path}.params.{key}", f"is required for {function!r} ({spec.valid})")
         v = params_raw.get(key, spec.default)
+        if v is None and spec.default is None:
+            params[key] = None
+            continue
         if isinstance(v, bool) or not isinstance(v, spec.kind) or not spec.check(v):
             _fail(f"{path}.params.{key}", f"{v!r} is invalid; expected {spec.valid}")
         params[key] = v
@@ -423,6 +426,8 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
             _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
                   "by zagg itself; remove it (spec-owned keys: "
                   f"{', '.join(SPEC_OWNED_ATTRS)})")
+    if function == "tdigest":
+        _check_flux(params, f"{path}.params", variables)
     where = raw.get("where")
     if where is not None:
         if not isinstance(where, str) or not where.strip():
@@ -450,6 +455,25 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
                      stratum, located)
 
 
+def _check_flux(params, path: str, variables) -> None:
+    """Flux digests name their weight variable and gain; counts digests name neither."""
+    if params["weights"] == "flux":
+        if params["weight_source"] is None:
+            _fail(f"{path}.weight_source", "a flux digest needs the variable holding each "
+                  f"observation's flux; one of: {', '.join(variables)}")
+        if params["weight_source"] not in variables:
+            _fail(f"{path}.weight_source", f"{params['weight_source']!r} is not declared in "
+                  f"data_source.variables ({', '.join(variables)})")
+        if params["gain"] is None:
+            _fail(f"{path}.gain", "a flux digest must record its calibration (spec §2.0): "
+                  "{name: ..., version: ...}")
+    else:
+        for key in ("weight_source", "gain"):
+            if params[key] is not None:
+                _fail(f"{path}.{key}", "only a digest with weights: flux takes this; remove it "
+                      "or set weights: flux")
+
+
 def _parse_stratum(raw, path: str, where) -> dict | None:
     if raw is None:
         return None
@@ -473,6 +497,9 @@ def _check_composition_of(params, path: str, fields_raw: Mapping) -> None:
                          if isinstance(f, Mapping) and f.get("function") == "tdigest")
         _fail(f"{path}.of", f"{of!r} must name a t-digest field of this config (its weights "
               f"are N_signal); declared digests: {', '.join(digests) or 'none'}")
+    if ((target.get("params") or {}).get("weights", "counts")) != "counts":
+        _fail(f"{path}.of", f"{of!r} is flux-weighted; a composition word's N_signal is a "
+              "photon count, so 'of' must name a counts digest (spec §4.5)")
     stratum = target.get("stratum")
     if isinstance(stratum, Mapping) and stratum.get("threshold") != params["threshold"]:
         _fail(f"{path}.threshold", f"{params['threshold']} differs from the stratum threshold "

@@ -69,11 +69,17 @@ class DigestSpec:
     delta: int
     where: str | None = None
     located: bool = False
+    weight_source: str | None = None  # flux weights per observation (None: counts)
+
+    @property
+    def declaration(self) -> str:
+        return "counts" if self.weight_source is None else "flux"
 
     @property
     def key(self) -> str:
         loc = "+loc" if self.located else ""
-        return f"{self.source}@{self.delta}{loc}" + (f"|{self.where}" if self.where else "")
+        flux = f"*{self.weight_source}" if self.weight_source else ""
+        return f"{self.source}@{self.delta}{loc}{flux}" + (f"|{self.where}" if self.where else "")
 
 
 def group_key(source: str | None, where: str | None) -> str:
@@ -109,10 +115,11 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         if spec.located:
             locs = np.concatenate([p.digests[key].locs for p in parts])[idx]
             m, w, o, loc = located.located_merge(means[idx], weights[idx], locs, new_off,
-                                                 spec.delta)
+                                                 spec.delta, declaration=spec.declaration)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
         else:
-            m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta)
+            m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta,
+                                    declaration=spec.declaration)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
     return Partial(ucells, states, digests)
 

@@ -119,13 +119,16 @@ def _composition_attrs(params):
 
 
 def _tdigest_attrs(params):
-    return {
+    attrs = {
         "ragged": {
             "spec": "zagg-ragged/1",
             "element": {"dtype": "float32", "shape": [-1, 2]},
         },
-        "weights": "counts",
+        "weights": params.get("weights", "counts"),
     }
+    if attrs["weights"] == "flux":
+        attrs["gain"] = dict(params["gain"])
+    return attrs
 
 
 REGISTRY: dict[str, Reducer] = {
@@ -182,7 +185,13 @@ REGISTRY: dict[str, Reducer] = {
                     int,
                     lambda v: 16 <= v <= 1_000_000,
                     "an integer from 16 to 1000000",
-                )
+                ),
+                "weights": Param("counts", str, lambda v: v in ("counts", "flux"),
+                                 "'counts' (observation counts) or 'flux'"),
+                "weight_source": Param(None, str, lambda v: bool(v),
+                                       "a declared variable holding each observation's flux"),
+                "gain": Param(None, dict, lambda v: {"name", "version"} <= set(v),
+                              "a mapping with at least the gain constant's name and version"),
             },
             dtype_kinds="f",
             spec_attrs=_tdigest_attrs,
