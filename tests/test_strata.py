@@ -217,7 +217,7 @@ def test_merged_centroids_carry_common_ancestors_inside_the_cell(photons):
 def test_moczarr_reads_location_siblings(tmp_path, located_result):
     to_hive(located_result, tmp_path / "s")
     root = str(tmp_path / "s")
-    for leaf, sid in zagg.hive.walk_leaves(root)[:3]:
+    for _leaf, sid in zagg.hive.walk_leaves(root)[:3]:
         ours = zagg.open_leaf(root, sid).load()
         by_word = {int(w): i for i, w in enumerate(ours["morton"].values)}
         our_locs = ours["h_tdigest_signal_locations"].values
