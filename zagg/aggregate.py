@@ -261,8 +261,9 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
                                                  spec.delta, weights=wts)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
         else:
-            m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts)
-            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+            m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32)
+            digests[key] = Digests(m.astype(np.float32, copy=False),
+                                   w.astype(np.float32, copy=False), o)
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))
         if comp.of_where is not None:
@@ -387,7 +388,8 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int):
     if extra:
         sub = sub.chunk(extra)
     sub = sub.unify_chunks()
-    blocks = [sub[name].data.to_delayed().reshape(-1) for name in plan.inputs]
+    # optimize_graph=False: one input task per chunk, shared by every variable it yields
+    blocks = [sub[name].data.to_delayed(optimize_graph=False).reshape(-1) for name in plan.inputs]
     return dim, list(zip(*blocks, strict=True))
 
 

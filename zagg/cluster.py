@@ -41,7 +41,14 @@ def client_for(scheduler: str | None = None, *, workers: int | None = None,
         opts["threads_per_worker"] = int(threads)
     if memory_limit:
         opts["memory_limit"] = memory_limit
-    env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
+    env = {
+        "RAYON_NUM_THREADS": str(opts["threads_per_worker"]),
+        "OMP_NUM_THREADS": "1",
+        # keep freed shard-sized buffers in the heap for reuse instead of unmapping them:
+        # every leaf allocates tens of MB, and fresh pages cost a fault each on first touch
+        "MALLOC_MMAP_THRESHOLD_": str(64 * 2**20),
+        "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20),
+    }
     with LocalCluster(processes=True, env=env, silence_logs=40,
                       dashboard_address=":8787" if dashboard else ":0",
                       host="127.0.0.1", **opts) as cluster, Client(cluster) as client:

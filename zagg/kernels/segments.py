@@ -29,14 +29,10 @@ def _run_starts(keys):
 
 
 @nb.njit(cache=True)
-def _order_from_runs(keys, run_start, run_len, run_order):
-    """Concatenate runs in sorted order: point permutation, cell keys and cell offsets."""
-    n = 0
-    for k in range(run_order.shape[0]):
-        n += run_len[run_order[k]]
-    order = np.empty(n, dtype=np.int64)
-    cells = np.empty(run_order.shape[0], dtype=keys.dtype)
-    offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
+def _order_from_runs(keys, run_start, run_len, run_order, order, cells, offsets):
+    """Concatenate runs in sorted order into ``order`` (point permutation); fills the cell
+    keys and CSR offsets and returns the number of cells. Outputs are allocated by numpy,
+    whose huge-page-aware allocator makes their first touch far cheaper."""
     pos = 0
     m = 0
     for k in range(run_order.shape[0]):
@@ -51,7 +47,7 @@ def _order_from_runs(keys, run_start, run_len, run_order):
             order[pos] = i
             pos += 1
     offsets[m] = pos
-    return order, cells[:m], offsets[: m + 1]
+    return m
 
 
 def _sort_runs(run_keys: np.ndarray, key_bits: int) -> np.ndarray:
@@ -84,8 +80,12 @@ def group_by_cell(cell_words: np.ndarray, cell_order: int):
     run_start = _run_starts(keys)
     run_len = np.diff(np.append(run_start, keys.shape[0]))
     run_order = _sort_runs(keys[run_start], 4 + 2 * cell_order)
-    order, ranks, offsets = _order_from_runs(keys, run_start, run_len, run_order)
-    cells = (ranks << _U64(shift)) | _U64(cell_order)
+    order = np.empty(keys.shape[0], dtype=np.int64)
+    ranks = np.empty(run_order.shape[0], dtype=keys.dtype)
+    offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
+    m = _order_from_runs(keys, run_start, run_len, run_order, order, ranks, offsets)
+    cells = (ranks[:m] << _U64(shift)) | _U64(cell_order)
+    offsets = offsets[: m + 1]
     return order, cells, offsets
 
 
@@ -125,15 +125,9 @@ def _dd_add(hi, lo, x_hi, x_lo):
 
 
 @nb.njit(cache=True)
-def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max):
+def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
+                  count, s_hi, s_lo, q_hi, q_lo, vmin, vmax):
     m = offsets.shape[0] - 1
-    count = np.zeros(m, np.int64)
-    s_hi = np.zeros(m if want_sum else 0)
-    s_lo = np.zeros(m if want_sum else 0)
-    q_hi = np.zeros(m if want_sq else 0)
-    q_lo = np.zeros(m if want_sq else 0)
-    vmin = np.full(m if want_min else 0, np.nan)
-    vmax = np.full(m if want_max else 0, np.nan)
     for j in range(m):
         c = 0
         h = 0.0
@@ -163,12 +157,10 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max)
         if want_sq:
             q_hi[j] = qh
             q_lo[j] = ql
-        if c > 0:
-            if want_min:
-                vmin[j] = mn
-            if want_max:
-                vmax[j] = mx
-    return count, s_hi, s_lo, q_hi, q_lo, vmin, vmax
+        if want_min:
+            vmin[j] = mn if c > 0 else np.nan
+        if want_max:
+            vmax[j] = mx if c > 0 else np.nan
 
 
 def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -195,10 +187,16 @@ def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
     values = np.ascontiguousarray(values)
     if values.dtype.kind not in "fiu" or values.dtype.itemsize > 8:
         raise TypeError(f"cannot aggregate values of dtype {values.dtype}")
-    count, s_hi, s_lo, q_hi, q_lo, vmin, vmax = _dense_states(
-        values, order, offsets, "sum" in states, "sumsq" in states, "min" in states,
-        "max" in states,
-    )
+    m = offsets.shape[0] - 1
+
+    def buf(name):
+        return np.empty(m if name in states else 0)
+
+    count = np.empty(m, np.int64)
+    s_hi, s_lo, q_hi, q_lo = buf("sum"), buf("sum"), buf("sumsq"), buf("sumsq")
+    vmin, vmax = buf("min"), buf("max")
+    _dense_states(values, order, offsets, "sum" in states, "sumsq" in states, "min" in states,
+                  "max" in states, count, s_hi, s_lo, q_hi, q_lo, vmin, vmax)
     out = {"count": count}
     if "sum" in states:
         out["sum_hi"], out["sum_lo"] = s_hi, s_lo

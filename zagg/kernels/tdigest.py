@@ -468,11 +468,11 @@ def _offsets(offsets, n):
     return offsets
 
 
-def _outputs(offsets):
+def _outputs(offsets, dtype=np.float64):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
     large arrays several times cheaper than allocation inside numba."""
     cap = int(offsets[-1] - offsets[0])
-    return np.empty(cap), np.empty(cap), np.empty(offsets.size, np.int64)
+    return np.empty(cap, dtype), np.empty(cap, dtype), np.empty(offsets.size, np.int64)
 
 
 def _trimmed(out_m, out_w, out_off, k):
@@ -489,11 +489,14 @@ def _check_delta(delta):
     return delta
 
 
-def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False):
+def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False,
+          out_dtype=np.float64):
     """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
 
     Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
-    Returns ``(means, weights, out_offsets)``: float64 centroids sorted within each segment.
+    Returns ``(means, weights, out_offsets)``: centroids sorted within each segment, float64
+    unless ``out_dtype`` asks for float32 (the payload precision; the unweighted path then
+    skips a conversion pass).
 
     ``weights`` (one per value) builds a "flux" digest (spec §2.0): weights are cast to
     float32, and a row whose weight is not positive and finite there produces no centroid.
@@ -517,7 +520,7 @@ def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=
         values = np.ascontiguousarray(values.astype(np.float32, copy=bool(long.size)))
     for s in long.tolist():
         values[offsets[s] : offsets[s + 1]].sort()
-    out = _outputs(offsets)
+    out = _outputs(offsets, out_dtype)
     return _trimmed(*out, _build(values, offsets, delta, *out))
 
 
