@@ -47,7 +47,7 @@ def demo_granules(directory: Path, points: int, seed: int) -> list[Path]:
     """Seeded ATL03 granules in ``directory`` (reused when already written for this seed)."""
     from .sources.write_granules import write_granules
 
-    per = 500_000
+    per = min(500_000, int(points))
     n = max(1, -(-points // per))
     marker = directory / f".zagg-demo-{seed}-{n}x{per}"
     if marker.exists():
