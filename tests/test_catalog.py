@@ -239,31 +239,19 @@ def test_bad_catalog_files(tmp_path):
         open_granules(block(tmp_path / "nothing.json"))
 
 
-def test_catalog_on_s3(granules, tmp_path):
-    server_mod = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        opts = {"endpoint_url": f"http://{host}:{port}", "key": "AKIDCAT", "secret": "cat-secret"}
-        fs = s3fs.S3FileSystem(**opts)
-        fs.mkdir("cat")
-        for p in granules[:2]:
-            fs.put(str(p), f"cat/atl03/{p.name}")
-        src = block("s3://cat/atl03/", storage_options=opts)
-        with dask.config.set(scheduler="sync"):
-            cat = build_catalog(src, order=ORDER)
-        assert [e.href for e in cat] == [f"s3://cat/atl03/{p.name}" for p in granules[:2]]
-        write_catalog(cat, "s3://cat/catalog.json", storage_options=opts)
-        back = read_catalog("s3://cat/catalog.json", storage_options=opts)
-        assert back == cat
-        text = fs.cat("cat/catalog.json").decode()
-        assert "cat-secret" not in text and "AKIDCAT" not in text
-        ds = open_granules(block("s3://cat/catalog.json", storage_options=opts))
-        assert ds.attrs["granules"] == [p.name for p in granules[:2]]
-    finally:
-        server.stop()
+def test_catalog_on_s3(granules, tmp_path, moto_s3):
+    opts, fs = moto_s3
+    fs.mkdir("cat")
+    for p in granules[:2]:
+        fs.put(str(p), f"cat/atl03/{p.name}")
+    src = block("s3://cat/atl03/", storage_options=opts)
+    with dask.config.set(scheduler="sync"):
+        cat = build_catalog(src, order=ORDER)
+    assert [e.href for e in cat] == [f"s3://cat/atl03/{p.name}" for p in granules[:2]]
+    write_catalog(cat, "s3://cat/catalog.json", storage_options=opts)
+    back = read_catalog("s3://cat/catalog.json", storage_options=opts)
+    assert back == cat
+    text = fs.cat("cat/catalog.json").decode()
+    assert opts["secret"] not in text and opts["key"] not in text
+    ds = open_granules(block("s3://cat/catalog.json", storage_options=opts))
+    assert ds.attrs["granules"] == [p.name for p in granules[:2]]

@@ -147,25 +147,13 @@ def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
 
 
 @pytest.fixture(scope="module")
-def s3(granules):
-    server_mod = pytest.importorskip("moto.server")
-    import logging
-
-    import s3fs
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"endpoint_url": f"http://{host}:{port}", "key": "AKIDLOCALTEST",
-               "secret": "local-secret-value-123"}
-    fs = s3fs.S3FileSystem(**options)
+def s3(granules, moto_s3):
+    options, fs = moto_s3
     fs.mkdir("granules-in")
     fs.mkdir("zagg-out")
     for p in granules:
         fs.put(str(p), f"granules-in/atl03/{p.name}")
-    yield options, fs
-    server.stop()
+    return options, fs
 
 
 def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):

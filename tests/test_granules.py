@@ -526,24 +526,13 @@ def test_paths_without_groups():
 
 
 @pytest.fixture(scope="module")
-def s3(atl03):
-    """A local S3 server (moto) holding the ATL03 granules under s3://granules/atl03/."""
-    server_mod = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"endpoint_url": f"http://{host}:{port}", "key": "AKIDLOCALTEST",
-               "secret": "local-secret-value-123"}
-    fs = s3fs.S3FileSystem(**options)
+def s3(atl03, moto_s3):
+    """The ATL03 granules on the local S3 server, under s3://granules/atl03/."""
+    options, fs = moto_s3
     fs.mkdir("granules")
     for p in atl03:
         fs.put(str(p), f"granules/atl03/{p.name}")
-    yield options
-    server.stop()
+    return options
 
 
 def test_s3_prefix_and_glob_read_like_local(s3, atl03, atl03_ds):
