@@ -189,3 +189,40 @@ def test_demo_writes_store_summary_and_map(tmp_path, capsys):
     ds = xr.open_zarr  # noqa: F841 - the store opens with moczarr too
     assert moczarr.read_manifest(str(tmp_path / "demo-store"))["dataset"]["short_name"] == \
         "ZAGG-DEMO"
+
+
+def test_verify_reports_each_outcome_separately(tmp_path, photons):
+    import zarr
+
+    from zagg.inspect import verify_leaf, verify_store
+
+    store = tmp_path / "v"
+    to_hive(zagg.aggregate(photons, config()), store)
+    root = hive.StoreRoot(store)
+    leaves = [leaf for leaf, _ in hive.walk_leaves(store)]
+    assert len(leaves) >= 3
+    assert all(verify_leaf(root, leaf)["status"] == "ok" for leaf in leaves)
+    # an extra array under one leaf
+    group = zarr.open_group(str(store / leaves[0] / "13"), mode="r+")
+    group.create_array("debris", shape=(4,), dtype="int8")
+    extra = verify_leaf(root, leaves[0])
+    assert extra["status"] == "extra array" and extra["extra"] == ["13/debris"]
+    # a missing array under another
+    shutil_rmtree(store / leaves[1] / "13" / "h_max")
+    missing = verify_leaf(root, leaves[1])
+    assert missing["status"] == "missing array" and missing["missing"] == ["13/h_max"]
+    # a stamp without recorded hashes is unverifiable, not tampered
+    meta_path = store / leaves[2] / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["attributes"]["morton_hive_commit"]["content_hashes"]
+    meta_path.write_text(json.dumps(meta))
+    assert verify_leaf(root, leaves[2])["status"] == "unverifiable"
+    report, ok = verify_store(store)
+    assert not ok and "extra array" in report and "missing array" in report
+    assert "unverifiable" in report
+
+
+def shutil_rmtree(path):
+    import shutil
+
+    shutil.rmtree(path)

@@ -68,8 +68,12 @@ def verify_store(store, storage_options=None) -> tuple[str, bool]:
         detail = ", ".join(f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing") if r.get(k))
         lines.append(f"  {r['status']:<14} {r['leaf']}" + (f"  ({detail})" if detail else ""))
     lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    ok = all(r["status"] in ("ok", "debris") for r in results) and bool(results)
-    lines.append("verified: all stamped leaves intact" if ok else "verification FAILED")
+    ok = all(r["status"] in ("ok", "debris", "unverifiable") for r in results) and bool(results)
+    if ok and counts.get("unverifiable"):
+        lines.append(f"verified, but {counts['unverifiable']} leaves record no content hashes "
+                     "(nothing to compare: unverifiable, not tampered)")
+    else:
+        lines.append("verified: all stamped leaves intact" if ok else "verification FAILED")
     return "\n".join(lines), ok
 
 
