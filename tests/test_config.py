@@ -197,3 +197,14 @@ def test_shard_memory_limit_can_be_raised():
         load_config(cfg)
     cfg["output"]["shard_memory_limit"] = "64GiB"
     assert load_config(cfg).grid.cells_per_shard == 4 ** 13
+
+
+def test_reducer_registry_is_consistent():
+    from zagg import reducers
+
+    for r in reducers.REGISTRY.values():
+        assert r.kind in ("dense", "ragged")
+        assert r.pyramid_class in reducers.PYRAMID_CLASSES
+        assert set(r.chunk) <= set(reducers.STATE_COMBINE), r.name
+        assert (r.finalize is None) == (r.kind == "ragged"), r.name
+        assert (r.pyramid_method is None) == (r.pyramid_class == "none"), r.name

@@ -57,10 +57,6 @@ class Partial:
         return n + sum(v.nbytes for arrs in self.states.values() for v in arrs.values())
 
 
-def empty_like(template: Partial) -> Partial:
-    return template.take(0, 0)
-
-
 @dataclass(frozen=True)
 class DigestSpec:
     """One digest to build: of ``source`` over the rows ``where`` selects."""

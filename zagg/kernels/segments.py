@@ -169,15 +169,6 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return csum[offsets[1:]] - csum[offsets[:-1]]
 
 
-STATE_ARRAYS = {
-    "count": ("count",),
-    "sum": ("sum_hi", "sum_lo"),
-    "sumsq": ("sumsq_hi", "sumsq_lo"),
-    "min": ("min",),
-    "max": ("max",),
-}
-
-
 def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
     """Per-cell states (a subset of count/sum/sumsq/min/max) of finite ``values``.
 
