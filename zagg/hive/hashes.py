@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+import numba
 import numpy as np
 
 _LEN = 8  # bytes of the vlen length prefix
@@ -66,34 +67,43 @@ def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
 
     if lengths is None:
         filled = np.flatnonzero(object_pointers(cells) != EMPTY_BYTES_ID)
-        payloads = {int(i): element_bytes(cells[i]) for i in filled}
+        payloads = [element_bytes(c) for c in cells[filled].tolist()]
         lengths = np.zeros(cells.shape[0], dtype=np.int64)
-        for i, payload in payloads.items():
-            lengths[i] = len(payload)
+        lengths[filled] = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        keep = lengths[filled] > 0
+        filled, payloads = filled[keep], [p for p, k in zip(payloads, keep, strict=True) if k]
     else:
-        payloads = {int(i): bytes(cells[i]) for i in np.flatnonzero(lengths)}
-    return hashlib.sha256(_buffer(vlen_stream(lengths, payloads))).hexdigest()
+        filled = np.flatnonzero(lengths)
+        payloads = cells[filled].tolist()
+    return hashlib.sha256(_buffer(vlen_stream(lengths, filled, payloads))).hexdigest()
 
 
-def vlen_stream(lengths: np.ndarray, payloads: Mapping[int, bytes]) -> np.ndarray:
+@numba.njit(cache=True)
+def _fill_stream(stream, heads, filled, lengths, body):
+    at = 0
+    for k in range(filled.size):
+        i = filled[k]
+        h = heads[i]
+        n = lengths[i]
+        for b in range(8):
+            stream[h + b] = (n >> (8 * b)) & 0xFF
+        stream[h + 8 : h + 8 + n] = body[at : at + n]
+        at += n
+
+
+def vlen_stream(lengths: np.ndarray, filled: np.ndarray, payloads: list) -> np.ndarray:
     """The hashed byte stream: ``u64_le(len) || payload`` for every cell, in order.
 
-    Empty cells are runs of zero bytes, so only occupied cells are written into the
-    zero-initialised buffer (headers and payloads placed with vectorised indexing).
+    An empty cell is 8 zero bytes of the zero-initialised buffer; only occupied cells
+    (``filled``, with their ``payloads``) are copied in, by a compiled loop.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     heads = _LEN * np.arange(lengths.size, dtype=np.int64)
     heads[1:] += np.cumsum(lengths[:-1])
     stream = np.zeros(_LEN * lengths.size + int(lengths.sum()), dtype=np.uint8)
-    filled = np.flatnonzero(lengths)
-    if filled.size:
-        pos = (heads[filled, None] + np.arange(_LEN)).ravel()
-        stream[pos] = lengths[filled].astype("<u8").view(np.uint8)
-        ln = lengths[filled]
-        body = np.frombuffer(b"".join(payloads[int(k)] for k in filled), dtype=np.uint8)
-        starts = heads[filled] + _LEN
-        offsets = np.repeat(starts - (np.cumsum(ln) - ln), ln)
-        stream[offsets + np.arange(body.size)] = body
+    if len(payloads):
+        body = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+        _fill_stream(stream, heads, np.asarray(filled, np.int64), lengths, body)
     return stream
 
 

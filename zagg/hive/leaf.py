@@ -226,20 +226,20 @@ def _ragged_values(name: str, raw: np.ndarray, spec: FieldSpec) -> tuple[np.ndar
     row_bytes = dtype.itemsize * int(np.prod(element["shape"][1:], dtype=np.int64))
     out = np.ascontiguousarray(raw, dtype=object)
     lengths = np.zeros(out.shape[0], dtype=np.int64)
-    ptrs = encode.object_pointers(out)
-    copied = False
-    for i in np.flatnonzero(ptrs != encode.EMPTY_BYTES_ID):
-        payload = _payload(name, i, out[i], dtype)
-        if payload is not out[i]:
-            if not copied:  # never mutate the caller's array
-                out, copied = out.copy(), True
-        if len(payload) % row_bytes:
-            raise ValueError(
-                f"ragged field {name!r}: cell {i} holds {len(payload)} bytes, not a whole number "
-                f"of {row_bytes}-byte rows of the declared element {element}"
-            )
-        out[i] = payload
-        lengths[i] = len(payload)
+    filled = np.flatnonzero(encode.object_pointers(out) != encode.EMPTY_BYTES_ID)
+    cells = out[filled].tolist()
+    if cells and set(map(type, cells)) != {bytes}:  # rare: None, bytearray, ndarray cells
+        out = out.copy()  # never mutate the caller's array
+        cells = [_payload(name, int(i), c, dtype) for i, c in zip(filled, cells, strict=True)]
+        out[filled] = np.array(cells + [None], dtype=object)[:-1]
+    lengths[filled] = np.fromiter(map(len, cells), dtype=np.int64, count=len(cells))
+    bad = np.flatnonzero(lengths % row_bytes)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"ragged field {name!r}: cell {i} holds {lengths[i]} bytes, not a whole number "
+            f"of {row_bytes}-byte rows of the declared element {element}"
+        )
     return out, lengths
 
 
