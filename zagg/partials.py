@@ -115,8 +115,8 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
         else:
             m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta,
-                                    declaration=spec.declaration)
-            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o)
+                                    declaration=spec.declaration, out_dtype=np.float32)
+            digests[key] = Digests(m, w, o)
     return Partial(ucells, states, digests)
 
 

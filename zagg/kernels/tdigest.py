@@ -606,7 +606,8 @@ def check_weights_compatible(a_decl, b_decl):
 
 
 def merge(
-    means, weights, offsets, delta=DEFAULT_DELTA, *, declaration="counts", return_members=False
+    means, weights, offsets, delta=DEFAULT_DELTA, *, declaration="counts", return_members=False,
+    out_dtype=np.float64,
 ):
     """Merge the concatenated centroids of several digests per segment into one digest.
 
@@ -623,13 +624,13 @@ def merge(
     indices into the input centroid rows.
     """
     flux = check_weights_declaration(declaration) == "flux"
-    means = np.ascontiguousarray(means, dtype=np.float64).reshape(-1)
+    means = np.ascontiguousarray(means, dtype=np.float64).reshape(-1)  # float64 arithmetic
     weights = np.ascontiguousarray(weights, dtype=np.float64).reshape(-1)
     if means.size != weights.size:
         raise ValueError("means and weights must have the same length")
     offsets = _offsets(offsets, means.size)
     delta = _check_delta(delta)
-    out = _outputs(offsets)
+    out = _outputs(offsets, out_dtype)
     members, starts = _member_buffers(offsets, return_members)
     k = _merge(means, weights, offsets, delta, flux, *out, members, starts)
     return _with_members(_trimmed(*out, k), members, starts, k, int(offsets[-1] - offsets[0]))
