@@ -107,24 +107,17 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         gsizes = sizes[perm]
         cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
         new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
-        idx = _gather_index(starts[perm], gsizes)
+        run_starts = starts[perm]
+        means = segments.gather_runs(means, run_starts, gsizes)
+        weights = segments.gather_runs(weights, run_starts, gsizes)
         if spec.located:
-            locs = np.concatenate([p.digests[key].locs for p in parts])[idx]
-            m, w, o, loc = located.located_merge(means[idx], weights[idx], locs, new_off,
-                                                 spec.delta, declaration=spec.declaration)
+            locs = np.concatenate([p.digests[key].locs for p in parts])
+            locs = segments.gather_runs(locs, run_starts, gsizes)
+            m, w, o, loc = located.located_merge(means, weights, locs, new_off, spec.delta,
+                                                 declaration=spec.declaration)
             digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
         else:
-            m, w, o = tdigest.merge(means[idx], weights[idx], new_off, spec.delta,
+            m, w, o = tdigest.merge(means, weights, new_off, spec.delta,
                                     declaration=spec.declaration, out_dtype=np.float32)
             digests[key] = Digests(m, w, o)
     return Partial(ucells, states, digests)
-
-
-def _gather_index(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(starts[i], starts[i] + sizes[i])`` for all i."""
-    total = int(sizes.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(sizes)
-    base = np.repeat(starts - (ends - sizes), sizes)
-    return base + np.arange(total, dtype=np.int64)

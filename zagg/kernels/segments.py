@@ -163,6 +163,24 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
             vmax[j] = mx if c > 0 else np.nan
 
 
+@nb.njit(cache=True)
+def _gather_runs(src, starts, sizes, out):
+    pos = 0
+    for k in range(starts.shape[0]):
+        a = starts[k]
+        for j in range(sizes[k]):
+            out[pos + j] = src[a + j]
+        pos += sizes[k]
+
+
+def gather_runs(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Concatenation of ``src[starts[k]:starts[k] + sizes[k]]`` over k, without an index
+    array (the output is allocated by numpy)."""
+    out = np.empty(int(sizes.sum()), dtype=src.dtype)
+    _gather_runs(src, np.asarray(starts, np.int64), np.asarray(sizes, np.int64), out)
+    return out
+
+
 def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Sum of ``x[offsets[j]:offsets[j+1]]`` per segment (empty segments sum to 0)."""
     csum = np.concatenate(([0], np.cumsum(x, dtype=np.int64)))

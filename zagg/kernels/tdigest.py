@@ -468,6 +468,10 @@ def _offsets(offsets, n):
     return offsets
 
 
+def _kernel_float(x):
+    return np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64
+
+
 def _outputs(offsets, dtype=np.float64):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
     large arrays several times cheaper than allocation inside numba."""
@@ -624,8 +628,10 @@ def merge(
     indices into the input centroid rows.
     """
     flux = check_weights_declaration(declaration) == "flux"
-    means = np.ascontiguousarray(means, dtype=np.float64).reshape(-1)  # float64 arithmetic
-    weights = np.ascontiguousarray(weights, dtype=np.float64).reshape(-1)
+    # float32 inputs are read as they are (no widening copy): the kernel copies each segment
+    # into float64 buffers, so its arithmetic is float64 either way
+    means = np.ascontiguousarray(means, dtype=_kernel_float(means)).reshape(-1)
+    weights = np.ascontiguousarray(weights, dtype=_kernel_float(weights)).reshape(-1)
     if means.size != weights.size:
         raise ValueError("means and weights must have the same length")
     offsets = _offsets(offsets, means.size)
