@@ -23,32 +23,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-CONFIG = {
-    "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                    "variables": ["h_ph"]},
-    "aggregation": {"variables": {
-        "count": {"function": "count"},
-        "h_mean": {"function": "mean", "source": "h_ph"},
-        "h_min": {"function": "min", "source": "h_ph"},
-        "h_max": {"function": "max", "source": "h_ph"},
-        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-    }},
-    "output": {"dataset": {"short_name": "BENCH", "version": "1"},
-               "grid": {"parent_order": 9, "child_order": 19}},
-}
+from common import STANDARD_CONFIG, best_of
+
+CONFIG = STANDARD_CONFIG
 CHUNK = 1 << 20
-
-
-def best_of(fn, reps):
-    best = float("inf")
-    out = None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def measure(n: int, threads: int, reps: int, region=None) -> dict:

@@ -31,7 +31,8 @@ import math
 import os
 import shutil
 import tempfile
-import time
+
+from common import best_of
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 POINTS_PER_GRANULE = 500_000
@@ -60,16 +61,6 @@ def config(directory: str) -> dict:
         "output": {"dataset": {"short_name": "ATL03", "version": "006"},
                    "grid": {"parent_order": 9, "child_order": 19}},
     }
-
-
-def best_of(fn, reps):
-    best = float("inf")
-    out = None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def measure(n: int, reps: int, cores: int, seed: int) -> dict:

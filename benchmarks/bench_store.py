@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 
+from common import standard_config
+
 
 def sample_rss(stop: threading.Event, out: list) -> None:
     import psutil
@@ -98,23 +100,9 @@ def main() -> int:
           f"{cores} cores")
     print(f"geo2mort alone on {cores} cores: {base / 1e6:.2f} Mpts/s (baseline)")
     for n in map(int, args.sizes):
-        cfg = {
-            "data_source": {
-                "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                "variables": ["h_ph"],
-                "synthetic": {"points": n, "region": region, "seed": 1,
-                              "chunk_size": args.chunk},
-            },
-            "aggregation": {"variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph"},
-                "h_min": {"function": "min", "source": "h_ph"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }},
-            "output": {"dataset": {"short_name": "BENCH", "version": "1"},
-                       "grid": {"parent_order": 9, "child_order": args.child_order}},
-        }
+        cfg = standard_config(synthetic={"points": n, "region": region, "seed": 1,
+                                         "chunk_size": args.chunk})
+        cfg["output"]["grid"]["child_order"] = args.child_order
         t_gen = generation_seconds(n, region, args.chunk)
         tmp = tempfile.mkdtemp(prefix="zagg-bench-")
         stop, peak = threading.Event(), []

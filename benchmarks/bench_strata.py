@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
+
+from common import best_of
 
 STRATA_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "atl03_strata.yaml"
 PLAIN = {
@@ -47,16 +48,6 @@ def strata_config() -> dict:
     raw["output"]["grid"] = {**raw["output"].get("grid", {}), "parent_order": 9,
                              "child_order": 19}
     return raw
-
-
-def best_of(fn, reps):
-    best = float("inf")
-    out = None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def measure(n: int, reps: int, cores: int) -> dict:
