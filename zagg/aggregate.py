@@ -195,8 +195,16 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
         cell_words = cell_words[sel]
 
     columns = {n: (var, col) for n, var, col in plan.columns}
+    cache: dict[str, np.ndarray] = {}
 
     def values(name):
+        """``name``'s values for the kept points; selected once per chunk, however many
+        fields read it."""
+        if name not in cache:
+            cache[name] = _select(name)
+        return cache[name]
+
+    def _select(name):
         var, col = columns.get(name, (name, None))
         v = np.asarray(arrs[var])
         if col is not None:

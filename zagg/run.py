@@ -80,11 +80,10 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
     ds = open_source(cfg, shards=shards) if source is None else source
     with client_for(scheduler, workers=workers, threads=threads,
-                    memory_limit=memory_limit) as client:
+                    memory_limit=memory_limit):
         probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
                  "dataset": {"short_name": cfg.output.short_name,
                              "version": cfg.output.version}}
         hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
         leaves = aggregate(ds, cfg, shards=shards, discover=True, progress=progress)
-        return to_hive(leaves, store, storage_options=options, progress=progress,
-                       client=client, t_start=t0)
+        return to_hive(leaves, store, storage_options=options, progress=progress, t_start=t0)

@@ -7,7 +7,6 @@ object and only the client touches root objects.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -90,7 +89,7 @@ def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, gran
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
-            client=None, t_start: float | None = None) -> RunSummary:
+            t_start: float | None = None) -> RunSummary:
     """Write a leaf Dataset from :func:`zagg.aggregate` as a morton-hive store.
 
     Refuses up front (nothing written) when ``store`` already holds a store whose frozen
@@ -115,10 +114,10 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
 
     names = list(z["fields"])
     per_shard = 4 ** (grid["child_order"] - grid["parent_order"])
-    if any(ds[n].chunks is None for n in names) or ds.sizes["cells"] != per_shard * len(shard_ids):
-        if ds.sizes["cells"] != per_shard * len(shard_ids):
-            raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
-                             f"of {per_shard} cells need {per_shard * len(shard_ids)}")
+    if ds.sizes["cells"] != per_shard * len(shard_ids):
+        raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
+                         f"of {per_shard} cells need {per_shard * len(shard_ids)}")
+    if any(ds[n].chunks is None for n in names):
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
     fields = {n: dict(z["fields"][n]) for n in names}
@@ -134,7 +133,7 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
              *[b[i] for b in blocks])
         for i, sid in enumerate(shard_ids)
     ]
-    records = _run(tasks, progress, client)
+    records = progress_.compute(tasks, progress=progress, label="writing leaves")
     written = [r for r in records if r]
     if written:
         hive.update_root_coverage(root, [r["shard_id"] for r in written], grid["parent_order"])
@@ -151,16 +150,3 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
         wall_seconds=time.perf_counter() - t0,
         records=written,
     )
-
-
-def _run(tasks, progress: bool, client):
-    if client is not None:
-        futures = client.compute(tasks)
-        if progress:
-            from distributed import progress as dprogress
-
-            print("writing leaves", file=sys.stderr)
-            dprogress(futures)
-            print(file=sys.stderr)
-        return client.gather(futures)
-    return progress_.compute(tasks, progress=progress, label="writing leaves")
