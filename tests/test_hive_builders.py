@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zagg import grid
-from zagg.hive import write_leaf
+from zagg.hive import build_manifest, write_leaf, write_manifest
 
 NORTH = "11213"  # order 4, northern (bit 63 clear)
 SOUTH = "-31123"  # order 4, southern (bit 63 set)
@@ -34,6 +34,14 @@ ATTRS = {
     "quality": {},
     "h_tdigest": TDIGEST_ATTRS,
 }
+
+
+def new_store(root, short_name: str = "T", version: str = "1") -> str:
+    """A fresh store root holding only the manifest of the test geometry (p = 4, c = 6)."""
+    root = str(root)
+    write_manifest(root, build_manifest(dataset={"short_name": short_name, "version": version},
+                                        semantic_hash="s", cell_order=6, shard_order=4))
+    return root
 
 
 def grid_block(p=4, k=5, c=6, sharded=True) -> dict:

@@ -153,20 +153,11 @@ def test_update_root_coverage_unions_and_is_fail_open(tmp_path, monkeypatch):
 
 
 def test_refresh_rebuilds_from_stamped_leaves(tmp_path):
-    from test_hive_builders import NORTH, SOUTH, write_shard
+    from test_hive_builders import NORTH, SOUTH, new_store, write_shard
 
-    from zagg.hive import build_manifest, write_manifest
 
     root = str(tmp_path)
-    write_manifest(
-        root,
-        build_manifest(
-            dataset={"short_name": "T", "version": "1"},
-            semantic_hash="h",
-            cell_order=6,
-            shard_order=4,
-        ),
-    )
+    new_store(root, "T", "1")
     write_shard(root, NORTH)
     write_shard(root, SOUTH, seed=2)
     env = refresh_root_coverage(root)

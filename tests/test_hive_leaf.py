@@ -15,19 +15,18 @@ from test_hive_builders import (
     OCCUPIED,
     SOUTH,
     grid_block,
+    new_store,
     shard_arrays,
     write_shard,
 )
 
 from zagg.hive import (
-    build_manifest,
     content_hashes,
     leaf_path,
     read_stamp,
     read_stats,
     update_root_coverage,
     write_leaf,
-    write_manifest,
 )
 from zagg.hive import leaf as leaf_module
 from zagg.hive.stats import granules_sha256
@@ -37,18 +36,6 @@ from zagg.read import open_hive, open_leaf
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
 
-def new_store(tmp_path) -> str:
-    root = str(tmp_path)
-    write_manifest(
-        root,
-        build_manifest(
-            dataset={"short_name": "T", "version": "1"},
-            semantic_hash="s",
-            cell_order=6,
-            shard_order=4,
-        ),
-    )
-    return root
 
 
 def decoded(root: str, shard_id: str) -> dict[str, np.ndarray]:
@@ -214,15 +201,7 @@ def test_fsspec_backend_round_trip():
     fs = fsspec.filesystem("memory")
     if fs.exists("/zagg-hive-test"):
         fs.rm("/zagg-hive-test", recursive=True)
-    write_manifest(
-        root,
-        build_manifest(
-            dataset={"short_name": "T", "version": "1"},
-            semantic_hash="s",
-            cell_order=6,
-            shard_order=4,
-        ),
-    )
+    new_store(root, "T", "1")
     record, arrays = write_shard(root, SOUTH, grid_kw={"sharded": False})
     assert record["cells_with_data"] == len(OCCUPIED)
     update_root_coverage(root, [SOUTH], 4)

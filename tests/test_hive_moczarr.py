@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from moczarr import ragged as mragged
 from moczarr import stats as mstats
-from test_hive_builders import NORTH, OCCUPIED, SOUTH, law, write_shard
+from test_hive_builders import NORTH, OCCUPIED, SOUTH, law, new_store, write_shard
 
 from zagg import grid
-from zagg.hive import build_manifest, leaf_path, read_manifest, update_root_coverage, write_manifest
+from zagg.hive import leaf_path, read_manifest, update_root_coverage
 from zagg.hive.paths import STATS_NAME
 from zagg.read import decode_digest, open_hive
 
@@ -21,15 +21,7 @@ SOUTH_OCCUPIED = (1, 2, 6, 15)  # inner chunks 0, 1, 3 written; chunk 2 empty
 @pytest.fixture(scope="module", params=[True, False], ids=["sharded", "unsharded"])
 def store(request, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("moczarr"))
-    write_manifest(
-        root,
-        build_manifest(
-            dataset={"short_name": "T", "version": "1"},
-            semantic_hash="h",
-            cell_order=6,
-            shard_order=4,
-        ),
-    )
+    new_store(root, "T", "1")
     kw = {"sharded": request.param}
     north, north_arrays = write_shard(root, NORTH, grid_kw=kw, granule_ids=["G1.h5"])
     south, south_arrays = write_shard(

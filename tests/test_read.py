@@ -10,6 +10,7 @@ import types
 import dask.array as da
 import numpy as np
 import pytest
+import test_hive_builders as builders
 import xarray as xr
 from test_hive_builders import (
     ATTRS,
@@ -22,24 +23,14 @@ from test_hive_builders import (
     write_shard,
 )
 
-from zagg.hive import build_manifest, leaf_path, update_root_coverage, write_manifest
+from zagg.hive import leaf_path, update_root_coverage
 from zagg.read import decode_digest, open_hive, open_leaf, quantile
 
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
 
-def new_store(tmp_path, **grid_kw) -> str:
-    root = str(tmp_path)
-    write_manifest(
-        root,
-        build_manifest(
-            dataset={"short_name": "ATL06", "version": "006"},
-            semantic_hash="s",
-            cell_order=6,
-            shard_order=4,
-        ),
-    )
-    return root
+def new_store(tmp_path) -> str:
+    return builders.new_store(tmp_path, "ATL06", "006")
 
 
 def in_memory(shards: dict[str, dict], grid_kw=None) -> xr.Dataset:
