@@ -44,6 +44,7 @@ def measure(n: int, threads: int, reps: int, region=None) -> dict:
         key_chunk,
         make_plan,
         reduce_keyed,
+        shard_contents,
         state_key,
     )
     from zagg.config import load_config
@@ -82,7 +83,7 @@ def measure(n: int, threads: int, reps: int, region=None) -> dict:
 
     def finalize(combined):
         for w, part in combined:
-            finalize_shard(plan, fields, keys, part, w)
+            finalize_shard(plan, fields, shard_contents(plan, fields, keys, part, w))
 
     combined = reduce_combine()  # compile numba kernels outside the timing
     finalize(combined)

@@ -20,6 +20,7 @@ from . import grid as G
 from . import predicate
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
+from .hive import cells
 from .kernels import composition, located, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
 
@@ -326,40 +327,58 @@ def _summary(result: ChunkResult):
     return result.shards, result.counts, result.granules
 
 
-def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, ...],
-                   part: Partial, shard_word: int):
-    """Dense arrays of one shard (fills where a cell has no data), one per field;
-    ``keys[i]`` says where field i's states live in the partial."""
-    p, c = plan.shard_order, plan.cell_order
-    n = 4 ** (c - p)
-    rank = G.cell_rank(part.cells, shard_word, p, c)
+def shard_contents(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, ...],
+                   part: Partial, shard_word: int) -> dict:
+    """One shard's stored values at its occupied cells only: per field (and located
+    sibling) a :class:`~zagg.hive.cells.DenseCells` or :class:`~zagg.hive.cells.RaggedCells`;
+    ``keys[i]`` says where field i's states live in the partial. What both the leaf writer
+    and :func:`finalize_shard` start from."""
+    rank = G.cell_rank(part.cells, shard_word, plan.shard_order, plan.cell_order)
     out = {}
     for f, key in zip(fields, keys, strict=True):
         red = f.reducer
         if red.kind == "ragged":
-            arr = np.empty(n, dtype=object)
-            arr.fill(b"")  # several times faster than np.full for object arrays
-            if part.cells.size:
-                d = part.digests[key]
-                arr[rank] = tdigest.to_payloads(d.means, d.weights, d.offsets)
-            out[f.name] = arr
+            if not part.cells.size:
+                out[f.name] = cells.ragged_cells(rank, np.zeros(1, np.int64), np.zeros(0, np.uint8))
+                if f.located:
+                    out[f.locations_name] = out[f.name]
+                continue
+            d = part.digests[key]
+            rows = np.empty((d.means.size, 2), dtype=tdigest.PAYLOAD_DTYPE)
+            rows[:, 0] = d.means
+            rows[:, 1] = d.weights
+            byte_offsets = (d.offsets - d.offsets[0]) * rows.itemsize * 2
+            out[f.name] = cells.ragged_cells(rank, byte_offsets, rows)
             if f.located:
-                locs = np.empty(n, dtype=object)
-                locs.fill(b"")
-                if part.cells.size:
-                    locs[rank] = located.locations_to_payloads(d.locs, d.offsets)
-                out[f.locations_name] = locs
+                words = np.ascontiguousarray(d.locs, dtype="<u8")
+                out[f.locations_name] = cells.ragged_cells(
+                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words)
             continue
         dtype = np.dtype(f.dtype)
-        arr = np.full(n, f.fill_value, dtype=dtype)
-        if part.cells.size:
-            st = part.states[key]
-            vals = red.finalize(st, f.params)
-            has = st["count"] > 0 if "count" in st else st["nsig"] > 0
-            if red.name != "count" and vals.dtype.kind == "f":
-                has &= ~np.isnan(vals)
-            arr[rank[has]] = vals[has].astype(dtype)
-        out[f.name] = arr
+        if not part.cells.size:
+            out[f.name] = cells.DenseCells(rank, np.zeros(0, dtype.newbyteorder("<")))
+            continue
+        st = part.states[key]
+        vals = red.finalize(st, f.params)
+        has = st["count"] > 0 if "count" in st else st["nsig"] > 0
+        if red.name != "count" and vals.dtype.kind == "f":
+            has &= ~np.isnan(vals)
+        out[f.name] = cells.dense_cells(rank[has], vals[has].astype(dtype), dtype, f.fill_value)
+    return out
+
+
+def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], contents: dict):
+    """Dense arrays of one shard (fills where a cell has no data), one per field and
+    located sibling, from :func:`shard_contents`."""
+    n = 4 ** (plan.cell_order - plan.shard_order)
+    out = {}
+    for f in fields:
+        if f.kind == "ragged":
+            out[f.name] = cells.to_objects(contents[f.name], n)
+            if f.located:
+                out[f.locations_name] = cells.to_objects(contents[f.locations_name], n)
+        else:
+            out[f.name] = cells.to_dense(contents[f.name], n, np.dtype(f.dtype), f.fill_value)
     return out
 
 
@@ -478,20 +497,26 @@ def _fields_block(fields) -> dict:
 
 
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
+    """The lazy leaf Dataset: per shard, tree-combine → :func:`shard_contents` →
+    :func:`finalize_shard`, concatenated along ``cells``."""
     fields = tuple(config.fields.values())
     keys = tuple(state_key(f, config) for f in fields)
     p, c = plan.shard_order, plan.cell_order
     n = 4 ** (c - p)
     piece = dask.delayed(_piece, pure=True)
+    contents_task = dask.delayed(shard_contents, pure=True)
     fin = dask.delayed(finalize_shard, pure=True)
     words_task = dask.delayed(G.shard_cell_words, pure=True)
     per_field = {f.name: [] for f in fields}
     per_field.update({f.locations_name: [] for f in fields if f.located})
     morton = []
+    contents_keys = []
     for w in shard_words:
         w = int(w)
         combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
-        arrays = fin(plan, fields, keys, combined, w)
+        contents = contents_task(plan, fields, keys, combined, w)
+        contents_keys.append(contents.key)
+        arrays = fin(plan, fields, contents)
         for name in per_field:
             f = config.fields.get(name)
             dtype = np.dtype(f.dtype) if f is not None and f.kind == "dense" else object
@@ -522,5 +547,9 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
         "points": counts,
         "discovery_seconds": round(t_discover, 3),
         "config": config.raw,
+        # how the leaf writer finds each shard's occupied cells in this Dataset's graph
+        # (used only while every array still has the name recorded here)
+        "contents": {"keys": [str(k) for k in contents_keys],
+                     "arrays": {name: ds[name].data.name for name in ds.variables}},
     }
     return ds

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import dask
 import xarray as xr
+from dask.delayed import Delayed
 
 from . import hive
 from . import progress as progress_
@@ -81,11 +82,42 @@ class RunSummary:
 
 def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
                  stats_extra, *blocks):
+    """Write one leaf from its dense per-cell blocks (a Dataset computed or changed since
+    :func:`zagg.aggregate` made it)."""
     arrays = dict(zip(names, blocks, strict=True))
     return hive.write_leaf(root, shard_id, arrays, fields, grid, attrs=attrs,
                            granule_count=None if granule_ids is not None else 0,
                            granule_ids=granule_ids, semantic_hash=semantic_hash,
                            stats_extra=stats_extra)
+
+
+def _write_shard_cells(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
+                       stats_extra, contents):
+    """Write one leaf straight from its occupied cells (no dense arrays are built)."""
+    return hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
+                                 granule_count=None if granule_ids is not None else 0,
+                                 granule_ids=granule_ids, semantic_hash=semantic_hash,
+                                 stats_extra=stats_extra)
+
+
+def contents_tasks(ds: xr.Dataset) -> list | None:
+    """Per shard, the graph task holding its occupied cells, while ``ds`` is exactly the
+    lazy Dataset :func:`zagg.aggregate` returned (every array's graph name unchanged and
+    the tasks still in its graph); None otherwise (computed, persisted or edited)."""
+    info = (ds.attrs.get("zagg") or {}).get("contents")
+    if not info:
+        return None
+    for name, array_name in info["arrays"].items():
+        data = ds.variables[name].data if name in ds.variables else None
+        if not dask.is_dask_collection(data) or data.name != array_name:
+            return None
+    if set(info["arrays"]) != set(ds.variables):
+        return None
+    graph = ds.__dask_graph__()
+    keys = info["keys"]
+    if not all(k in graph.layers or k in graph for k in keys):
+        return None
+    return [Delayed(k, graph) for k in keys]
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
@@ -121,18 +153,24 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
     fields = {n: dict(z["fields"][n]) for n in names}
-    # optimize_graph=False keeps one finalize task per shard shared by all its fields
-    blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
-    task = dask.delayed(_write_shard, pure=False)
     shard_granules = z.get("shard_granules") or {}
     failed = z.get("failed_granules") or []
     extra = {"failed_granules": failed} if failed else None
-    tasks = [
-        task(root, sid, names, fields, grid, attrs, semantic,
-             shard_granules.get(sid) if "shard_granules" in z else None, extra,
-             *[b[i] for b in blocks])
-        for i, sid in enumerate(shard_ids)
-    ]
+
+    def granules_of(sid):
+        return shard_granules.get(sid) if "shard_granules" in z else None
+
+    contents = contents_tasks(ds)
+    if contents is not None:
+        task = dask.delayed(_write_shard_cells, pure=False)
+        tasks = [task(root, sid, names, fields, grid, attrs, semantic, granules_of(sid), extra,
+                      contents[i]) for i, sid in enumerate(shard_ids)]
+    else:
+        # optimize_graph=False keeps one finalize task per shard shared by all its fields
+        blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
+        task = dask.delayed(_write_shard, pure=False)
+        tasks = [task(root, sid, names, fields, grid, attrs, semantic, granules_of(sid), extra,
+                      *[b[i] for b in blocks]) for i, sid in enumerate(shard_ids)]
     records = progress_.compute(tasks, progress=progress, label="writing leaves")
     written = [r for r in records if r]
     if written:

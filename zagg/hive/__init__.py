@@ -1,7 +1,8 @@
 """The morton-hive store format: paths, manifest, leaf writer, stamp, coverage, hashes.
 
-Task side (one dask task per shard): :func:`write_leaf` writes one self-describing leaf
-and returns a small record. Client side, before any leaf: :func:`build_manifest` +
+Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied cells) or
+:func:`write_leaf` (from dense arrays) writes one self-describing leaf and returns a small
+record. Client side, before any leaf: :func:`build_manifest` +
 :func:`write_manifest` (or the read-only :func:`check_manifest`); after the leaves:
 :func:`update_root_coverage`. Nothing here knows about dask.
 """
@@ -13,7 +14,8 @@ from zagg.hive.coverage import (
 )
 from zagg.hive.hashes import array_digest, combined_digest, content_hashes
 from zagg.hive.layout import Geometry, dggs_attrs
-from zagg.hive.leaf import write_leaf
+from zagg.hive.cells import DenseCells, RaggedCells
+from zagg.hive.leaf import write_leaf, write_leaf_cells
 from zagg.hive.manifest import (
     ManifestConflictError,
     build_manifest,
@@ -29,8 +31,10 @@ from zagg.hive.storage import StoreRoot
 from zagg.hive.walk import walk_leaves
 
 __all__ = [
+    "DenseCells",
     "Geometry",
     "ManifestConflictError",
+    "RaggedCells",
     "StoreRoot",
     "array_digest",
     "build_manifest",
@@ -48,6 +52,7 @@ __all__ = [
     "update_root_coverage",
     "walk_leaves",
     "write_leaf",
+    "write_leaf_cells",
     "write_manifest",
     "write_stats",
 ]

@@ -51,7 +51,12 @@ def box(shard_id: str, occupied: np.ndarray, depth: int) -> list[str | None]:
     the occupied children of the cells' deepest common ancestor, each tightened to the
     deepest common ancestor of the occupied cells inside it. Raises on an empty shard.
     """
-    ranks = np.flatnonzero(np.asarray(occupied, dtype=bool))
+    return box_of_ranks(shard_id, np.flatnonzero(np.asarray(occupied, dtype=bool)), depth)
+
+
+def box_of_ranks(shard_id: str, ranks: np.ndarray, depth: int) -> list[str | None]:
+    """:func:`box` from the ascending ranks of the occupied cells."""
+    ranks = np.asarray(ranks, dtype=np.int64)
     if ranks.size == 0:
         raise ValueError(f"shard {shard_id} has no occupied cell: an empty shard has no box")
     lo, hi = int(ranks[0]), int(ranks[-1])
@@ -81,6 +86,15 @@ def encode_bitmap(occupied: np.ndarray) -> tuple[bytes, int]:
     raw = np.packbits(np.asarray(occupied, dtype=bool), bitorder="big").tobytes()
     payload = zstandard.ZstdCompressor(level=BITMAP_ZSTD_LEVEL).compress(raw)
     return payload, len(raw)
+
+
+def encode_bitmap_ranks(ranks: np.ndarray, depth: int) -> tuple[bytes, int]:
+    """:func:`encode_bitmap` from the ascending ranks of the occupied cells."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    raw = np.zeros(raw_bitmap_size(depth), dtype=np.uint8)
+    np.bitwise_or.at(raw, ranks >> 3, (0x80 >> (ranks & 7)).astype(np.uint8))
+    payload = zstandard.ZstdCompressor(level=BITMAP_ZSTD_LEVEL).compress(raw.tobytes())
+    return payload, raw.size
 
 
 def decode_bitmap(payload: bytes, depth: int) -> np.ndarray:

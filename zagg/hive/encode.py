@@ -1,4 +1,4 @@
-"""Chunk objects of a leaf array, encoded directly to the bytes zarr v3 would write.
+"""Chunk objects and content digests of a leaf array, from its occupied cells.
 
 zarr-python's sharding codec schedules one asyncio task per inner chunk, which costs far
 more than the bytes themselves on a mostly-empty leaf. The leaf template (array metadata)
@@ -9,21 +9,37 @@ still comes from zarr; the chunk objects are produced here, in O(occupied inner 
   cell) compressed by zstd level 3 without checksum;
 - shard object: occupied chunks back to back, then the index of K (offset, nbytes) u64
   pairs (2^64 − 1 twice for an absent chunk) and its crc32c, little-endian.
-Inner chunks holding only the fill are never encoded. Readers (zarr, moczarr) decode these
-objects exactly like zarr's own; the test suite checks both.
+
+Inner chunks holding only the fill are never encoded. The §5.2 digest of the array's full
+decoded contents is streamed alongside, chunk by chunk: a run of fill-only chunks hashes a
+slice of a cached fill template, so no dense array of the whole leaf is ever built.
+Readers (zarr, moczarr) decode these objects exactly like zarr's own; the tests check both.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
 import struct
+from dataclasses import dataclass
 
 import google_crc32c
+import numba
 import numpy as np
 import zstandard
 
 ABSENT = 0xFFFFFFFFFFFFFFFF
 EMPTY_BYTES_ID = id(b"")  # CPython shares one empty bytes object
+ZSTD_LEVEL = 3
+
+
+@dataclass
+class EncodedArray:
+    """The chunk objects of one array (``(chunk index, bytes)``) and its §5.2 digest."""
+
+    objects: list[tuple[int, bytes]]
+    digest: str
 
 
 def object_pointers(cells: np.ndarray) -> np.ndarray:
@@ -36,84 +52,137 @@ def object_pointers(cells: np.ndarray) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(cells.ctypes.data))
 
 
-def ragged_lengths(cells: np.ndarray) -> np.ndarray:
-    """Payload length of every cell of an object array (None and b"" are 0).
-
-    Cells that are the interpreter's shared ``b""`` object are recognised from their
-    pointers in one vectorised pass; only the remaining cells are inspected in Python, so
-    the cost follows the number of occupied cells, not the leaf size.
-    """
-    cells = np.ascontiguousarray(cells, dtype=object)
-    lengths = np.zeros(cells.shape[0], dtype=np.int64)
-    for i in np.flatnonzero(object_pointers(cells) != EMPTY_BYTES_ID):
-        cell = cells[i]
-        lengths[i] = 0 if cell is None else len(cell)
-    return lengths
+@functools.lru_cache(maxsize=16)
+def _template(dtype_str: str, fill_repr: str, n: int) -> memoryview:
+    """Bytes of ``n`` fill values (read-only, shared by every leaf of this process)."""
+    dtype = np.dtype(dtype_str)
+    fill = float(fill_repr) if dtype.kind == "f" else int(fill_repr)
+    arr = np.full(n, fill, dtype=dtype)
+    arr.flags.writeable = False
+    return memoryview(arr.view(np.uint8))
 
 
-def dense_chunk_empty(values: np.ndarray, fill) -> np.ndarray:
-    """Per inner chunk (rows of ``values``, shape (K, cells)) whether it holds only fill."""
-    if values.dtype.kind == "f" and isinstance(fill, float) and np.isnan(fill):
-        return np.isnan(values).all(axis=1)
-    return (values == values.dtype.type(fill)).all(axis=1)
+def fill_bytes(dtype: np.dtype, fill, n: int) -> memoryview:
+    """``n`` fill values of ``dtype`` as bytes."""
+    return _template(dtype.str, repr(float(fill) if dtype.kind == "f" else int(fill)), n)
 
 
-def vlen_frame(cells: np.ndarray, lengths: np.ndarray) -> bytes:
-    """The §1.4 framing of one inner chunk: u32 count, then u32 length ‖ payload per cell."""
-    n = cells.shape[0]
-    total = 4 + 4 * n + int(lengths.sum())
-    buf = np.zeros(total, dtype=np.uint8)
-    buf[:4] = np.frombuffer(struct.pack("<I", n), dtype=np.uint8)
-    heads = 4 + 4 * np.arange(n, dtype=np.int64)
-    heads[1:] += np.cumsum(lengths[:-1])
-    head_pos = (heads[:, None] + np.arange(4, dtype=np.int64)).ravel()
-    buf[head_pos] = lengths.astype("<u4").view(np.uint8)
-    filled = np.flatnonzero(lengths)
-    if filled.size:
-        payload = np.frombuffer(b"".join(cells[filled].tolist()), dtype=np.uint8)
-        body = np.ones(total, dtype=bool)
-        body[:4] = False
-        body[head_pos] = False
-        buf[body] = payload
-    return buf.tobytes()
+def _chunk_runs(ranks: np.ndarray, cells_per_chunk: int):
+    """Touched chunk indices of ascending ``ranks`` and each chunk's bounds in ``ranks``."""
+    k_of = ranks // cells_per_chunk
+    starts = np.flatnonzero(np.concatenate(([True], k_of[1:] != k_of[:-1]))) if ranks.size \
+        else np.zeros(0, np.int64)
+    return k_of[starts], np.append(starts, ranks.size).astype(np.int64)
 
 
-class ChunkEncoder:
-    """Encodes the chunk objects of one leaf array (one instance per array)."""
-
-    def __init__(self, level: int = 3):
-        self._zstd = zstandard.ZstdCompressor(level=level, write_checksum=False,
-                                              write_content_size=True)
-
-    def dense_chunks(self, values: np.ndarray, dtype: np.dtype, fill, n_inner: int):
-        """``[bytes or None] * n_inner``: None for an all-fill inner chunk."""
-        rows = values.astype(dtype.newbyteorder("<"), copy=False).reshape(n_inner, -1)
-        empty = dense_chunk_empty(rows, fill)
-        return [None if empty[k] else rows[k].tobytes() for k in range(n_inner)]
-
-    def ragged_chunks(self, cells: np.ndarray, lengths: np.ndarray, n_inner: int):
-        """``[bytes or None] * n_inner``: zstd-compressed framed chunks, None when empty."""
-        per = cells.shape[0] // n_inner
-        out = []
-        for k in range(n_inner):
-            ln = lengths[k * per:(k + 1) * per]
-            if not ln.any():
-                out.append(None)
-                continue
-            out.append(self._zstd.compress(vlen_frame(cells[k * per:(k + 1) * per], ln)))
-        return out
+def _stream_digest(touched, pieces, gap_bytes, chunk_fill: int) -> str:
+    """sha256 over every chunk in order: a touched chunk's piece, else ``chunk_fill`` bytes
+    of ``gap_bytes`` (a template long enough for the longest run of untouched chunks)."""
+    h = hashlib.sha256()
+    prev = 0
+    for k, piece in zip(touched.tolist(), pieces, strict=True):
+        if k > prev:
+            h.update(gap_bytes[: (k - prev) * chunk_fill])
+        h.update(piece)
+        prev = k + 1
+    n_chunks = len(gap_bytes) // chunk_fill
+    if n_chunks > prev:
+        h.update(gap_bytes[: (n_chunks - prev) * chunk_fill])
+    return h.hexdigest()
 
 
-def shard_object(chunks: list) -> bytes | None:
-    """One sharding_indexed object from its inner chunks (None = absent); None if all absent."""
-    if all(c is None for c in chunks):
-        return None
-    index = np.full((len(chunks), 2), ABSENT, dtype="<u8")
-    offset = 0
-    for k, chunk in enumerate(chunks):
-        if chunk is not None:
-            index[k] = (offset, len(chunk))
-            offset += len(chunk)
+def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: int,
+                 sharded: bool) -> EncodedArray:
+    """Chunk objects and digest of a fixed-width array of ``n`` cells holding ``values``
+    (little-endian, declared dtype) at ascending ``ranks`` and the fill elsewhere."""
+    dtype = values.dtype
+    per = n // n_inner
+    touched, bounds = _chunk_runs(ranks, per)
+    block = np.empty((touched.size, per), dtype=dtype)
+    block.fill(fill)
+    if ranks.size:
+        row = np.repeat(np.arange(touched.size), np.diff(bounds))
+        block[row, ranks % per] = values
+    template = fill_bytes(dtype, fill, n)
+    digest = _stream_digest(touched, list(block), template, per * dtype.itemsize)
+    if not touched.size:
+        return EncodedArray([], digest)
+    if sharded:
+        nbytes = per * dtype.itemsize
+        index = np.full((n_inner, 2), ABSENT, dtype="<u8")
+        index[touched, 0] = np.arange(touched.size, dtype=np.uint64) * np.uint64(nbytes)
+        index[touched, 1] = nbytes
+        return EncodedArray([(0, _shard_bytes([block.tobytes()], index))], digest)
+    return EncodedArray([(int(k), block[t].tobytes()) for t, k in enumerate(touched)], digest)
+
+
+@numba.njit(cache=True)
+def _put(buf, at, value, width):
+    for b in range(width):
+        buf[at + b] = (value >> (8 * b)) & 0xFF
+
+
+@numba.njit(cache=True)
+def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream):
+    """Per touched chunk t: its §1.4 framing at ``frames[frame_at[t]:]`` (u32 cell count,
+    u32 length ‖ payload per cell) and its §5.2 hash stream at ``stream[hash_at[t]:]``
+    (u64 length ‖ payload per cell). Both buffers arrive zeroed: empty cells are skipped."""
+    for t in range(touched.size):
+        first = touched[t] * per
+        f = frame_at[t]
+        _put(frames, f, per, 4)
+        f += 4
+        h = hash_at[t]
+        prev = first
+        for i in range(bounds[t], bounds[t + 1]):
+            r = ranks[i]
+            f += 4 * (r - prev)
+            h += 8 * (r - prev)
+            a = offsets[i]
+            length = offsets[i + 1] - a
+            _put(frames, f, length, 4)
+            _put(stream, h, length, 8)
+            f += 4
+            h += 8
+            for j in range(length):
+                frames[f + j] = data[a + j]
+                stream[h + j] = data[a + j]
+            f += length
+            h += length
+            prev = r + 1
+
+
+def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray, n: int,
+                  n_inner: int, level: int = ZSTD_LEVEL) -> EncodedArray:
+    """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
+    ``data[offsets[i]:offsets[i+1]]``, every other cell is empty. Sharded when the leaf
+    has more than one inner chunk."""
+    per = n // n_inner
+    touched, bounds = _chunk_runs(ranks, per)
+    payload = offsets[bounds[1:]] - offsets[bounds[:-1]]
+    frame_size = 4 + 4 * per + payload
+    hash_size = 8 * per + payload
+    frame_at = np.concatenate(([0], np.cumsum(frame_size))).astype(np.int64)
+    hash_at = np.concatenate(([0], np.cumsum(hash_size))).astype(np.int64)
+    frames = np.zeros(int(frame_at[-1]), np.uint8)
+    stream = np.zeros(int(hash_at[-1]), np.uint8)
+    _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream)
+    pieces = [stream[hash_at[t] : hash_at[t + 1]] for t in range(touched.size)]
+    digest = _stream_digest(touched, pieces, fill_bytes(np.dtype("<u8"), 0, n), 8 * per)
+    if not touched.size:
+        return EncodedArray([], digest)
+    zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
+    chunks = [zstd.compress(frames[frame_at[t] : frame_at[t + 1]]) for t in range(touched.size)]
+    if n_inner == 1:
+        return EncodedArray([(0, chunks[0])], digest)
+    sizes = np.fromiter(map(len, chunks), dtype=np.uint64, count=len(chunks))
+    index = np.full((n_inner, 2), ABSENT, dtype="<u8")
+    index[touched, 0] = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.uint64)
+    index[touched, 1] = sizes
+    return EncodedArray([(0, _shard_bytes(chunks, index))], digest)
+
+
+def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> bytes:
     index_bytes = index.tobytes()
     crc = struct.pack("<I", google_crc32c.value(index_bytes))
-    return b"".join([c for c in chunks if c is not None] + [index_bytes, crc])
+    return b"".join([*chunks, index_bytes, crc])

@@ -1,7 +1,8 @@
 """Write one shard's leaf: validate → clear prefix → template → arrays → coverage → stamp.
 
-:func:`write_leaf` is what a dask task calls with one shard's numpy arrays. Everything is
-validated before the first byte is written (bad ids, wrong lengths or dtypes, malformed
+:func:`write_leaf_cells` writes a leaf from its occupied cells (what the aggregation's
+write tasks hand it); :func:`write_leaf` takes dense per-cell arrays and writes the same
+bytes. Everything is validated before the first byte is written (bad ids, wrong lengths or dtypes, malformed
 ragged declarations raise with nothing on the store). A retry clears the prefix and writes
 the whole leaf again, so a crash at any point leaves either the previous state or an
 unstamped prefix (debris) that the next write heals. The stamp is always the last write of
@@ -18,7 +19,9 @@ import numpy as np
 from zarr.storage import WrapperStore
 
 from zagg import grid as _grid
+from zagg.hive import cells as cells_
 from zagg.hive import coverage, encode, hashes, paths, stamp, stats
+from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.storage import StoreRoot, as_root
 
@@ -29,6 +32,31 @@ def write_leaf(
     arrays: Mapping[str, np.ndarray],
     fields: Mapping[str, dict],
     grid: Mapping,
+    **kwargs,
+) -> dict | None:
+    """Write the leaf of ``shard_id`` from dense arrays and return its record; an empty
+    shard writes nothing.
+
+    ``arrays`` maps each field name (and optionally ``"morton"``, checked against the cell
+    law) to a 1-D array of ``4**(c - p)`` cells in canonical nested order; dense fields as
+    numpy values, ragged fields as an object array of raw payload bytes (``b""``/None when
+    empty). ``fields`` is the ``{name: {kind, dtype, fill_value, ...}}`` block and ``grid``
+    the ``{type, parent_order, chunk_inner, child_order, sharded}`` block; the keyword
+    arguments are those of :func:`write_leaf_cells`, which writes the same bytes from the
+    occupied cells alone.
+    """
+    geometry = Geometry.from_grid(dict(grid))
+    specs = field_specs(dict(fields), dict(kwargs.get("attrs") or {}))
+    contents = _cells_from_arrays(shard_id, arrays, specs, geometry)
+    return write_leaf_cells(root, shard_id, contents, fields, grid, **kwargs)
+
+
+def write_leaf_cells(
+    root: str | StoreRoot,
+    shard_id: str,
+    contents: Mapping[str, DenseCells | RaggedCells],
+    fields: Mapping[str, dict],
+    grid: Mapping,
     *,
     attrs: Mapping[str, dict] | None = None,
     granule_count: int | None = None,
@@ -37,16 +65,14 @@ def write_leaf(
     write_stats: bool = True,
     stats_extra: Mapping | None = None,
 ) -> dict | None:
-    """Write the leaf of ``shard_id`` and return its record; an empty shard writes nothing.
+    """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
-    ``arrays`` maps each field name (and optionally ``"morton"``, checked against the cell
-    law) to a 1-D array of ``4**(c - p)`` cells in canonical nested order; dense fields as
-    numpy values, ragged fields as an object array of raw payload bytes (``b""``/None when
-    empty). ``fields`` is the ``{name: {kind, dtype, fill_value, ...}}`` block, ``grid`` the
-    ``{type, parent_order, chunk_inner, child_order, sharded}`` block and ``attrs`` the
-    exact zarr attrs of each array. ``granule_ids`` (when given) are recorded in the
+    ``contents`` maps each field to its :class:`~zagg.hive.cells.DenseCells` or
+    :class:`~zagg.hive.cells.RaggedCells` (every other cell holds the fill). ``attrs`` are
+    the exact zarr attrs of each array. ``granule_ids`` (when given) are recorded in the
     ``granules.json`` sibling and hashed into the stats sidecar, which is written when
-    ``write_stats`` is true. Returns None when no cell is occupied.
+    ``write_stats`` is true. Everything is validated before the first write; returns None
+    (writing nothing) when no cell is occupied.
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -61,8 +87,9 @@ def write_leaf(
     ids = None if granule_ids is None else stats.bare_granule_ids(granule_ids)
     if granule_count is None:
         granule_count = 0 if ids is None else len(ids)
-    values, lengths, occupied, morton = _prepare(shard_id, arrays, specs, geometry)
-    cells_with_data = int(occupied.sum())
+    _check_cells(shard_id, contents, specs, geometry)
+    occupied = cells_.occupied_ranks(contents.values())
+    cells_with_data = int(occupied.size)
     if cells_with_data == 0:
         return None
     morton_attrs = dict((attrs or {}).get(MORTON) or {})
@@ -81,30 +108,27 @@ def write_leaf(
         for key, doc in template_documents(geometry, specs, morton_attrs).items()
     }
     store = _CountingStore(root.zarr_store(rel))
-    chunk_bytes, chunk_objects = _write_chunks(root, rel, geometry, specs, values, lengths,
-                                               morton)
+    digests, chunk_bytes, chunk_objects = _write_chunks(
+        root, rel, shard_id, geometry, specs, contents, occupied)
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
     if geometry.depth > 0:
-        payload, raw_nbytes = coverage.encode_bitmap(occupied)
+        payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
         extra_bytes += root.write_bytes(f"{rel}/{paths.LEAF_COVERAGE_NAME}", payload)
         envelope = coverage.leaf_envelope(
-            coverage.box(shard_id, occupied, geometry.depth),
+            coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
             bitmap_nbytes=len(payload),
             raw_nbytes=raw_nbytes,
         )
     else:
-        envelope = coverage.leaf_envelope(coverage.box(shard_id, occupied, 0), geometry.cell_order)
+        envelope = coverage.leaf_envelope(coverage.box_of_ranks(shard_id, occupied, 0),
+                                          geometry.cell_order)
     t_coverage = time.perf_counter()
 
-    group = str(geometry.cell_order)
-    written = {f"{group}/{MORTON}": morton} | {f"{group}/{n}": v for n, v in values.items()}
-    content = hashes.content_hashes(written, lengths={f"{group}/{n}": v
-                                                      for n, v in lengths.items()})
-    t_hashed = time.perf_counter()
-
+    content = {"arrays": dict(sorted(digests.items())),
+               "combined": hashes.combined_digest(digests)}
     written_at = stamp.now_iso()
     seal = stamp.build_stamp(
         cells_with_data=cells_with_data,
@@ -128,10 +152,9 @@ def write_leaf(
         "written_at": written_at,
         "timings": {
             "prepare_s": t_prepared - t_start,
-            "arrays_s": t_arrays - t_prepared,
+            "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
             "coverage_s": t_coverage - t_arrays,
-            "hash_s": t_hashed - t_coverage,
-            "stamp_s": t_stamped - t_hashed,
+            "stamp_s": t_stamped - t_coverage,
             "total_s": t_stamped - t_start,
         },
     }
@@ -147,11 +170,47 @@ def write_leaf(
     return record
 
 
-def _prepare(
-    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Geometry
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Normalized field values, ragged payload lengths, cell occupancy, and the stored
-    ``morton`` (0 in empty chunks)."""
+def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Geometry):
+    """Raise unless ``contents`` matches the fields: kinds, ranks, dtypes, row framing."""
+    n = geometry.n_cells
+    missing = sorted(set(specs) - set(contents))
+    extra = sorted(set(contents) - set(specs))
+    if missing or extra:
+        raise ValueError(
+            f"shard {shard_id}: arrays do not match the fields block "
+            f"(missing {missing}, undeclared {extra})"
+        )
+    for name, spec in specs.items():
+        cells = contents[name]
+        expected = RaggedCells if spec.ragged else DenseCells
+        if not isinstance(cells, expected):
+            raise ValueError(f"shard {shard_id}: field {name!r} needs {expected.__name__}, got "
+                             f"{type(cells).__name__}")
+        r = cells.ranks
+        if r.size and (r[0] < 0 or r[-1] >= n or (r.size > 1 and np.any(r[1:] <= r[:-1]))):
+            raise ValueError(f"shard {shard_id}: field {name!r} ranks must be strictly "
+                             f"ascending cell positions in [0, {n})")
+        if spec.ragged:
+            element = spec.attrs["ragged"]["element"]
+            row = np.dtype(str(element["dtype"])).itemsize * int(
+                np.prod(element["shape"][1:], dtype=np.int64))
+            bad = np.flatnonzero(cells.lengths % row)
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(
+                    f"ragged field {name!r}: cell {int(r[i])} holds {int(cells.lengths[i])} "
+                    f"bytes, not a whole number of {row}-byte rows of the declared element "
+                    f"{element}"
+                )
+        elif cells.values.dtype != spec.dtype.newbyteorder("<"):
+            raise ValueError(f"shard {shard_id}: field {name!r} values are "
+                             f"{cells.values.dtype}, declared {spec.dtype}")
+
+
+def _cells_from_arrays(shard_id: str, arrays: Mapping[str, np.ndarray],
+                       specs: dict[str, FieldSpec], geometry: Geometry) -> dict:
+    """The occupied cells of dense per-cell arrays (validated: names, shapes, dtypes, the
+    cell law of a given ``morton``)."""
     n = geometry.n_cells
     missing = sorted(set(specs) - set(arrays))
     extra = sorted(set(arrays) - set(specs) - {MORTON})
@@ -160,90 +219,43 @@ def _prepare(
             f"shard {shard_id}: arrays do not match the fields block "
             f"(missing {missing}, undeclared {extra})"
         )
-    values, lengths, occupied = {}, {}, np.zeros(n, dtype=bool)
+    out = {}
     for name, spec in specs.items():
-        raw = np.asarray(arrays[name]) if not isinstance(arrays[name], np.ndarray) else arrays[name]
+        raw = np.asarray(arrays[name])
         if raw.shape != (n,):
             raise ValueError(
                 f"shard {shard_id}: field {name!r} has shape {raw.shape}, expected ({n},) "
                 f"= 4**(child_order - parent_order) cells"
             )
         if spec.ragged:
-            values[name], lengths[name] = _ragged_values(name, raw, spec)
-            occupied |= lengths[name] > 0
+            out[name] = cells_.ragged_from_objects(
+                raw, lambda i, cell, name=name, spec=spec: _payload(name, i, cell, spec))
         else:
-            values[name] = _dense_values(name, raw, spec)
-            occupied |= _non_fill(values[name], spec.fill_value)
-    law = _grid.shard_cell_words(
-        _grid.from_decimal(shard_id)[0], geometry.shard_order, geometry.cell_order
-    )
-    if law.shape != (n,):
-        raise RuntimeError(
-            f"zagg.grid.shard_cell_words gave {law.shape[0]} words for shard {shard_id} at cell "
-            f"order {geometry.cell_order}; the cell law has {n}. This is a bug in zagg.grid"
-        )
+            out[name] = cells_.dense_from_array(_dense_raw(name, raw, spec), spec.dtype,
+                                                spec.fill_value)
     if MORTON in arrays:
         given = np.asarray(arrays[MORTON])
+        law = _grid.shard_cell_words(_grid.from_decimal(shard_id)[0], geometry.shard_order,
+                                     geometry.cell_order)
         if given.shape != (n,) or not np.array_equal(given.astype(np.uint64), law):
             raise ValueError(
                 f"shard {shard_id}: the morton array given does not follow the cell law "
                 "(the shard's children at the cell order, in nested order)"
             )
-    chunk_full = occupied.reshape(-1, geometry.cells_per_chunk).any(axis=1)
-    morton = np.where(np.repeat(chunk_full, geometry.cells_per_chunk), law, np.uint64(0))
-    return values, lengths, occupied, morton.astype(np.uint64)
+    return out
 
 
-def _dense_values(name: str, raw: np.ndarray, spec: FieldSpec) -> np.ndarray:
+def _dense_raw(name: str, raw: np.ndarray, spec: FieldSpec) -> np.ndarray:
     if raw.dtype.kind not in "biuf":
         raise ValueError(f"dense field {name!r} got values of dtype {raw.dtype}")
-    try:
-        values = raw.astype(spec.dtype.newbyteorder("<"), casting="same_kind", copy=False)
-    except TypeError as exc:
+    if not np.can_cast(raw.dtype, spec.dtype, casting="same_kind"):
         raise ValueError(
             f"dense field {name!r}: values of dtype {raw.dtype} cannot be stored as {spec.dtype}"
-        ) from exc
-    if values.dtype.kind == "f":
-        # one NaN bit pattern, the one the fill decodes to; copy only when one differs
-        nan = np.isnan(values)
-        canonical = np.array(np.nan, dtype=values.dtype).view(f"u{values.itemsize}")
-        if (values.view(f"u{values.itemsize}")[nan] != canonical).any():
-            values = values.copy()
-            values[nan] = np.nan
-    return values
-
-
-def _non_fill(values: np.ndarray, fill) -> np.ndarray:
-    if isinstance(fill, float) and np.isnan(fill):
-        return ~np.isnan(values)
-    return values != values.dtype.type(fill)
-
-
-def _ragged_values(name: str, raw: np.ndarray, spec: FieldSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Cells as bytes (b"" when empty) and their lengths; only non-empty cells are visited."""
-    element = spec.attrs["ragged"]["element"]
-    dtype = np.dtype(str(element["dtype"])).newbyteorder("<")
-    row_bytes = dtype.itemsize * int(np.prod(element["shape"][1:], dtype=np.int64))
-    out = np.ascontiguousarray(raw, dtype=object)
-    lengths = np.zeros(out.shape[0], dtype=np.int64)
-    filled = np.flatnonzero(encode.object_pointers(out) != encode.EMPTY_BYTES_ID)
-    cells = out[filled].tolist()
-    if cells and set(map(type, cells)) != {bytes}:  # rare: None, bytearray, ndarray cells
-        out = out.copy()  # never mutate the caller's array
-        cells = [_payload(name, int(i), c, dtype) for i, c in zip(filled, cells, strict=True)]
-        out[filled] = np.array(cells + [None], dtype=object)[:-1]
-    lengths[filled] = np.fromiter(map(len, cells), dtype=np.int64, count=len(cells))
-    bad = np.flatnonzero(lengths % row_bytes)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"ragged field {name!r}: cell {i} holds {lengths[i]} bytes, not a whole number "
-            f"of {row_bytes}-byte rows of the declared element {element}"
         )
-    return out, lengths
+    return raw
 
 
-def _payload(name: str, i: int, cell, dtype: np.dtype) -> bytes:
+def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     if cell is None:
         return b""
     if type(cell) is bytes:
@@ -251,6 +263,8 @@ def _payload(name: str, i: int, cell, dtype: np.dtype) -> bytes:
     if isinstance(cell, bytes | bytearray | memoryview):
         return bytes(cell)
     if isinstance(cell, np.ndarray):
+        element = spec.attrs["ragged"]["element"]
+        dtype = np.dtype(str(element["dtype"])).newbyteorder("<")
         return np.ascontiguousarray(cell, dtype=dtype).tobytes()
     raise ValueError(
         f"ragged field {name!r}: cell {i} holds a {type(cell).__name__}; expected raw "
@@ -258,30 +272,41 @@ def _payload(name: str, i: int, cell, dtype: np.dtype) -> bytes:
     )
 
 
-def _write_chunks(root, rel, geometry: Geometry, specs, values, lengths, morton):
-    """Write every array's chunk objects; returns (bytes, objects) written."""
+def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> DenseCells:
+    """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
+    cell (those chunks are written whole), nothing elsewhere."""
+    per = geometry.cells_per_chunk
+    chunks = np.unique(occupied // per)
+    ranks = (chunks[:, None] * per + np.arange(per, dtype=np.int64)).ravel()
+    word = _grid.from_decimal(shard_id)[0]
+    p, c = geometry.shard_order, geometry.cell_order
+    if c > 27:
+        words = _grid.shard_cell_words(word, p, c)[ranks]
+    else:
+        words = np.uint64(word) + np.uint64(c - p) + ranks.astype(np.uint64) * np.uint64(
+            _grid.stride(c))
+    return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
+
+
+def _write_chunks(root, rel, shard_id, geometry: Geometry, specs, contents, occupied):
+    """Write every array's chunk objects; returns (digests by key, bytes, objects)."""
     group = str(geometry.cell_order)
-    k = geometry.n_inner
-    enc = encode.ChunkEncoder()
-    arrays = [(MORTON, False, morton, np.dtype("uint64"), 0)]
-    arrays += [(n, sp.ragged, values[n], sp.dtype, sp.fill_value) for n, sp in specs.items()]
+    n, k = geometry.n_cells, geometry.n_inner
+    arrays = [(MORTON, _morton_cells(shard_id, occupied, geometry), 0)]
+    arrays += [(name, contents[name], sp.fill_value) for name, sp in specs.items()]
+    digests = {}
     total = count = 0
-    for name, ragged, vals, dtype, fill in arrays:
-        if ragged:
-            sharded = geometry.ragged_sharded
-            chunks = enc.ragged_chunks(vals, lengths[name], k if sharded else 1)
+    for name, cells, fill in arrays:
+        if isinstance(cells, RaggedCells):
+            enc = encode.encode_ragged(cells.ranks, cells.offsets, cells.data, n, k)
         else:
-            sharded = geometry.dense_sharded
-            chunks = enc.dense_chunks(vals, dtype, fill, k)
-        if sharded:
-            objects = [(0, encode.shard_object(chunks))]
-        else:
-            objects = list(enumerate(chunks))
-        for idx, data in objects:
-            if data is not None:
-                total += root.write_bytes(f"{rel}/{group}/{name}/c/{idx}", data)
-                count += 1
-    return total, count
+            enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k,
+                                      geometry.dense_sharded)
+        digests[f"{group}/{name}"] = enc.digest
+        for idx, data in enc.objects:
+            total += root.write_bytes(f"{rel}/{group}/{name}/c/{idx}", data)
+            count += 1
+    return digests, total, count
 
 
 class _CountingStore(WrapperStore):

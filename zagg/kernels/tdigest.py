@@ -33,8 +33,8 @@ WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 # build sorts segments of up to _SHORT values inside the kernel; longer ones are sorted by the
 # wrapper with numpy, whose SIMD sort beats any numba sort even with a python loop over them.
 _SHORT = 64
-_PAYLOAD_DTYPE = np.dtype("<f4")
-_ROW_BYTES = 2 * _PAYLOAD_DTYPE.itemsize
+PAYLOAD_DTYPE = np.dtype("<f4")
+_ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
 
 # ---------------------------------------------------------------------------------------
@@ -646,7 +646,7 @@ def to_payloads(means, weights, offsets):
     """Serialise each segment to payload bytes; returns an object array of length m."""
     offsets = np.asarray(offsets, dtype=np.int64)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    rows = np.empty((hi - lo, 2), _PAYLOAD_DTYPE)
+    rows = np.empty((hi - lo, 2), PAYLOAD_DTYPE)
     rows[:, 0] = np.asarray(means)[lo:hi]
     rows[:, 1] = np.asarray(weights)[lo:hi]
     buf = rows.tobytes()
@@ -662,7 +662,7 @@ def payload_to_array(payload):
         payload = b""
     if len(payload) % _ROW_BYTES:
         raise ValueError(f"payload length {len(payload)} is not a multiple of {_ROW_BYTES}")
-    return np.frombuffer(payload, _PAYLOAD_DTYPE).astype(np.float32).reshape(-1, 2)
+    return np.frombuffer(payload, PAYLOAD_DTYPE).astype(np.float32).reshape(-1, 2)
 
 
 def from_payloads(payloads):
@@ -676,7 +676,7 @@ def from_payloads(payloads):
         raise ValueError(f"payload lengths must be multiples of {_ROW_BYTES}")
     offsets = np.zeros(len(items) + 1, np.int64)
     np.cumsum(lengths // _ROW_BYTES, out=offsets[1:])
-    rows = np.frombuffer(b"".join(items), _PAYLOAD_DTYPE).reshape(-1, 2)
+    rows = np.frombuffer(b"".join(items), PAYLOAD_DTYPE).reshape(-1, 2)
     return rows[:, 0].astype(np.float64), rows[:, 1].astype(np.float64), offsets
 
 

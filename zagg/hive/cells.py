@@ -1,0 +1,154 @@
+"""A leaf's contents as its occupied cells only: the writer's working representation.
+
+A leaf holds ``4**(c - p)`` cells, but a shard's data usually touches a small fraction of
+them. The writer therefore works from, per array, the ascending ranks of the cells that
+hold something other than the fill and those cells' values; everything else is the fill by
+definition. Encoding, hashing and coverage are then O(occupied inner chunks) plus the
+spec-mandated hash of the fill, never a pass over a materialised dense array.
+
+- :class:`DenseCells`: ranks and values (declared dtype, little-endian, one NaN pattern);
+- :class:`RaggedCells`: ranks and their payload bytes, CSR style (``offsets`` into ``data``).
+
+Dense numpy/object arrays convert to and from this form (:func:`dense_cells`,
+:func:`ragged_cells`, :func:`to_dense`, :func:`to_objects`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zagg.hive import encode
+
+
+@dataclass
+class DenseCells:
+    """Non-fill cells of a fixed-width array: ``values[i]`` sits at rank ``ranks[i]``."""
+
+    ranks: np.ndarray  # int64, strictly ascending
+    values: np.ndarray  # the declared dtype, little-endian
+
+    def __len__(self) -> int:
+        return int(self.ranks.size)
+
+
+@dataclass
+class RaggedCells:
+    """Non-empty cells of a vlen array: cell ``ranks[i]`` holds ``data[offsets[i]:offsets[i+1]]``."""
+
+    ranks: np.ndarray  # int64, strictly ascending
+    offsets: np.ndarray  # int64 byte offsets, len(ranks) + 1, offsets[0] == 0
+    data: np.ndarray  # uint8, the payloads back to back
+
+    def __len__(self) -> int:
+        return int(self.ranks.size)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def payloads(self) -> list[bytes]:
+        buf = self.data.tobytes()
+        edges = self.offsets.tolist()
+        return [buf[edges[i] : edges[i + 1]] for i in range(len(edges) - 1)]
+
+
+def non_fill(values: np.ndarray, fill) -> np.ndarray:
+    """Mask of the values that differ from the fill (NaN fill: the non-NaN values)."""
+    if values.dtype.kind == "f" and isinstance(fill, float) and np.isnan(fill):
+        return ~np.isnan(values)
+    return values != values.dtype.type(fill)
+
+
+def canonical(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values`` at the little-endian declared dtype with one NaN bit pattern (the one the
+    NaN fill decodes to); copies only when needed."""
+    values = np.ascontiguousarray(values).astype(dtype.newbyteorder("<"), copy=False)
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        if nan.any():
+            bits = values.view(f"u{values.itemsize}")
+            pattern = np.array(np.nan, dtype=values.dtype).view(f"u{values.itemsize}")
+            if (bits[nan] != pattern).any():
+                values = values.copy()
+                values[nan] = np.nan
+    return values
+
+
+def dense_cells(ranks: np.ndarray, values: np.ndarray, dtype: np.dtype, fill) -> DenseCells:
+    """The non-fill subset of ``values`` at ``ranks`` (ascending), canonicalised."""
+    values = canonical(values, dtype)
+    keep = non_fill(values, fill)
+    ranks = np.asarray(ranks, dtype=np.int64)
+    if not keep.all():
+        ranks, values = ranks[keep], values[keep]
+    return DenseCells(ranks, values)
+
+
+def dense_from_array(values: np.ndarray, dtype: np.dtype, fill) -> DenseCells:
+    """The non-fill cells of a dense array of every cell."""
+    values = canonical(values, dtype)
+    ranks = np.flatnonzero(non_fill(values, fill))
+    return DenseCells(ranks.astype(np.int64), values[ranks])
+
+
+def ragged_cells(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray) -> RaggedCells:
+    """The non-empty subset of CSR payloads at ``ranks`` (ascending)."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if offsets.size and offsets[0] != 0:
+        data = data[offsets[0] : offsets[-1]]
+        offsets = offsets - offsets[0]
+    lengths = np.diff(offsets)
+    keep = lengths > 0
+    if not keep.all():
+        ranks = ranks[keep]
+        offsets = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
+    return RaggedCells(ranks, offsets, data)
+
+
+def ragged_from_objects(cells: np.ndarray, payload) -> RaggedCells:
+    """The non-empty cells of an object array of payloads; ``payload(i, cell)`` turns a
+    cell that is not plain ``bytes`` into bytes (or raises)."""
+    cells = np.ascontiguousarray(cells, dtype=object)
+    filled = np.flatnonzero(encode.object_pointers(cells) != encode.EMPTY_BYTES_ID)
+    items = cells[filled].tolist()
+    if items and set(map(type, items)) != {bytes}:
+        items = [payload(int(i), c) for i, c in zip(filled, items, strict=True)]
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    keep = lengths > 0
+    if not keep.all():
+        filled, lengths = filled[keep], lengths[keep]
+        items = [c for c, k in zip(items, keep, strict=True) if k]
+    data = np.frombuffer(b"".join(items), dtype=np.uint8)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return RaggedCells(filled.astype(np.int64), offsets, data)
+
+
+def to_dense(cells: DenseCells, n: int, dtype: np.dtype, fill) -> np.ndarray:
+    """The dense array of ``n`` cells (fill where no value)."""
+    out = np.full(n, fill, dtype=dtype)
+    out[cells.ranks] = cells.values
+    return out
+
+
+def to_objects(cells: RaggedCells, n: int) -> np.ndarray:
+    """The object array of ``n`` cells (``b""`` where empty)."""
+    out = np.empty(n, dtype=object)
+    out.fill(b"")  # several times faster than np.full for object arrays
+    if len(cells):
+        items = cells.payloads()
+        out[cells.ranks] = np.array(items + [None], dtype=object)[:-1]
+    return out
+
+
+def occupied_ranks(arrays) -> np.ndarray:
+    """Ascending ranks of the cells any of ``arrays`` (Dense/RaggedCells) occupies."""
+    parts = [a.ranks for a in arrays if len(a)]
+    if not parts:
+        return np.zeros(0, np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    return np.unique(np.concatenate(parts))
