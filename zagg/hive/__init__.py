@@ -7,6 +7,7 @@ record. Client side, before any leaf: :func:`build_manifest` +
 :func:`update_root_coverage`. Nothing here knows about dask.
 """
 
+from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.coverage import (
     read_root_coverage,
     refresh_root_coverage,
@@ -14,7 +15,6 @@ from zagg.hive.coverage import (
 )
 from zagg.hive.hashes import array_digest, combined_digest, content_hashes
 from zagg.hive.layout import Geometry, dggs_attrs
-from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.leaf import write_leaf, write_leaf_cells
 from zagg.hive.manifest import (
     ManifestConflictError,
