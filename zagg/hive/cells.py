@@ -144,11 +144,17 @@ def to_objects(cells: RaggedCells, n: int) -> np.ndarray:
     return out
 
 
-def occupied_ranks(arrays) -> np.ndarray:
-    """Ascending ranks of the cells any of ``arrays`` (Dense/RaggedCells) occupies."""
+def occupied_ranks(arrays, n: int) -> np.ndarray:
+    """Ascending ranks of the cells (of ``n``) any of ``arrays`` (Dense/RaggedCells)
+    occupies."""
     parts = [a.ranks for a in arrays if len(a)]
     if not parts:
         return np.zeros(0, np.int64)
     if len(parts) == 1:
         return parts[0]
-    return np.unique(np.concatenate(parts))
+    if sum(p.size for p in parts) < n // 64:  # few cells: merging beats a pass over n
+        return np.unique(np.concatenate(parts))
+    mask = np.zeros(n, dtype=bool)
+    for p in parts:
+        mask[p] = True
+    return np.flatnonzero(mask)

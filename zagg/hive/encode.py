@@ -12,7 +12,8 @@ still comes from zarr; the chunk objects are produced here, in O(occupied inner 
 
 Inner chunks holding only the fill are never encoded. The §5.2 digest of the array's full
 decoded contents is streamed alongside, chunk by chunk: a run of fill-only chunks hashes a
-slice of a cached fill template, so no dense array of the whole leaf is ever built.
+slice of a cached fill template (a leading run resumes a cached hash state), so no dense
+array of the whole leaf is ever built.
 Readers (zarr, moczarr) decode these objects exactly like zarr's own; the tests check both.
 """
 
@@ -22,6 +23,7 @@ import ctypes
 import functools
 import hashlib
 import struct
+import threading
 from dataclasses import dataclass
 
 import google_crc32c
@@ -52,19 +54,41 @@ def object_pointers(cells: np.ndarray) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(cells.ctypes.data))
 
 
-@functools.lru_cache(maxsize=16)
-def _template(dtype_str: str, fill_repr: str, n: int) -> memoryview:
-    """Bytes of ``n`` fill values (read-only, shared by every leaf of this process)."""
+class _Fill:
+    """``n`` fill values of one dtype as bytes, and the sha256 states after each whole
+    number of fill chunks (built on first use and shared by every leaf of this process:
+    an array's leading run of fill-only chunks is then never hashed again)."""
+
+    def __init__(self, dtype: np.dtype, fill, n: int, chunk_bytes: int):
+        arr = np.full(n, fill, dtype=dtype)
+        arr.flags.writeable = False
+        self.bytes = memoryview(arr.view(np.uint8))
+        self.chunk_bytes = chunk_bytes
+        self.n_chunks = len(self.bytes) // chunk_bytes
+        self._states = [hashlib.sha256()]
+        self._lock = threading.Lock()
+
+    def hasher_after(self, k: int):
+        """A sha256 object that has consumed ``k`` fill chunks."""
+        with self._lock:
+            while len(self._states) <= k:
+                h = self._states[-1].copy()
+                h.update(self.bytes[: self.chunk_bytes])
+                self._states.append(h)
+            return self._states[k].copy()
+
+
+@functools.lru_cache(maxsize=32)
+def _fill(dtype_str: str, fill_repr: str, n: int, per: int) -> _Fill:
     dtype = np.dtype(dtype_str)
     fill = float(fill_repr) if dtype.kind == "f" else int(fill_repr)
-    arr = np.full(n, fill, dtype=dtype)
-    arr.flags.writeable = False
-    return memoryview(arr.view(np.uint8))
+    return _Fill(dtype, fill, n, per * dtype.itemsize)
 
 
-def fill_bytes(dtype: np.dtype, fill, n: int) -> memoryview:
-    """``n`` fill values of ``dtype`` as bytes."""
-    return _template(dtype.str, repr(float(fill) if dtype.kind == "f" else int(fill)), n)
+def fill_of(dtype: np.dtype, fill, n: int, per: int) -> _Fill:
+    """The shared :class:`_Fill` of ``n`` cells in chunks of ``per``."""
+    value = float(fill) if dtype.kind == "f" else int(fill)
+    return _fill(dtype.str, repr(value), n, per)
 
 
 def _chunk_runs(ranks: np.ndarray, cells_per_chunk: int):
@@ -75,19 +99,19 @@ def _chunk_runs(ranks: np.ndarray, cells_per_chunk: int):
     return k_of[starts], np.append(starts, ranks.size).astype(np.int64)
 
 
-def _stream_digest(touched, pieces, gap_bytes, chunk_fill: int) -> str:
-    """sha256 over every chunk in order: a touched chunk's piece, else ``chunk_fill`` bytes
-    of ``gap_bytes`` (a template long enough for the longest run of untouched chunks)."""
-    h = hashlib.sha256()
-    prev = 0
-    for k, piece in zip(touched.tolist(), pieces, strict=True):
+def _stream_digest(touched, pieces, fill: _Fill) -> str:
+    """sha256 over every chunk in order: a touched chunk's piece, else a chunk of fill."""
+    touched = touched.tolist()
+    prev = touched[0] if touched else fill.n_chunks
+    h = fill.hasher_after(prev)
+    step = fill.chunk_bytes
+    for k, piece in zip(touched, pieces, strict=True):
         if k > prev:
-            h.update(gap_bytes[: (k - prev) * chunk_fill])
+            h.update(fill.bytes[: (k - prev) * step])
         h.update(piece)
         prev = k + 1
-    n_chunks = len(gap_bytes) // chunk_fill
-    if n_chunks > prev:
-        h.update(gap_bytes[: (n_chunks - prev) * chunk_fill])
+    if fill.n_chunks > prev:
+        h.update(fill.bytes[: (fill.n_chunks - prev) * step])
     return h.hexdigest()
 
 
@@ -103,8 +127,7 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
     if ranks.size:
         row = np.repeat(np.arange(touched.size), np.diff(bounds))
         block[row, ranks % per] = values
-    template = fill_bytes(dtype, fill, n)
-    digest = _stream_digest(touched, list(block), template, per * dtype.itemsize)
+    digest = _stream_digest(touched, list(block), fill_of(dtype, fill, n, per))
     if not touched.size:
         return EncodedArray([], digest)
     if sharded:
@@ -168,7 +191,7 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray, n: i
     stream = np.zeros(int(hash_at[-1]), np.uint8)
     _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream)
     pieces = [stream[hash_at[t] : hash_at[t + 1]] for t in range(touched.size)]
-    digest = _stream_digest(touched, pieces, fill_bytes(np.dtype("<u8"), 0, n), 8 * per)
+    digest = _stream_digest(touched, pieces, fill_of(np.dtype("<u8"), 0, n, per))
     if not touched.size:
         return EncodedArray([], digest)
     zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)

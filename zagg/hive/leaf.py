@@ -88,7 +88,7 @@ def write_leaf_cells(
     if granule_count is None:
         granule_count = 0 if ids is None else len(ids)
     _check_cells(shard_id, contents, specs, geometry)
-    occupied = cells_.occupied_ranks(contents.values())
+    occupied = cells_.occupied_ranks(contents.values(), geometry.n_cells)
     cells_with_data = int(occupied.size)
     if cells_with_data == 0:
         return None

@@ -34,6 +34,7 @@ class StoreRoot:
         self.storage_options = dict(storage_options or {})
         self._fs = None
         self._path = None
+        self._dirs: set[str] = set()  # local directories known to exist
 
     # -- identity -----------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -86,8 +87,13 @@ class StoreRoot:
         """Write one object (creating parent directories locally); returns its size."""
         full = self._full(key)
         if self.is_local:
-            self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
-        self.fs.pipe_file(full, bytes(data))
+            parent = posixpath.dirname(full)
+            if parent not in self._dirs:  # one makedirs per directory, not per object
+                os.makedirs(parent, exist_ok=True)
+                self._dirs.add(parent)
+            with open(full, "wb") as f:
+                return f.write(data)
+        self.fs.pipe_file(full, data if isinstance(data, bytes) else bytes(data))
         return len(data)
 
     def read_json(self, key: str) -> Any | None:
@@ -130,6 +136,7 @@ class StoreRoot:
         if not _clean_key(prefix):
             raise ValueError("refusing to delete the whole store root")
         full = self._full(prefix)
+        self._dirs = {d for d in self._dirs if d != full and not d.startswith(full + "/")}
         try:
             if self.fs.exists(full):
                 self.fs.rm(full, recursive=True)
