@@ -206,6 +206,40 @@ def test_merge_is_stable_and_keeps_weights():
     assert list(o) == [0, 4]
 
 
+@pytest.mark.parametrize("declaration", ["counts", "flux"])
+@pytest.mark.parametrize("delta", [4, 16, td.DEFAULT_DELTA])
+def test_merge_runs_equals_merge_of_gathered_runs(declaration, delta):
+    """Runs scattered over the input (one sorted digest per partial and cell) merge exactly
+    like the gathered rows, including single-run cells (copied) and compressed cells."""
+    rng = np.random.default_rng(delta)
+    n_runs = 400
+    sizes = rng.choice([0, 1, 3, 8, 20, 60], size=n_runs)
+    starts = _offsets(sizes)[:-1]
+    # values on a coarse lattice, so runs share means (ties across runs)
+    means = np.concatenate([np.sort(np.round(rng.normal(size=k) * 8) / 8) for k in sizes])
+    means = means.astype(np.float32)
+    weights = rng.choice([1.0, 2.0, 0.5], size=means.size).astype(np.float32)
+    if declaration == "counts":
+        weights[:] = 1.0
+    perm = rng.permutation(n_runs)  # runs reach the kernel in scattered order
+    cell_runs = _offsets(rng.choice([1, 1, 1, 2, 3, 5], size=n_runs))
+    cell_runs = cell_runs[cell_runs <= n_runs]
+    if cell_runs[-1] != n_runs:
+        cell_runs = np.append(cell_runs, n_runs)
+    r_starts, r_sizes = starts[perm], sizes[perm]
+    got = td.merge_runs(means, weights, r_starts, r_sizes, cell_runs, delta,
+                        declaration=declaration)
+    gathered = np.concatenate([np.arange(a, a + k) for a, k in zip(r_starts, r_sizes, strict=True)])
+    cell_rows = [int(r_sizes[a:b].sum()) for a, b in zip(cell_runs[:-1], cell_runs[1:],
+                                                           strict=True)]
+    want = td.merge(means[gathered], weights[gathered], _offsets(cell_rows), delta,
+                    declaration=declaration, out_dtype=np.float32)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert got[0].dtype == np.float32
+    assert (got[2][-1] < means.size) == (delta <= 16)  # small deltas compress some cells
+
+
 # --- compressed regime ----------------------------------------------------------------
 
 _QS = np.array([1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 0.9999])

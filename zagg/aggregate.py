@@ -242,6 +242,18 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             masks[where] = pred.evaluate({n: values(n) for n in pred.variables})
         return masks[where]
 
+    gathered: dict[tuple, np.ndarray] = {}
+
+    def cell_sorted(source, where):
+        """``source`` in cell order (NaN where ``where`` excludes a point), gathered once
+        for the dense states and the digest that both read it."""
+        if (source, where) not in gathered:
+            v = values(source)[order]
+            if where is not None:
+                v = np.where(selected(where)[order], v.astype(np.float64, copy=False), np.nan)
+            gathered[source, where] = v
+        return gathered[source, where]
+
     states = {}
     for key, source, where, wanted in plan.states:
         if source == "":
@@ -251,17 +263,12 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
                 hits = selected(where)[order].astype(np.int64)
                 states[key] = {"count": segments.segment_sums(hits, offsets)}
             continue
-        vals = values(source)
-        if where is not None:
-            vals = np.where(selected(where), vals.astype(np.float64, copy=False), np.nan)
-        states[key] = segments.dense_states(vals, order, offsets, wanted)
+        states[key] = segments.dense_states(cell_sorted(source, where), None, offsets, wanted)
     digests = {}
     for key, spec in plan.digests:
-        v = values(spec.source)[order]
+        v = cell_sorted(spec.source, spec.where)
         if v.dtype.kind != "f":
             v = v.astype(np.float64)
-        if spec.where is not None:
-            v = np.where(selected(spec.where)[order], v, np.nan)
         wts = None
         if spec.weight_source is not None:
             wts = values(spec.weight_source)[order].astype(np.float64, copy=False)

@@ -105,19 +105,19 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         # rows of row-group perm[i] in grouped order
         gsizes = sizes[perm]
+        run_starts = starts[perm]
+        if not spec.located:
+            m, w, o = tdigest.merge_runs(means, weights, run_starts, gsizes, offsets, spec.delta,
+                                         declaration=spec.declaration, out_dtype=np.float32)
+            digests[key] = Digests(m, w, o)
+            continue
         cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
         new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
-        run_starts = starts[perm]
         means = segments.gather_runs(means, run_starts, gsizes)
         weights = segments.gather_runs(weights, run_starts, gsizes)
-        if spec.located:
-            locs = np.concatenate([p.digests[key].locs for p in parts])
-            locs = segments.gather_runs(locs, run_starts, gsizes)
-            m, w, o, loc = located.located_merge(means, weights, locs, new_off, spec.delta,
-                                                 declaration=spec.declaration)
-            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
-        else:
-            m, w, o = tdigest.merge(means, weights, new_off, spec.delta,
-                                    declaration=spec.declaration, out_dtype=np.float32)
-            digests[key] = Digests(m, w, o)
+        locs = np.concatenate([p.digests[key].locs for p in parts])
+        locs = segments.gather_runs(locs, run_starts, gsizes)
+        m, w, o, loc = located.located_merge(means, weights, locs, new_off, spec.delta,
+                                             declaration=spec.declaration)
+        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
     return Partial(ucells, states, digests)

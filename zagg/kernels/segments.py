@@ -137,7 +137,8 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
         mn = np.inf
         mx = -np.inf
         for i in range(offsets[j], offsets[j + 1]):
-            x = np.float64(values[order[i]])
+            # order None (values already cell-sorted) is resolved at compile time
+            x = np.float64(values[i]) if order is None else np.float64(values[order[i]])
             if not np.isfinite(x):
                 continue
             c += 1
@@ -190,7 +191,8 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
     """Per-cell states (a subset of count/sum/sumsq/min/max) of finite ``values``.
 
-    ``values`` is in input order; ``order``/``offsets`` come from :func:`group_by_cell`.
+    ``values`` is in input order with ``order``/``offsets`` from :func:`group_by_cell`,
+    or already in cell order (``values[order]``) with ``order=None``.
     """
     states = set(states)
     values = np.ascontiguousarray(values)

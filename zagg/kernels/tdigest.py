@@ -277,6 +277,65 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
 
 
 @njit(cache=True)
+def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w,
+                out_off):
+    """Kernel of :func:`merge_runs`: cell j's centroids are the runs
+    ``cell_runs[j]:cell_runs[j + 1]`` of ``(means, weights)``, each sorted by mean. A cell
+    made of one loss-free counts run is copied straight to the output; the others are gathered,
+    merged and compressed as in :func:`_merge`. Returns the number of centroids."""
+    out_off[0] = 0
+    longest = 0
+    for j in range(cell_runs.size - 1):
+        n = 0
+        for r in range(cell_runs[j], cell_runs[j + 1]):
+            n += run_sizes[r]
+        longest = max(longest, n)
+    bm = np.empty(longest, np.float64)
+    bw = np.empty(longest, np.float64)
+    tm = np.empty(longest, np.float64)
+    tw = np.empty(longest, np.float64)
+    bounds = np.empty(longest + 1, np.int64)
+    pos = 0
+    for j in range(cell_runs.size - 1):
+        r0 = cell_runs[j]
+        r1 = cell_runs[j + 1]
+        if r1 - r0 == 1 and not flux:  # flux runs still need their ties ordered by weight
+            a = run_starts[r0]
+            n = run_sizes[r0]
+            total = 0.0
+            for i in range(n):
+                total += weights[a + i]
+            if total <= delta:
+                for i in range(n):
+                    out_m[pos + i] = means[a + i]
+                    out_w[pos + i] = weights[a + i]
+                pos += n
+                out_off[j + 1] = pos
+                continue
+        n = 0
+        total = 0.0
+        for r in range(r0, r1):
+            a = run_starts[r]
+            for i in range(run_sizes[r]):
+                bm[n] = means[a + i] + 0.0
+                bw[n] = weights[a + i]
+                total += bw[n]
+                n += 1
+        _sort_runs(bm, bw, n, tm, tw, bounds, None, None)
+        if flux:
+            _order_weight_ties(bm, bw, None, n)
+        if (n <= delta) if flux else (total <= delta):
+            for i in range(n):
+                out_m[pos + i] = bm[i]
+                out_w[pos + i] = bw[i]
+            pos += n
+        else:
+            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos, None, 0)
+        out_off[j + 1] = pos
+    return pos
+
+
+@njit(cache=True)
 def _order_weight_ties(m, w, idx, n):
     """Order rows ``(m, w)[:n]``, already sorted by mean, by weight within runs of equal mean.
 
@@ -640,6 +699,29 @@ def merge(
     members, starts = _member_buffers(offsets, return_members)
     k = _merge(means, weights, offsets, delta, flux, *out, members, starts)
     return _with_members(_trimmed(*out, k), members, starts, k, int(offsets[-1] - offsets[0]))
+
+
+def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_DELTA, *,
+               declaration="counts", out_dtype=np.float32):
+    """:func:`merge` of centroids that sit in sorted runs scattered over the inputs.
+
+    Cell j merges runs ``cell_runs[j]:cell_runs[j + 1]``; run r is the rows
+    ``run_starts[r]:run_starts[r] + run_sizes[r]`` of ``(means, weights)``, sorted by mean
+    (one digest of one partial). Equal to :func:`merge` over the gathered rows, without
+    gathering them first, and a cell held by a single loss-free digest is a plain copy.
+    """
+    flux = check_weights_declaration(declaration) == "flux"
+    means = np.ascontiguousarray(means, dtype=_kernel_float(means)).reshape(-1)
+    weights = np.ascontiguousarray(weights, dtype=_kernel_float(weights)).reshape(-1)
+    run_starts = np.asarray(run_starts, dtype=np.int64)
+    run_sizes = np.asarray(run_sizes, dtype=np.int64)
+    cell_runs = np.asarray(cell_runs, dtype=np.int64)
+    rows = int(run_sizes.sum())
+    out = (np.empty(rows, out_dtype), np.empty(rows, out_dtype),
+           np.empty(cell_runs.size, np.int64))
+    k = _merge_runs(means, weights, run_starts, run_sizes, cell_runs, _check_delta(delta), flux,
+                    *out)
+    return _trimmed(*out, k)
 
 
 def to_payloads(means, weights, offsets):
