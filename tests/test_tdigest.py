@@ -238,6 +238,10 @@ def test_merge_runs_equals_merge_of_gathered_runs(declaration, delta):
         np.testing.assert_array_equal(g, w)
     assert got[0].dtype == np.float32
     assert (got[2][-1] < means.size) == (delta <= 16)  # small deltas compress some cells
+    if declaration == "counts":  # implicit unit weights merge like explicit ones
+        unit = td.merge_runs(means, None, r_starts, r_sizes, cell_runs, delta)
+        for g, w in zip(unit, got, strict=True):
+            np.testing.assert_array_equal(g, w)
 
 
 # --- compressed regime ----------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from . import grid as G
-from . import predicate
+from . import heap, predicate
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
 from .hive import cells
@@ -77,6 +77,7 @@ class ChunkResult:
     granules: dict[int, list[int]] | None = None  # shard word → granule indices it holds
 
     def piece(self, shard_word: int) -> Partial:
+        """The rows of one shard (views of this chunk's arrays)."""
         i = np.searchsorted(self.shards, np.uint64(shard_word))
         if i == len(self.shards) or self.shards[i] != np.uint64(shard_word):
             return self.partial.take(0, 0)
@@ -275,11 +276,10 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
         if spec.located:
             m, w, o, loc = located.located_build(v, values(POINT_WORDS)[order], offsets,
                                                  spec.delta, weights=wts)
-            digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
+            digests[key] = Digests.of(m, w, o, loc)
         else:
             m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32)
-            digests[key] = Digests(m.astype(np.float32, copy=False),
-                                   w.astype(np.float32, copy=False), o)
+            digests[key] = Digests.of(m, w, o)
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))
         if comp.of_where is not None:
@@ -308,6 +308,8 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
     if plan.granule_var is not None and cell_words.size:
         granules = _shard_granules(G.ancestor(cell_words, plan.shard_order),
                                    values(plan.granule_var))
+    del arrs, arrays, cell_words, values
+    heap.trim_heap()  # the partial stays; the chunk's temporaries must not stay with it
     return ChunkResult(partial, shards, bounds, counts, granules)
 
 
@@ -327,7 +329,9 @@ def _combine(plan: Plan, *parts: Partial) -> Partial:
     nonempty = [p for p in parts if p.cells.size]
     if not nonempty:
         return parts[0]
-    return combine(nonempty, plan.digest_specs)
+    out = combine(nonempty, plan.digest_specs)
+    heap.trim_heap()
+    return out
 
 
 def _summary(result: ChunkResult):
@@ -353,7 +357,7 @@ def shard_contents(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, .
             d = part.digests[key]
             rows = np.empty((d.means.size, 2), dtype=tdigest.PAYLOAD_DTYPE)
             rows[:, 0] = d.means
-            rows[:, 1] = d.weights
+            rows[:, 1] = 1.0 if d.weights is None else d.weights
             byte_offsets = (d.offsets - d.offsets[0]) * rows.itemsize * 2
             out[f.name] = cells.ragged_cells(rank, byte_offsets, rows)
             if f.located:
@@ -387,6 +391,11 @@ def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], contents: dict):
         else:
             out[f.name] = cells.to_dense(contents[f.name], n, np.dtype(f.dtype), f.fill_value)
     return out
+
+
+def shard_priority(i: int, n: int) -> int:
+    """Scheduling priority of the tasks of the i-th of n shards (earlier shards first)."""
+    return n - i
 
 
 def _tree_reduce(plan: Plan, pieces: list):
@@ -518,12 +527,14 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
     per_field.update({f.locations_name: [] for f in fields if f.located})
     morton = []
     contents_keys = []
-    for w in shard_words:
+    for i, w in enumerate(shard_words):
         w = int(w)
-        combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
-        contents = contents_task(plan, fields, keys, combined, w)
+        # shard by shard: a worker finishes one shard's chain before the next one's pieces
+        with dask.annotate(priority=shard_priority(i, len(shard_words))):
+            combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
+            contents = contents_task(plan, fields, keys, combined, w)
+            arrays = fin(plan, fields, contents)
         contents_keys.append(contents.key)
-        arrays = fin(plan, fields, contents)
         for name in per_field:
             f = config.fields.get(name)
             dtype = np.dtype(f.dtype) if f is not None and f.kind == "dense" else object

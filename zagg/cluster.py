@@ -3,26 +3,19 @@
 Worker processes get ``RAYON_NUM_THREADS`` equal to their thread count so mortie's Rust
 kernels share the worker's cores instead of each spawning a thread per machine core.
 
-Every worker also keeps freed shard-sized buffers in its heap for reuse (glibc
-``mallopt``) instead of unmapping them: each chunk and leaf allocates tens of MB, and on
-fresh pages every first touch costs a page fault. distributed's default
-(``MALLOC_TRIM_THRESHOLD_=65536``, set before the worker starts) returns every such buffer
-to the system, which made whole tasks 2-3 times slower here. The setting is made from
-inside each worker by :class:`HeapReuse`, so it also reaches workers of clusters zagg did
-not start; memory the heap keeps is bounded by the largest live working set.
+Every worker also keeps freed buffers in its heap for reuse (see :mod:`zagg.heap`); the
+setting is made from inside each worker by a plugin, so it also reaches workers of
+clusters zagg did not start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 
 import psutil
 
-MMAP_THRESHOLD = 64 * 2**20  # allocations below this come from the (reusable) heap
-TRIM_THRESHOLD = 256 * 2**20  # free heap top kept before giving memory back
+from .heap import tune_heap
 
 
 def machine_defaults() -> dict:
@@ -33,21 +26,6 @@ def machine_defaults() -> dict:
     memory = psutil.virtual_memory().total
     return {"n_workers": workers, "threads_per_worker": threads,
             "memory_limit": int(memory * 0.8 / workers)}
-
-
-def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
-    """Set glibc's mmap and trim thresholds in this process; False where there is no glibc."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(mallopt(m_mmap_threshold, int(mmap_threshold))) and bool(
-        mallopt(m_trim_threshold, int(trim_threshold)))
 
 
 def _heap_plugin():

@@ -20,18 +20,33 @@ class Digests:
     """Centroids of many cells: cell i owns rows ``offsets[i]:offsets[i+1]``."""
 
     means: np.ndarray  # float32
-    weights: np.ndarray  # float32
+    weights: np.ndarray | None  # float32; None: every centroid weighs 1 (loss-free counts)
     offsets: np.ndarray  # int64, len(cells) + 1
     locs: np.ndarray | None = None  # uint64 location word per centroid (located digests)
+
+    @classmethod
+    def of(cls, means, weights, offsets, locs=None) -> Digests:
+        """Float32 digests; unit weights are dropped (half the memory of a loss-free
+        partial, which is most of what a run holds between its two phases)."""
+        means = np.asarray(means).astype(np.float32, copy=False)
+        weights = np.asarray(weights).astype(np.float32, copy=False)
+        if locs is None and (weights.size == 0 or (weights.min() == 1 and weights.max() == 1)):
+            weights = None
+        return cls(means, weights, np.asarray(offsets, np.int64), locs)
+
+    def weights_or_ones(self) -> np.ndarray:
+        return np.ones(self.means.size, np.float32) if self.weights is None else self.weights
 
     def take(self, a: int, b: int) -> Digests:
         lo, hi = self.offsets[a], self.offsets[b]
         locs = None if self.locs is None else self.locs[lo:hi]
-        return Digests(self.means[lo:hi], self.weights[lo:hi], self.offsets[a : b + 1] - lo, locs)
+        weights = None if self.weights is None else self.weights[lo:hi]
+        return Digests(self.means[lo:hi], weights, self.offsets[a : b + 1] - lo, locs)
 
     @property
     def nbytes(self) -> int:
-        n = self.means.nbytes + self.weights.nbytes + self.offsets.nbytes
+        n = self.means.nbytes + self.offsets.nbytes
+        n += 0 if self.weights is None else self.weights.nbytes
         return n + (0 if self.locs is None else self.locs.nbytes)
 
 
@@ -100,7 +115,9 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
     digests = {}
     for key, spec in digest_specs.items():
         means = np.concatenate([p.digests[key].means for p in parts])
-        weights = np.concatenate([p.digests[key].weights for p in parts])
+        unit = all(p.digests[key].weights is None for p in parts)
+        weights = None if unit else np.concatenate([p.digests[key].weights_or_ones()
+                                                    for p in parts])
         sizes = np.concatenate([np.diff(p.digests[key].offsets) for p in parts])
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         # rows of row-group perm[i] in grouped order
@@ -109,8 +126,10 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         if not spec.located:
             m, w, o = tdigest.merge_runs(means, weights, run_starts, gsizes, offsets, spec.delta,
                                          declaration=spec.declaration, out_dtype=np.float32)
-            digests[key] = Digests(m, w, o)
+            digests[key] = Digests.of(m, w, o)
             continue
+        if weights is None:
+            weights = np.ones(means.size, np.float32)
         cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
         new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
         means = segments.gather_runs(means, run_starts, gsizes)
@@ -119,5 +138,5 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
         locs = segments.gather_runs(locs, run_starts, gsizes)
         m, w, o, loc = located.located_merge(means, weights, locs, new_off, spec.delta,
                                              declaration=spec.declaration)
-        digests[key] = Digests(m.astype(np.float32), w.astype(np.float32), o, loc)
+        digests[key] = Digests.of(m, w, o, loc)
     return Partial(ucells, states, digests)

@@ -30,11 +30,18 @@ def progress_bar(minimum: float = 1.0):
         yield
 
 
-def compute(tasks, *, progress: bool = False, label: str = "") -> list:
-    """``dask.compute(*tasks)`` with a progress bar when asked."""
+def compute(tasks, *, progress: bool = False, label: str = "", release: bool = False) -> list:
+    """``dask.compute(*tasks)`` with a progress bar when asked.
+
+    ``release=True`` empties the ``tasks`` list once a distributed client holds the work,
+    so the graph (and any persisted results it references) is not kept alive by the caller
+    while the tasks run: the scheduler frees each intermediate when its last user is done.
+    """
     client = _client()
     if client is not None:
         futures = client.compute(list(tasks))
+        if release:
+            tasks.clear()
         if progress and futures:
             _distributed_bar(futures, label)
         return client.gather(futures)

@@ -11,7 +11,7 @@ from . import hive
 from .aggregate import aggregate
 from .cluster import client_for
 from .config import Config, ConfigError, load_config
-from .write import RunSummary, manifest_for, to_hive
+from .write import RunSummary, manifest_for, prepare_write
 
 
 def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
@@ -85,5 +85,10 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
                  "dataset": {"short_name": cfg.output.short_name,
                              "version": cfg.output.version}}
         hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
-        leaves = aggregate(ds, cfg, shards=shards, discover=True, progress=progress)
-        return to_hive(leaves, store, storage_options=options, progress=progress, t_start=t0)
+        # the aggregated Dataset is not kept: once the write is submitted, each input
+        # chunk's partial is freed as soon as the shards it feeds are written
+        write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
+                                        progress=progress),
+                              store, storage_options=options, t_start=t0)
+        del ds
+        return write.execute(progress=progress)

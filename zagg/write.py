@@ -14,8 +14,9 @@ import dask
 import xarray as xr
 from dask.delayed import Delayed
 
-from . import hive
+from . import heap, hive
 from . import progress as progress_
+from .aggregate import shard_priority
 from .grid import from_decimal
 
 
@@ -94,10 +95,12 @@ def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, gran
 def _write_shard_cells(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
                        stats_extra, contents):
     """Write one leaf straight from its occupied cells (no dense arrays are built)."""
-    return hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
-                                 granule_count=None if granule_ids is not None else 0,
-                                 granule_ids=granule_ids, semantic_hash=semantic_hash,
-                                 stats_extra=stats_extra)
+    record = hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
+                                   granule_count=None if granule_ids is not None else 0,
+                                   granule_ids=granule_ids, semantic_hash=semantic_hash,
+                                   stats_extra=stats_extra)
+    heap.trim_heap()
+    return record
 
 
 def contents_tasks(ds: xr.Dataset) -> list | None:
@@ -130,6 +133,52 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     contributed to it (its stamp's ``granule_count`` and the ``granules.json`` sibling), and
     granules that failed to read are listed in every leaf's stats sidecar.
     """
+    return prepare_write(ds, store, storage_options=storage_options,
+                         t_start=t_start).execute(progress=progress)
+
+
+@dataclass
+class HiveWrite:
+    """A checked, ready write: the manifest is on the store and one task per shard waits.
+
+    :meth:`execute` submits the tasks and lets go of the graph at once, so on a
+    distributed cluster each input chunk's partial is freed as soon as the last shard it
+    feeds has been written (as long as nothing else holds the aggregated Dataset).
+    """
+
+    root: hive.StoreRoot
+    shards: list[str]
+    shard_order: int
+    tasks: list
+    info: dict
+    t0: float
+
+    def execute(self, progress: bool = False) -> RunSummary:
+        tasks, self.tasks = self.tasks, []
+        records = progress_.compute(tasks, progress=progress, label="writing leaves",
+                                    release=True)
+        written = [r for r in records if r]
+        if written:
+            hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
+                                      self.shard_order)
+        return RunSummary(
+            store=self.root.url,
+            shards=len(self.shards),
+            leaves_written=len(written),
+            cells_with_data=sum(r["cells_with_data"] for r in written),
+            points=self.info.get("points"),
+            granules=self.info.get("granules"),
+            failed_granules=list(self.info.get("failed") or []),
+            bytes_written=sum(r["bytes_written"] for r in written),
+            wall_seconds=time.perf_counter() - self.t0,
+            records=written,
+        )
+
+
+def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
+                  t_start: float | None = None) -> HiveWrite:
+    """Check ``ds`` and the store, write the manifest and build one write task per shard
+    (see :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
     z = ds.attrs.get("zagg")
     if not z or "grid" not in z:
@@ -139,16 +188,16 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     grid = z["grid"]
     shard_ids = list(z["shards"])
     from_decimal(shard_ids)  # every path component validated before anything is written
-    manifest = manifest_for(z)
-    semantic = manifest["semantic_hash"]
-    hive.check_manifest(root, manifest)
-    hive.write_manifest(root, manifest)
-
     names = list(z["fields"])
     per_shard = 4 ** (grid["child_order"] - grid["parent_order"])
     if ds.sizes["cells"] != per_shard * len(shard_ids):
         raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
                          f"of {per_shard} cells need {per_shard * len(shard_ids)}")
+    manifest = manifest_for(z)
+    semantic = manifest["semantic_hash"]
+    hive.check_manifest(root, manifest)
+    hive.write_manifest(root, manifest)
+
     if any(ds[n].chunks is None for n in names):
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
@@ -163,28 +212,17 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     contents = contents_tasks(ds)
     if contents is not None:
         task = dask.delayed(_write_shard_cells, pure=False)
-        tasks = [task(root, sid, names, fields, grid, attrs, semantic, granules_of(sid), extra,
-                      contents[i]) for i, sid in enumerate(shard_ids)]
+        tasks = []
+        for i, sid in enumerate(shard_ids):
+            with dask.annotate(priority=shard_priority(i, len(shard_ids))):
+                tasks.append(task(root, sid, names, fields, grid, attrs, semantic,
+                                  granules_of(sid), extra, contents[i]))
     else:
         # optimize_graph=False keeps one finalize task per shard shared by all its fields
         blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
         task = dask.delayed(_write_shard, pure=False)
         tasks = [task(root, sid, names, fields, grid, attrs, semantic, granules_of(sid), extra,
                       *[b[i] for b in blocks]) for i, sid in enumerate(shard_ids)]
-    records = progress_.compute(tasks, progress=progress, label="writing leaves")
-    written = [r for r in records if r]
-    if written:
-        hive.update_root_coverage(root, [r["shard_id"] for r in written], grid["parent_order"])
-    pts = z.get("points") or {}
-    return RunSummary(
-        store=root.url,
-        shards=len(shard_ids),
-        leaves_written=len(written),
-        cells_with_data=sum(r["cells_with_data"] for r in written),
-        points=pts.get("keyed"),
-        granules=len(z["granules"]) if "granules" in z else None,
-        failed_granules=list(failed),
-        bytes_written=sum(r["bytes_written"] for r in written),
-        wall_seconds=time.perf_counter() - t0,
-        records=written,
-    )
+    info = {"points": (z.get("points") or {}).get("keyed"),
+            "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
+    return HiveWrite(root, shard_ids, grid["parent_order"], tasks, info, t0)

@@ -99,20 +99,38 @@ def _chunk_runs(ranks: np.ndarray, cells_per_chunk: int):
     return k_of[starts], np.append(starts, ranks.size).astype(np.int64)
 
 
+class _ChunkDigest:
+    """sha256 of an array fed chunk by chunk in ascending order: touched chunks give their
+    bytes, every chunk skipped in between hashes as fill (a leading run resumes a cached
+    state)."""
+
+    def __init__(self, fill: _Fill, first: int):
+        self.fill = fill
+        self.prev = first
+        self.h = fill.hasher_after(first)
+
+    def _fill_to(self, k: int) -> None:
+        if k > self.prev:
+            self.h.update(self.fill.bytes[: (k - self.prev) * self.fill.chunk_bytes])
+
+    def add(self, k: int, piece) -> None:
+        self._fill_to(k)
+        self.h.update(piece)
+        self.prev = k + 1
+
+    def hexdigest(self) -> str:
+        self._fill_to(self.fill.n_chunks)
+        self.prev = self.fill.n_chunks
+        return self.h.hexdigest()
+
+
 def _stream_digest(touched, pieces, fill: _Fill) -> str:
     """sha256 over every chunk in order: a touched chunk's piece, else a chunk of fill."""
     touched = touched.tolist()
-    prev = touched[0] if touched else fill.n_chunks
-    h = fill.hasher_after(prev)
-    step = fill.chunk_bytes
+    digest = _ChunkDigest(fill, touched[0] if touched else fill.n_chunks)
     for k, piece in zip(touched, pieces, strict=True):
-        if k > prev:
-            h.update(fill.bytes[: (k - prev) * step])
-        h.update(piece)
-        prev = k + 1
-    if fill.n_chunks > prev:
-        h.update(fill.bytes[: (fill.n_chunks - prev) * step])
-    return h.hexdigest()
+        digest.add(k, piece)
+    return digest.hexdigest()
 
 
 def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: int,
@@ -175,34 +193,48 @@ def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at,
             prev = r + 1
 
 
+BATCH_BYTES = 16 * 2**20  # payload bytes framed and hashed per kernel call
+
+
 def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray, n: int,
                   n_inner: int, level: int = ZSTD_LEVEL) -> EncodedArray:
     """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
     ``data[offsets[i]:offsets[i+1]]``, every other cell is empty. Sharded when the leaf
-    has more than one inner chunk."""
+    has more than one inner chunk. Chunks are framed, hashed and compressed a batch at a
+    time, so the working memory stays near :data:`BATCH_BYTES` however full the leaf."""
     per = n // n_inner
     touched, bounds = _chunk_runs(ranks, per)
     payload = offsets[bounds[1:]] - offsets[bounds[:-1]]
     frame_size = 4 + 4 * per + payload
     hash_size = 8 * per + payload
-    frame_at = np.concatenate(([0], np.cumsum(frame_size))).astype(np.int64)
-    hash_at = np.concatenate(([0], np.cumsum(hash_size))).astype(np.int64)
-    frames = np.zeros(int(frame_at[-1]), np.uint8)
-    stream = np.zeros(int(hash_at[-1]), np.uint8)
-    _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream)
-    pieces = [stream[hash_at[t] : hash_at[t + 1]] for t in range(touched.size)]
-    digest = _stream_digest(touched, pieces, fill_of(np.dtype("<u8"), 0, n, per))
-    if not touched.size:
-        return EncodedArray([], digest)
+    fill = fill_of(np.dtype("<u8"), 0, n, per)
+    digest = _ChunkDigest(fill, int(touched[0]) if touched.size else fill.n_chunks)
     zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
-    chunks = [zstd.compress(frames[frame_at[t] : frame_at[t + 1]]) for t in range(touched.size)]
+    chunks = []
+    t = 0
+    while t < touched.size:
+        end = t + 1  # one batch: chunks t:end, at least one whatever its size
+        while end < touched.size and hash_size[t : end + 1].sum() <= BATCH_BYTES:
+            end += 1
+        frame_at = np.concatenate(([0], np.cumsum(frame_size[t:end]))).astype(np.int64)
+        hash_at = np.concatenate(([0], np.cumsum(hash_size[t:end]))).astype(np.int64)
+        frames = np.zeros(int(frame_at[-1]), np.uint8)
+        stream = np.zeros(int(hash_at[-1]), np.uint8)
+        _vlen_buffers(ranks, offsets, data, per, touched[t:end], bounds[t : end + 1], frame_at,
+                      hash_at, frames, stream)
+        for i in range(end - t):
+            digest.add(int(touched[t + i]), stream[hash_at[i] : hash_at[i + 1]])
+            chunks.append(zstd.compress(frames[frame_at[i] : frame_at[i + 1]]))
+        t = end
+    if not touched.size:
+        return EncodedArray([], digest.hexdigest())
     if n_inner == 1:
-        return EncodedArray([(0, chunks[0])], digest)
+        return EncodedArray([(0, chunks[0])], digest.hexdigest())
     sizes = np.fromiter(map(len, chunks), dtype=np.uint64, count=len(chunks))
     index = np.full((n_inner, 2), ABSENT, dtype="<u8")
     index[touched, 0] = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.uint64)
     index[touched, 1] = sizes
-    return EncodedArray([(0, _shard_bytes(chunks, index))], digest)
+    return EncodedArray([(0, _shard_bytes(chunks, index))], digest.hexdigest())
 
 
 def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> bytes:

@@ -304,11 +304,11 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
             n = run_sizes[r0]
             total = 0.0
             for i in range(n):
-                total += weights[a + i]
+                total += 1.0 if weights is None else weights[a + i]
             if total <= delta:
                 for i in range(n):
                     out_m[pos + i] = means[a + i]
-                    out_w[pos + i] = weights[a + i]
+                    out_w[pos + i] = 1.0 if weights is None else weights[a + i]
                 pos += n
                 out_off[j + 1] = pos
                 continue
@@ -318,7 +318,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
             a = run_starts[r]
             for i in range(run_sizes[r]):
                 bm[n] = means[a + i] + 0.0
-                bw[n] = weights[a + i]
+                bw[n] = 1.0 if weights is None else weights[a + i]
                 total += bw[n]
                 n += 1
         _sort_runs(bm, bw, n, tm, tw, bounds, None, None)
@@ -707,12 +707,14 @@ def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_D
 
     Cell j merges runs ``cell_runs[j]:cell_runs[j + 1]``; run r is the rows
     ``run_starts[r]:run_starts[r] + run_sizes[r]`` of ``(means, weights)``, sorted by mean
-    (one digest of one partial). Equal to :func:`merge` over the gathered rows, without
-    gathering them first, and a cell held by a single loss-free digest is a plain copy.
+    (one digest of one partial); ``weights=None`` means every centroid weighs 1. Equal to
+    :func:`merge` over the gathered rows, without gathering them first, and a cell held by
+    a single loss-free digest is a plain copy.
     """
     flux = check_weights_declaration(declaration) == "flux"
     means = np.ascontiguousarray(means, dtype=_kernel_float(means)).reshape(-1)
-    weights = np.ascontiguousarray(weights, dtype=_kernel_float(weights)).reshape(-1)
+    if weights is not None:
+        weights = np.ascontiguousarray(weights, dtype=_kernel_float(weights)).reshape(-1)
     run_starts = np.asarray(run_starts, dtype=np.int64)
     run_sizes = np.asarray(run_sizes, dtype=np.int64)
     cell_runs = np.asarray(cell_runs, dtype=np.int64)
