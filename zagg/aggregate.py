@@ -26,7 +26,7 @@ from .partials import Digests, DigestSpec, Partial, combine, group_key
 
 DEFAULT_CHUNK = 1 << 20
 POINT_WORDS = "__point_words__"  # the values() name of each kept point's order-29 word
-FAN_IN = 16  # partials merged per combine task: up to 16 chunks per shard merge once
+FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
 
 
 @dataclass(frozen=True)

@@ -178,8 +178,9 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
     """Stable sort of rows ``(m, w)[:n]`` by mean, in place, by merging ascending runs.
 
     A merge input is a few concatenated sorted digests, so this costs O(n log runs).
-    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1). Unless ``idx`` is
-    None, it is permuted along with the rows (``ti`` is its scratch).
+    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1). ``w`` (and
+    ``tw``) may be None to sort means alone. Unless ``idx`` is None, it is permuted along
+    with the rows (``ti`` is its scratch).
     """
     nb = 1
     bounds[0] = 0
@@ -201,13 +202,15 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
             for o in range(lo, hi):
                 if j >= hi or (i < mid and src_m[i] <= src_m[j]):
                     dst_m[o] = src_m[i]
-                    dst_w[o] = src_w[i]
+                    if w is not None:
+                        dst_w[o] = src_w[i]
                     if idx is not None:
                         dst_i[o] = src_i[i]
                     i += 1
                 else:
                     dst_m[o] = src_m[j]
-                    dst_w[o] = src_w[j]
+                    if w is not None:
+                        dst_w[o] = src_w[j]
                     if idx is not None:
                         dst_i[o] = src_i[j]
                     j += 1
@@ -221,7 +224,8 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
     if swapped:
         for i in range(n):
             m[i] = tm[i]
-            w[i] = tw[i]
+            if w is not None:
+                w[i] = tw[i]
             if idx is not None:
                 idx[i] = ti[i]
 
@@ -314,6 +318,23 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                 continue
         n = 0
         total = 0.0
+        if weights is None and not flux:  # unit weights: sort the means alone
+            for r in range(r0, r1):
+                a = run_starts[r]
+                for i in range(run_sizes[r]):
+                    bm[n] = means[a + i] + 0.0
+                    n += 1
+            _sort_runs(bm, None, n, tm, None, bounds, None, None)
+            if n <= delta:
+                for i in range(n):
+                    out_m[pos + i] = bm[i]
+                    out_w[pos + i] = 1.0
+                pos += n
+            else:
+                bw[:n] = 1.0
+                pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, 0)
+            out_off[j + 1] = pos
+            continue
         for r in range(r0, r1):
             a = run_starts[r]
             for i in range(run_sizes[r]):
