@@ -224,3 +224,23 @@ def shutil_rmtree(path):
     import shutil
 
     shutil.rmtree(path)
+
+
+def test_cluster_workers_reuse_their_heap():
+    """Every worker of a zagg cluster has glibc's thresholds raised (not distributed's
+    pre-spawn trim setting, which remaps every array) and trims after tasks that keep
+    partials; the client process is left alone."""
+    from zagg import heap
+    from zagg.cluster import client_for
+
+    def state():
+        import ctypes.util
+
+        from zagg import heap as h
+
+        return h._tuned or ctypes.util.find_library("c") is None
+
+    with client_for(None, workers=1, threads=1) as client:
+        assert all(client.run(state).values())
+    assert heap._tuned is False
+    heap.trim_heap()  # a no-op outside tuned processes

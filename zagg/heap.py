@@ -33,18 +33,23 @@ def _libc():
     return libc
 
 
+_tuned = False  # set in processes whose heap tune_heap configured (cluster workers)
+
+
 def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
     """Set glibc's mmap and trim thresholds in this process; False where there is no glibc."""
+    global _tuned
     libc = _libc()
     if libc is None:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))) and bool(
+    _tuned = bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))) and bool(
         libc.mallopt(m_trim_threshold, int(trim_threshold)))
+    return _tuned
 
 
 def trim_heap() -> None:
-    """Return every free heap page to the system (glibc ``malloc_trim(0)``)."""
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    """Return every free heap page to the system (glibc ``malloc_trim(0)``) — in processes
+    tuned by :func:`tune_heap` only; elsewhere glibc's own policy is left alone."""
+    if _tuned:
+        _libc().malloc_trim(0)

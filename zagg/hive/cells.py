@@ -129,7 +129,10 @@ def ragged_from_objects(cells: np.ndarray, payload) -> RaggedCells:
 
 def to_dense(cells: DenseCells, n: int, dtype: np.dtype, fill) -> np.ndarray:
     """The dense array of ``n`` cells (fill where no value)."""
-    out = np.full(n, fill, dtype=dtype)
+    if fill == 0 and not np.signbit(fill):
+        out = np.zeros(n, dtype=dtype)  # calloc: untouched pages cost nothing
+    else:
+        out = np.full(n, fill, dtype=dtype)
     out[cells.ranks] = cells.values
     return out
 
