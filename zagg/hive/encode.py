@@ -157,13 +157,13 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
     return EncodedArray([(int(k), block[t].tobytes()) for t, k in enumerate(touched)], digest)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _put(buf, at, value, width):
     for b in range(width):
         buf[at + b] = (value >> (8 * b)) & 0xFF
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream):
     """Per touched chunk t: its §1.4 framing at ``frames[frame_at[t]:]`` (u32 cell count,
     u32 length ‖ payload per cell) and its §5.2 hash stream at ``stream[hash_at[t]:]``

@@ -78,7 +78,7 @@ def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
     return hashlib.sha256(_buffer(vlen_stream(lengths, filled, payloads))).hexdigest()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_stream(stream, heads, filled, lengths, body):
     at = 0
     for k in range(filled.size):

@@ -42,7 +42,7 @@ def composition_attrs(of: str, threshold: int) -> dict:
 # ----------------------------------------------------------------------- numba core
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _lane(num, den):
     """round_half_even(num / den) clipped to 0..255, floored to 1 when num > 0 (den > 0)."""
     if num <= 0:
@@ -56,7 +56,7 @@ def _lane(num, den):
     return q if q > 0 else 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _quantize(count, n):
     out = np.empty(count.shape[0], dtype=np.uint8)
     for i in range(count.shape[0]):
@@ -64,7 +64,7 @@ def _quantize(count, n):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _pack_counts(cnt, n):
     """Word from eight lane counts over a stratum of ``n`` photons (0 when n <= 0)."""
     w = np.uint64(0)
@@ -75,7 +75,7 @@ def _pack_counts(cnt, n):
     return w
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _pack_cells(conf, offsets, threshold, mask, use_mask):
     # Branch-free counting: a surface clearing the threshold implies the photon is signal,
     # so only n and the level lanes need the signal test.
@@ -107,7 +107,7 @@ def _pack_cells(conf, offsets, threshold, mask, use_mask):
     return words, n_signal
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _lane_counts(conf, order, offsets, threshold, rows):
     m = offsets.shape[0] - 1
     counts = np.zeros((m, 8), dtype=np.int64)
@@ -147,7 +147,7 @@ def lane_counts(conf, order, offsets, threshold: int, rows):
                         np.int64(threshold), np.ascontiguousarray(rows, dtype=np.bool_))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _compose(counts, n):
     out = np.empty(counts.shape[0], dtype=np.uint64)
     for c in range(counts.shape[0]):
@@ -155,7 +155,7 @@ def _compose(counts, n):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fold(words, n, start, stop):
     """k-way §3.4 fold of parts ``start..stop``: quantize(Σ nᵢ·laneᵢ / Σ nᵢ) per lane."""
     total = 0
@@ -174,7 +174,7 @@ def _fold(words, n, start, stop):
     return w, total
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _merge_kway(words, n, offsets):
     m = offsets.shape[0] - 1
     out = np.empty(m, dtype=np.uint64)
@@ -184,7 +184,7 @@ def _merge_kway(words, n, offsets):
     return out, n_total
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _merge2(wa, na, wb, nb_):
     out = np.empty(wa.shape[0], dtype=np.uint64)
     n_out = np.empty(wa.shape[0], dtype=np.int64)

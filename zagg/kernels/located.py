@@ -27,7 +27,7 @@ from . import tdigest
 _WORD_DTYPE = np.dtype("<u8")
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _order_full_ties(means, weights, words, offsets):
     """Within each segment, sort rows tying on (mean, weight) by word, in place.
 

@@ -16,7 +16,7 @@ import numpy as np
 _U64 = np.uint64
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _run_starts(keys):
     n = keys.shape[0]
     starts = np.empty(n, dtype=np.int64)
@@ -28,7 +28,7 @@ def _run_starts(keys):
     return starts[:r]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _order_from_runs(keys, run_start, run_len, run_order, order, cells, offsets):
     """Concatenate runs in sorted order into ``order`` (point permutation); fills the cell
     keys and CSR offsets and returns the number of cells. Outputs are allocated by numpy,
@@ -124,7 +124,7 @@ def _dd_add(hi, lo, x_hi, x_lo):
     return _fast_two_sum(s, e)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
                   count, s_hi, s_lo, q_hi, q_lo, vmin, vmax):
     m = offsets.shape[0] - 1
@@ -164,7 +164,7 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
             vmax[j] = mx if c > 0 else np.nan
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _gather_runs(src, starts, sizes, out):
     pos = 0
     for k in range(starts.shape[0]):
@@ -220,7 +220,7 @@ def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _combine_sum_int(x, perm, offsets):
     m = offsets.shape[0] - 1
     out = np.zeros(m, x.dtype)
@@ -232,7 +232,7 @@ def _combine_sum_int(x, perm, offsets):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _combine_dd(hi, lo, perm, offsets):
     m = offsets.shape[0] - 1
     out_hi = np.zeros(m)
@@ -248,7 +248,7 @@ def _combine_dd(hi, lo, perm, offsets):
     return out_hi, out_lo
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _combine_extreme(x, perm, offsets, take_max):
     m = offsets.shape[0] - 1
     out = np.full(m, np.nan)
@@ -282,7 +282,7 @@ def combine_states(states: dict[str, np.ndarray], perm, offsets) -> dict[str, np
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _dd_variance(n, s_hi, s_lo, q_hi, q_lo, ddof):
     m = n.shape[0]
     out = np.full(m, np.nan)

@@ -42,7 +42,7 @@ _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 # ---------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _weight_limit(before, total, delta):
     """Largest cumulative weight a centroid starting at ``before`` may reach (k1 scale)."""
     k0 = delta / (2.0 * math.pi) * math.asin(2.0 * before / total - 1.0)
@@ -52,7 +52,7 @@ def _weight_limit(before, total, delta):
     return 0.5 * total * (1.0 + math.sin(arg))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
     """Greedy single-pass k1 merge of ``n`` centroids sorted by mean into ``out[pos:]``.
 
@@ -92,7 +92,7 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
     return pos + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _max_segment(offsets):
     """Length of the longest segment (sizes the scratch buffers)."""
     longest = 0
@@ -101,7 +101,7 @@ def _max_segment(offsets):
     return longest
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _small_sort(src, n, dst, base):
     """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0).
 
@@ -126,7 +126,7 @@ def _small_sort(src, n, dst, base):
         dst[base + r] = x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build(values, offsets, delta, out_m, out_w, out_off):
     """Kernel of :func:`build` over float32 values; segments longer than ``_SHORT`` arrive
     already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
@@ -173,7 +173,7 @@ def _build(values, offsets, delta, out_m, out_w, out_off):
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
     """Stable sort of rows ``(m, w)[:n]`` by mean, in place, by merging ascending runs.
 
@@ -230,7 +230,7 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
                 idx[i] = ti[i]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members, starts):
     """Kernel of :func:`merge`, writing like :func:`_build`; returns the number of centroids.
 
@@ -280,7 +280,7 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w,
                 out_off):
     """Kernel of :func:`merge_runs`: cell j's centroids are the runs
@@ -356,7 +356,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _order_weight_ties(m, w, idx, n):
     """Order rows ``(m, w)[:n]``, already sorted by mean, by weight within runs of equal mean.
 
@@ -382,7 +382,7 @@ def _order_weight_ties(m, w, idx, n):
             idx[i] = ik
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rank_permutation(src, n, perm):
     """Stable sorting permutation of ``src[:n]`` (n <= _SHORT) by rank counting (see
     :func:`_small_sort`): ``perm[r]`` is the row of rank r."""
@@ -394,7 +394,7 @@ def _rank_permutation(src, n, perm):
         perm[r] = k
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off, members, starts):
     """Kernel of :func:`build` for weighted input or member tracking.
 
@@ -459,7 +459,7 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
     return pos, kept
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _positions(weights, a, k, pos):
     """Centroid positions in 0-based rank space (``C_i + w_i / 2 - 1/2``); returns total."""
     c = 0.0
@@ -470,7 +470,7 @@ def _positions(weights, a, k, pos):
     return c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _quantiles(means, weights, offsets, q, out):
     """``out[s, j]`` = quantile ``q[j]`` of segment s (see :func:`quantile`)."""
     nseg = offsets.size - 1
@@ -501,7 +501,7 @@ def _quantiles(means, weights, offsets, q, out):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cdfs(means, weights, offsets, x, out):
     """``out[s, j]`` = cdf at ``x[j]`` of segment s (see :func:`cdf`)."""
     nseg = offsets.size - 1
