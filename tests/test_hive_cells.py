@@ -23,7 +23,7 @@ FIELDS = {
 ATTRS = {"h_tdigest": RAGGED_ATTRS}
 
 
-def _arrays(rng):
+def _arrays(rng, unit=False):
     occupied = np.sort(rng.choice(N, size=40, replace=False))
     count = np.zeros(N, np.int64)
     count[occupied] = rng.integers(1, 9, occupied.size)
@@ -33,16 +33,23 @@ def _arrays(rng):
     digest.fill(b"")
     for r in occupied[1::3]:
         k = int(count[r])
-        rows = np.column_stack([np.sort(rng.normal(size=k)), np.ones(k)]).astype("<f4")
+        weights = np.ones(k)
+        weights[0] += 0 if unit else r % 2  # some weighted rows, unless all unit
+        rows = np.column_stack([np.sort(rng.normal(size=k)), weights]).astype("<f4")
         digest[r] = rows.tobytes()
     return {"count": count, "h_mean": mean, "h_tdigest": digest}
 
 
-def _cells_of(arrays):
+def _cells_of(arrays, digest_rows=False):
+    ragged = cells.ragged_from_objects(arrays["h_tdigest"], lambda i, c: bytes(c))
+    if digest_rows:  # the same payloads as float32 mean/weight columns
+        rows = ragged.data.view("<f4").reshape(-1, 2)
+        weights = None if np.all(rows[:, 1] == 1) else rows[:, 1]
+        ragged = cells.digest_rows(ragged.ranks, ragged.offsets // 8, rows[:, 0], weights)
     return {
         "count": cells.dense_from_array(arrays["count"], np.dtype("int64"), 0),
         "h_mean": cells.dense_from_array(arrays["h_mean"], np.dtype("float32"), np.nan),
-        "h_tdigest": cells.ragged_from_objects(arrays["h_tdigest"], lambda i, c: bytes(c)),
+        "h_tdigest": ragged,
     }
 
 
@@ -61,14 +68,15 @@ def _tree(root):
     return out
 
 
+@pytest.mark.parametrize("digest_rows", [False, "weighted", "unit"])
 @pytest.mark.parametrize("batch", [None, 64])
-def test_cells_path_writes_the_dense_path_bytes(tmp_path, monkeypatch, batch):
+def test_cells_path_writes_the_dense_path_bytes(tmp_path, monkeypatch, batch, digest_rows):
     if batch is not None:  # frame and hash the vlen chunks a few at a time
         monkeypatch.setattr(encode, "BATCH_BYTES", batch)
-    arrays = _arrays(np.random.default_rng(3))
+    arrays = _arrays(np.random.default_rng(3), unit=digest_rows == "unit")
     dense = hive.write_leaf(tmp_path / "a", SHARD, arrays, FIELDS, GRID, attrs=ATTRS)
-    sparse = hive.write_leaf_cells(tmp_path / "b", SHARD, _cells_of(arrays), FIELDS, GRID,
-                                   attrs=ATTRS)
+    sparse = hive.write_leaf_cells(tmp_path / "b", SHARD, _cells_of(arrays, digest_rows),
+                                   FIELDS, GRID, attrs=ATTRS)
     assert dense["content_hashes"] == sparse["content_hashes"]
     assert dense["cells_with_data"] == sparse["cells_with_data"] == int(
         (arrays["count"] > 0).sum())

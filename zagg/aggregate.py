@@ -355,11 +355,7 @@ def shard_contents(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, .
                     out[f.locations_name] = out[f.name]
                 continue
             d = part.digests[key]
-            rows = np.empty((d.means.size, 2), dtype=tdigest.PAYLOAD_DTYPE)
-            rows[:, 0] = d.means
-            rows[:, 1] = 1.0 if d.weights is None else d.weights
-            byte_offsets = (d.offsets - d.offsets[0]) * rows.itemsize * 2
-            out[f.name] = cells.ragged_cells(rank, byte_offsets, rows)
+            out[f.name] = cells.digest_rows(rank, d.offsets, d.means, d.weights)
             if f.located:
                 words = np.ascontiguousarray(d.locs, dtype="<u8")
                 out[f.locations_name] = cells.ragged_cells(

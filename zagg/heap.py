@@ -17,7 +17,7 @@ import ctypes.util
 import functools
 
 MMAP_THRESHOLD = 64 * 2**20  # allocations below this come from the (reusable) heap
-TRIM_THRESHOLD = 256 * 2**20  # free heap top kept before giving memory back
+TRIM_THRESHOLD = 64 * 2**20  # free heap top kept before giving memory back
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,9 +29,11 @@ class Digests:
         """Float32 digests; unit weights are dropped (half the memory of a loss-free
         partial, which is most of what a run holds between its two phases)."""
         means = np.asarray(means).astype(np.float32, copy=False)
-        weights = np.asarray(weights).astype(np.float32, copy=False)
-        if locs is None and (weights.size == 0 or (weights.min() == 1 and weights.max() == 1)):
-            weights = None
+        if weights is not None:
+            weights = np.asarray(weights).astype(np.float32, copy=False)
+            if locs is None and (weights.size == 0 or (weights.min() == 1
+                                                       and weights.max() == 1)):
+                weights = None
         return cls(means, weights, np.asarray(offsets, np.int64), locs)
 
     def weights_or_ones(self) -> np.ndarray:

@@ -7,7 +7,8 @@ definition. Encoding, hashing and coverage are then O(occupied inner chunks) plu
 spec-mandated hash of the fill, never a pass over a materialised dense array.
 
 - :class:`DenseCells`: ranks and values (declared dtype, little-endian, one NaN pattern);
-- :class:`RaggedCells`: ranks and their payload bytes, CSR style (``offsets`` into ``data``).
+- :class:`RaggedCells`: ranks and their payload bytes, CSR style (``offsets`` into ``data``);
+  :class:`DigestRows` keeps t-digest payloads as their float32 mean/weight columns.
 
 Dense numpy/object arrays convert to and from this form (:func:`dense_cells`,
 :func:`ragged_cells`, :func:`to_dense`, :func:`to_objects`).
@@ -52,6 +53,41 @@ class RaggedCells:
         buf = self.data.tobytes()
         edges = self.offsets.tolist()
         return [buf[edges[i] : edges[i + 1]] for i in range(len(edges) - 1)]
+
+
+class DigestRows(RaggedCells):
+    """t-digest cells kept as their centroid columns: cell ``ranks[i]`` holds rows
+    ``offsets[i] // 8 : offsets[i + 1] // 8`` of little-endian float32 ``[mean, weight]``
+    (``weights`` None: every weight is 1). The payload bytes are only interleaved chunk by
+    chunk while writing, never for the whole leaf at once."""
+
+    def __init__(self, ranks, row_offsets, means, weights=None):
+        self.ranks = np.asarray(ranks, dtype=np.int64)
+        self.offsets = np.asarray(row_offsets, dtype=np.int64) * 8
+        self.means = np.ascontiguousarray(means, dtype="<f4")
+        self.weights = None if weights is None else np.ascontiguousarray(weights, dtype="<f4")
+
+    @property
+    def data(self) -> np.ndarray:
+        rows = np.empty((self.means.size, 2), dtype="<f4")
+        rows[:, 0] = self.means
+        rows[:, 1] = 1.0 if self.weights is None else self.weights
+        return rows.reshape(-1).view(np.uint8)
+
+
+def digest_rows(ranks, offsets, means, weights=None) -> DigestRows:
+    """The non-empty subset of CSR digests at ``ranks`` (ascending)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    means = np.asarray(means)[lo:hi]
+    weights = None if weights is None else np.asarray(weights)[lo:hi]
+    offsets = offsets - lo
+    keep = np.diff(offsets) > 0
+    ranks = np.asarray(ranks, dtype=np.int64)
+    if not keep.all():
+        ranks = ranks[keep]
+        offsets = np.concatenate(([0], np.cumsum(np.diff(offsets)[keep])))
+    return DigestRows(ranks, offsets, means, weights)
 
 
 def non_fill(values: np.ndarray, fill) -> np.ndarray:

@@ -193,15 +193,32 @@ def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at,
             prev = r + 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _row_bytes(means, weights, data, row_at):
+    """``data.size // 8`` t-digest rows from ``row_at`` on, interleaved from their float32
+    columns into ``[mean, weight]`` payload bytes (weights None: all 1)."""
+    mb = means.view(np.uint8)
+    wb = weights.view(np.uint8) if weights is not None else means.view(np.uint8)
+    one = np.array([1.0], dtype=np.float32).view(np.uint8)
+    n_rows = data.size // 8
+    for r in range(n_rows):
+        src = row_at + r
+        for b in range(4):
+            data[8 * r + b] = mb[4 * src + b]
+            data[8 * r + 4 + b] = one[b] if weights is None else wb[4 * src + b]
+
+
 BATCH_BYTES = 16 * 2**20  # payload bytes framed and hashed per kernel call
 
 
-def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray, n: int,
-                  n_inner: int, level: int = ZSTD_LEVEL) -> EncodedArray:
+def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | None, n: int,
+                  n_inner: int, level: int = ZSTD_LEVEL, rows=None) -> EncodedArray:
     """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
-    ``data[offsets[i]:offsets[i+1]]``, every other cell is empty. Sharded when the leaf
-    has more than one inner chunk. Chunks are framed, hashed and compressed a batch at a
-    time, so the working memory stays near :data:`BATCH_BYTES` however full the leaf."""
+    ``data[offsets[i]:offsets[i+1]]``, every other cell is empty. ``rows = (means,
+    weights)`` (float32 columns, weights None for all ones) replaces ``data`` by t-digest
+    rows ``[mean, weight]``, interleaved a batch at a time. Sharded when the leaf has more
+    than one inner chunk. Chunks are framed, hashed and compressed a batch at a time, so
+    the working memory stays near :data:`BATCH_BYTES` however full the leaf."""
     per = n // n_inner
     touched, bounds = _chunk_runs(ranks, per)
     payload = offsets[bounds[1:]] - offsets[bounds[:-1]]
@@ -220,8 +237,16 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray, n: i
         hash_at = np.concatenate(([0], np.cumsum(hash_size[t:end]))).astype(np.int64)
         frames = np.zeros(int(frame_at[-1]), np.uint8)
         stream = np.zeros(int(hash_at[-1]), np.uint8)
-        _vlen_buffers(ranks, offsets, data, per, touched[t:end], bounds[t : end + 1], frame_at,
-                      hash_at, frames, stream)
+        b0, b1 = int(bounds[t]), int(bounds[end])
+        if rows is None:
+            _vlen_buffers(ranks, offsets, data, per, touched[t:end], bounds[t : end + 1],
+                          frame_at, hash_at, frames, stream)
+        else:  # interleave this batch's digest rows only
+            lo = int(offsets[b0])
+            batch = np.empty(int(offsets[b1]) - lo, np.uint8)
+            _row_bytes(rows[0], rows[1], batch, lo // 8)
+            _vlen_buffers(ranks, offsets - lo, batch, per, touched[t:end], bounds[t : end + 1],
+                          frame_at, hash_at, frames, stream)
         for i in range(end - t):
             digest.add(int(touched[t + i]), stream[hash_at[i] : hash_at[i + 1]])
             chunks.append(zstd.compress(frames[frame_at[i] : frame_at[i + 1]]))

@@ -21,7 +21,7 @@ from zarr.storage import WrapperStore
 from zagg import grid as _grid
 from zagg.hive import cells as cells_
 from zagg.hive import coverage, encode, hashes, paths, stamp, stats
-from zagg.hive.cells import DenseCells, RaggedCells
+from zagg.hive.cells import DenseCells, DigestRows, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.storage import StoreRoot, as_root
 
@@ -297,7 +297,10 @@ def _write_chunks(root, rel, shard_id, geometry: Geometry, specs, contents, occu
     digests = {}
     total = count = 0
     for name, cells, fill in arrays:
-        if isinstance(cells, RaggedCells):
+        if isinstance(cells, DigestRows):
+            enc = encode.encode_ragged(cells.ranks, cells.offsets, None, n, k,
+                                       rows=(cells.means, cells.weights))
+        elif isinstance(cells, RaggedCells):
             enc = encode.encode_ragged(cells.ranks, cells.offsets, cells.data, n, k)
         else:
             enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k,

@@ -312,7 +312,8 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
             if total <= delta:
                 for i in range(n):
                     out_m[pos + i] = means[a + i]
-                    out_w[pos + i] = 1.0 if weights is None else weights[a + i]
+                    if out_w is not None:
+                        out_w[pos + i] = 1.0 if weights is None else weights[a + i]
                 pos += n
                 out_off[j + 1] = pos
                 continue
@@ -328,12 +329,15 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
             if n <= delta:
                 for i in range(n):
                     out_m[pos + i] = bm[i]
-                    out_w[pos + i] = 1.0
+                    if out_w is not None:
+                        out_w[pos + i] = 1.0
                 pos += n
-            else:
+            elif out_w is not None:  # (a None out_w promises no cell compresses)
                 bw[:n] = 1.0
                 pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, 0)
             out_off[j + 1] = pos
+            continue
+        if out_w is None:  # unreachable: weighted or flux merges always get out_w
             continue
         for r in range(r0, r1):
             a = run_starts[r]
@@ -728,9 +732,10 @@ def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_D
 
     Cell j merges runs ``cell_runs[j]:cell_runs[j + 1]``; run r is the rows
     ``run_starts[r]:run_starts[r] + run_sizes[r]`` of ``(means, weights)``, sorted by mean
-    (one digest of one partial); ``weights=None`` means every centroid weighs 1. Equal to
-    :func:`merge` over the gathered rows, without gathering them first, and a cell held by
-    a single loss-free digest is a plain copy.
+    (one digest of one partial); ``weights=None`` means every centroid weighs 1, and the
+    weights come back None too when every cell stays loss-free. Equal to :func:`merge`
+    over the gathered rows, without gathering them first, and a cell held by a single
+    loss-free digest is a plain copy.
     """
     flux = check_weights_declaration(declaration) == "flux"
     means = np.ascontiguousarray(means, dtype=_kernel_float(means)).reshape(-1)
@@ -740,10 +745,15 @@ def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_D
     run_sizes = np.asarray(run_sizes, dtype=np.int64)
     cell_runs = np.asarray(cell_runs, dtype=np.int64)
     rows = int(run_sizes.sum())
-    out = (np.empty(rows, out_dtype), np.empty(rows, out_dtype),
+    delta = _check_delta(delta)
+    # unit weights that stay loss-free in every cell give unit weights back (None)
+    unit = weights is None and not flux and (
+        cell_runs.size < 2 or np.add.reduceat(run_sizes, cell_runs[:-1]).max() <= delta)
+    out = (np.empty(rows, out_dtype), None if unit else np.empty(rows, out_dtype),
            np.empty(cell_runs.size, np.int64))
-    k = _merge_runs(means, weights, run_starts, run_sizes, cell_runs, _check_delta(delta), flux,
-                    *out)
+    k = _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, *out)
+    if unit:
+        return out[0][:k], None, out[2]
     return _trimmed(*out, k)
 
 
