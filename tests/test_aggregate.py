@@ -262,3 +262,25 @@ def test_integer_and_dask_backed_lazy_input_not_materialised():
     assert res["q_max"].dtype == np.int16
     assert set(np.unique(res["q_max"].values)) <= {-1, 0, 1, 2, 3, 4}
     assert (res["q_max"].values >= 0).sum() > 0
+
+
+def test_compacted_partials_combine_exactly_like_full_ones():
+    """Chunk partials wait in int32 counts and float32 extremes where exact; combining
+    them gives the full-width states bit for bit."""
+    from zagg.partials import Partial, combine
+
+    cells = np.array([5, 9, 12], dtype=np.uint64)
+    a = Partial(cells, {"h": {"count": np.array([1, 2, 3]), "min": np.array([0.5, -1.0, np.nan]),
+                              "max": np.array([0.1, 1e300, 2.0])}})
+    b = Partial(cells[1:], {"h": {"count": np.array([4, 5]), "min": np.array([-2.0, 0.25]),
+                                  "max": np.array([3.0, 1.0 / 3.0])}})
+    small = a.compact()
+    assert small.states["h"]["count"].dtype == np.int32
+    assert small.states["h"]["min"].dtype == np.float32  # every min is exact in float32
+    assert small.states["h"]["max"].dtype == np.float64  # 1e300 is not
+    assert b.compact().states["h"]["max"].dtype == np.float64  # neither is 1/3
+    full, packed = combine([a, b], {}), combine([small, b.compact()], {})
+    for k in ("count", "min", "max"):
+        assert packed.states["h"][k].dtype == full.states["h"][k].dtype
+        np.testing.assert_array_equal(packed.states["h"][k], full.states["h"][k])
+    np.testing.assert_array_equal(full.states["h"]["count"], [1, 6, 8])

@@ -309,6 +309,7 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
         granules = _shard_granules(G.ancestor(cell_words, plan.shard_order),
                                    values(plan.granule_var))
     del arrs, arrays, cell_words, values
+    partial = partial.compact()  # it waits for every chunk of the run: keep it small
     heap.trim_heap()  # the partial stays; the chunk's temporaries must not stay with it
     return ChunkResult(partial, shards, bounds, counts, granules)
 

@@ -68,6 +68,24 @@ class Partial:
             {k: d.take(a, b) for k, d in self.digests.items()},
         )
 
+    def compact(self) -> Partial:
+        """The same partial in less memory while it waits to be combined: counts as int32
+        and extremes as float32 where that is exact (:func:`combine` widens them back)."""
+        states = {}
+        for src, arrs in self.states.items():
+            out = {}
+            for k, v in arrs.items():
+                if k == "count" and v.dtype == np.int64 and (v.size == 0 or v.max() < 2**31):
+                    v = v.astype(np.int32)
+                elif k in ("min", "max") and v.dtype == np.float64:
+                    with np.errstate(over="ignore"):
+                        narrow = v.astype(np.float32)
+                    if np.array_equal(narrow, v, equal_nan=True):
+                        v = narrow
+                out[k] = v
+            states[src] = out
+        return Partial(self.cells, states, self.digests)
+
     @property
     def nbytes(self) -> int:
         n = self.cells.nbytes + sum(d.nbytes for d in self.digests.values())
@@ -100,6 +118,15 @@ def group_key(source: str | None, where: str | None) -> str:
     return (source or "") + (f"|{where}" if where else "")
 
 
+def _widened(name: str, x: np.ndarray) -> np.ndarray:
+    """Undo :meth:`Partial.compact` before states are summed across partials."""
+    if name == "count" and x.dtype != np.int64:
+        return x.astype(np.int64)
+    if name in ("min", "max") and x.dtype != np.float64:
+        return x.astype(np.float64)
+    return x
+
+
 def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partial:
     """Merge partials: states of equal cells combine, digests merge (k-way, loss-free while
     a cell's total weight stays within delta). Parts are taken in list order."""
@@ -112,7 +139,8 @@ def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partia
     perm, ucells, offsets = segments.group_sorted(cells)
     states = {}
     for src in parts[0].states:
-        cat = {k: np.concatenate([p.states[src][k] for p in parts]) for k in parts[0].states[src]}
+        cat = {k: _widened(k, np.concatenate([p.states[src][k] for p in parts]))
+               for k in parts[0].states[src]}
         states[src] = segments.combine_states(cat, perm, offsets)
     digests = {}
     for key, spec in digest_specs.items():
