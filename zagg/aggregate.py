@@ -331,7 +331,8 @@ def _combine(plan: Plan, *parts: Partial) -> Partial:
     if not nonempty:
         return parts[0]
     out = combine(nonempty, plan.digest_specs)
-    heap.trim_heap()
+    if out.nbytes > heap.TRIM_AFTER_BYTES:  # only big merges leave enough to give back
+        heap.trim_heap()
     return out
 
 

@@ -5,8 +5,9 @@ touch costs a page fault. distributed's default (``MALLOC_TRIM_THRESHOLD_=65536`
 before a worker starts) pins glibc's mmap threshold at 128 KiB, so every such array is
 mapped and unmapped again — whole tasks ran 2-3 times slower here. :func:`tune_heap`
 raises both thresholds so buffers are reused from the heap; :func:`trim_heap`, called when
-a task that leaves long-lived results behind finishes, returns the free pages scattered
-between those results, so holding partials never pins the task's temporaries.
+a task that leaves long-lived results behind finishes (every input chunk's reduction, big
+merges), returns the free pages scattered between those results, so holding partials
+never pins the task's temporaries.
 Both are no-ops without glibc.
 """
 
@@ -18,6 +19,9 @@ import functools
 
 MMAP_THRESHOLD = 64 * 2**20  # allocations below this come from the (reusable) heap
 TRIM_THRESHOLD = 64 * 2**20  # free heap top kept before giving memory back
+# a task trims after itself only when its result is at least this big: trimming after small
+# tasks gives back little and makes the next tasks fault their pages in again
+TRIM_AFTER_BYTES = 32 * 2**20
 
 
 @functools.lru_cache(maxsize=1)

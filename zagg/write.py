@@ -14,7 +14,7 @@ import dask
 import xarray as xr
 from dask.delayed import Delayed
 
-from . import heap, hive
+from . import hive
 from . import progress as progress_
 from .aggregate import shard_priority
 from .grid import from_decimal
@@ -95,12 +95,10 @@ def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, gran
 def _write_shard_cells(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
                        stats_extra, contents):
     """Write one leaf straight from its occupied cells (no dense arrays are built)."""
-    record = hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
-                                   granule_count=None if granule_ids is not None else 0,
-                                   granule_ids=granule_ids, semantic_hash=semantic_hash,
-                                   stats_extra=stats_extra)
-    heap.trim_heap()
-    return record
+    return hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
+                                 granule_count=None if granule_ids is not None else 0,
+                                 granule_ids=granule_ids, semantic_hash=semantic_hash,
+                                 stats_extra=stats_extra)
 
 
 def contents_tasks(ds: xr.Dataset) -> list | None:
