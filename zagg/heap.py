@@ -17,7 +17,7 @@ import ctypes
 import ctypes.util
 import functools
 
-MMAP_THRESHOLD = 64 * 2**20  # allocations below this come from the (reusable) heap
+MMAP_THRESHOLD = 16 * 2**20  # allocations below this come from the (reusable) heap
 TRIM_THRESHOLD = 64 * 2**20  # free heap top kept before giving memory back
 # a task trims after itself only when its result is at least this big: trimming after small
 # tasks gives back little and makes the next tasks fault their pages in again
