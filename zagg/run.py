@@ -90,5 +90,4 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
                                         progress=progress),
                               store, storage_options=options, t_start=t0)
-        del ds
         return write.execute(progress=progress)

@@ -231,6 +231,21 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
 
 
 @njit(cache=True, nogil=True)
+def _emit(m, w, n, total, loss_free, delta, out_m, out_w, pos, starts, kept):
+    """Write one sorted segment ``(m, w)[:n]`` at ``out[pos:]``: as it is when
+    ``loss_free``, else k1-compressed. Unless ``starts`` is None it records each centroid's
+    first member position (from ``kept``). Returns the new write position."""
+    if loss_free:
+        for i in range(n):
+            out_m[pos + i] = m[i]
+            out_w[pos + i] = w[i]
+            if starts is not None:
+                starts[pos + i] = kept + i
+        return pos + n
+    return _compress(m, w, n, total, delta, out_m, out_w, pos, starts, kept)
+
+
+@njit(cache=True, nogil=True)
 def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members, starts):
     """Kernel of :func:`merge`, writing like :func:`_build`; returns the number of centroids.
 
@@ -266,15 +281,8 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
         if members is not None:
             for i in range(n):
                 members[kept + i] = bi[i]
-        if (n <= delta) if flux else (total <= delta):
-            for i in range(n):
-                out_m[pos + i] = bm[i]
-                out_w[pos + i] = bw[i]
-                if starts is not None:
-                    starts[pos + i] = kept + i
-            pos += n
-        else:
-            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos, starts, kept)
+        loss_free = (n <= delta) if flux else (total <= delta)
+        pos = _emit(bm, bw, n, total, loss_free, delta, out_m, out_w, pos, starts, kept)
         kept += n
         out_off[s + 1] = pos
     return pos
@@ -349,13 +357,8 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
         _sort_runs(bm, bw, n, tm, tw, bounds, None, None)
         if flux:
             _order_weight_ties(bm, bw, None, n)
-        if (n <= delta) if flux else (total <= delta):
-            for i in range(n):
-                out_m[pos + i] = bm[i]
-                out_w[pos + i] = bw[i]
-            pos += n
-        else:
-            pos = _compress(bm, bw, n, total, delta, out_m, out_w, pos, None, 0)
+        loss_free = (n <= delta) if flux else (total <= delta)
+        pos = _emit(bm, bw, n, total, loss_free, delta, out_m, out_w, pos, None, 0)
         out_off[j + 1] = pos
     return pos
 
@@ -449,15 +452,7 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
         if members is not None:
             for i in range(n):
                 members[kept + i] = perm[i]
-        if n <= delta:
-            for i in range(n):
-                out_m[pos + i] = sm[i]
-                out_w[pos + i] = sw[i]
-                if starts is not None:
-                    starts[pos + i] = kept + i
-            pos += n
-        else:
-            pos = _compress(sm, sw, n, total, delta, out_m, out_w, pos, starts, kept)
+        pos = _emit(sm, sw, n, total, n <= delta, delta, out_m, out_w, pos, starts, kept)
         kept += n
         out_off[s + 1] = pos
     return pos, kept
