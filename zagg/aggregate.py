@@ -11,13 +11,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import dask
-import dask.array as da
 import numpy as np
 import xarray as xr
 
+from . import graph, heap, predicate
 from . import grid as G
-from . import heap, predicate
 from . import progress as progress_
 from .config import Config, FieldSpec, Filter, load_config
 from .hive import cells
@@ -26,7 +24,6 @@ from .partials import Digests, DigestSpec, Partial, combine, group_key
 
 DEFAULT_CHUNK = 1 << 20
 POINT_WORDS = "__point_words__"  # the values() name of each kept point's order-29 word
-FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
 
 
 @dataclass(frozen=True)
@@ -322,10 +319,6 @@ def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, l
     return out
 
 
-def _piece(result: ChunkResult, shard_word: int) -> Partial:
-    return result.piece(shard_word)
-
-
 def _combine(plan: Plan, *parts: Partial) -> Partial:
     nonempty = [p for p in parts if p.cells.size]
     if not nonempty:
@@ -391,18 +384,6 @@ def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], contents: dict):
     return out
 
 
-def shard_priority(i: int, n: int) -> int:
-    """Scheduling priority of the tasks of the i-th of n shards (earlier shards first)."""
-    return n - i
-
-
-def _tree_reduce(plan: Plan, pieces: list):
-    combine_task = dask.delayed(_combine, pure=True)
-    while len(pieces) > 1:
-        pieces = [combine_task(plan, *pieces[i : i + FAN_IN]) for i in range(0, len(pieces), FAN_IN)]
-    return pieces[0]
-
-
 def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int):
     lat = ds[plan.lat]
     if lat.ndim != 1:
@@ -455,15 +436,14 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
     if discover is None:
         discover = shards is None
     dim, blocks = _select_inputs(ds, plan, chunk_size)
-    chunk_task = dask.delayed(reduce_chunk, pure=True)
-    results = [chunk_task(plan, *blk) for blk in blocks]
+    results = graph.chunk_tasks(plan, blocks)
     t0 = time.perf_counter()
     counts = None
     shard_granules = None
     if discover:
         results = progress_.persist(results, progress=progress,
                                     label="keying and reducing input chunks")
-        summaries = progress_.compute([dask.delayed(_summary)(r) for r in results])
+        summaries = progress_.compute(graph.summary_tasks(results, _summary))
         shard_words = np.unique(np.concatenate([s for s, _, _ in summaries]
                                                + [np.zeros(0, np.uint64)]))
         members = {int(w): [] for w in shard_words}
@@ -512,46 +492,24 @@ def _fields_block(fields) -> dict:
 
 def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
     """The lazy leaf Dataset: per shard, tree-combine → :func:`shard_contents` →
-    :func:`finalize_shard`, concatenated along ``cells``."""
+    :func:`finalize_shard` (:func:`zagg.graph.shard_chains`), one chunk per shard along
+    ``cells``."""
     fields = tuple(config.fields.values())
     keys = tuple(state_key(f, config) for f in fields)
-    p, c = plan.shard_order, plan.cell_order
-    n = 4 ** (c - p)
-    piece = dask.delayed(_piece, pure=True)
-    contents_task = dask.delayed(shard_contents, pure=True)
-    fin = dask.delayed(finalize_shard, pure=True)
-    words_task = dask.delayed(G.shard_cell_words, pure=True)
-    per_field = {f.name: [] for f in fields}
-    per_field.update({f.locations_name: [] for f in fields if f.located})
-    morton = []
-    contents_keys = []
-    for i, w in enumerate(shard_words):
-        w = int(w)
-        # shard by shard: a worker finishes one shard's chain before the next one's pieces
-        with dask.annotate(priority=shard_priority(i, len(shard_words))):
-            combined = _tree_reduce(plan, [piece(r, w) for r in members[w]])
-            contents = contents_task(plan, fields, keys, combined, w)
-            arrays = fin(plan, fields, contents)
-        contents_keys.append(contents.key)
-        for name in per_field:
-            f = config.fields.get(name)
-            dtype = np.dtype(f.dtype) if f is not None and f.kind == "dense" else object
-            per_field[name].append(da.from_delayed(arrays[name], (n,), dtype=dtype))
-        morton.append(da.from_delayed(words_task(np.uint64(w), p, c), (n,), dtype=np.uint64))
-
-    def cat(chunks, dtype):
-        if chunks:
-            return da.concatenate(chunks)
-        return da.zeros((0,), dtype=dtype, chunks=(n,))
-
+    outputs = {}
+    for f in fields:
+        outputs[f.name] = object if f.kind == "ragged" else np.dtype(f.dtype)
+        if f.located:
+            outputs[f.locations_name] = object
+    built = graph.shard_chains(graph.ShardJob(plan, fields, keys), shard_words, members,
+                               outputs)
     data_vars = {}
     for f in fields:
-        dtype = object if f.kind == "ragged" else np.dtype(f.dtype)
-        data_vars[f.name] = xr.Variable("cells", cat(per_field[f.name], dtype), f.array_attrs())
+        data_vars[f.name] = xr.Variable("cells", built.arrays[f.name], f.array_attrs())
         if f.located:
-            data_vars[f.locations_name] = xr.Variable(
-                "cells", cat(per_field[f.locations_name], object), f.locations_attrs())
-    ds = xr.Dataset(data_vars, coords={"morton": ("cells", cat(morton, np.uint64))})
+            data_vars[f.locations_name] = xr.Variable("cells", built.arrays[f.locations_name],
+                                                      f.locations_attrs())
+    ds = xr.Dataset(data_vars, coords={"morton": ("cells", built.morton)})
     ds["morton"].attrs = {"long_name": "morton cell word", "grid": "healpix-nested-morton"}
     ds.attrs["zagg"] = {
         "grid": config.grid.as_dict(),
@@ -565,7 +523,7 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
         "config": config.raw,
         # how the leaf writer finds each shard's occupied cells in this Dataset's graph
         # (used only while every array still has the name recorded here)
-        "contents": {"keys": [str(k) for k in contents_keys],
+        "contents": {"layer": built.chain_layer, "key": built.contents,
                      "arrays": {name: ds[name].data.name for name in ds.variables}},
     }
     return ds

@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 
 import dask
 import xarray as xr
-from dask.delayed import Delayed
 
-from . import hive
+from . import graph, hive
 from . import progress as progress_
-from .aggregate import shard_priority
 from .grid import from_decimal
 
 
@@ -81,24 +79,37 @@ class RunSummary:
         ]
 
 
-def _write_shard(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
-                 stats_extra, *blocks):
-    """Write one leaf from its dense per-cell blocks (a Dataset computed or changed since
-    :func:`zagg.aggregate` made it)."""
-    arrays = dict(zip(names, blocks, strict=True))
-    return hive.write_leaf(root, shard_id, arrays, fields, grid, attrs=attrs,
-                           granule_count=None if granule_ids is not None else 0,
-                           granule_ids=granule_ids, semantic_hash=semantic_hash,
-                           stats_extra=stats_extra)
+@dataclass(frozen=True)
+class LeafWriter:
+    """What every leaf-write task shares (stored once in the graph): the store, the
+    fields and their attrs, the grid, the semantic hash and per-shard granule ids."""
 
+    root: hive.StoreRoot
+    names: tuple
+    fields: dict
+    grid: dict
+    attrs: dict
+    semantic_hash: str
+    shard_granules: dict | None  # None: granules were not tracked
+    stats_extra: dict | None
 
-def _write_shard_cells(root, shard_id, names, fields, grid, attrs, semantic_hash, granule_ids,
-                       stats_extra, contents):
-    """Write one leaf straight from its occupied cells (no dense arrays are built)."""
-    return hive.write_leaf_cells(root, shard_id, contents, fields, grid, attrs=attrs,
-                                 granule_count=None if granule_ids is not None else 0,
-                                 granule_ids=granule_ids, semantic_hash=semantic_hash,
-                                 stats_extra=stats_extra)
+    def _kwargs(self, shard_id: str) -> dict:
+        ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
+        return {"attrs": self.attrs, "granule_count": None if ids is not None else 0,
+                "granule_ids": ids, "semantic_hash": self.semantic_hash,
+                "stats_extra": self.stats_extra}
+
+    def from_cells(self, shard_id: str, contents: dict) -> dict | None:
+        """Write one leaf straight from its occupied cells (no dense arrays are built)."""
+        return hive.write_leaf_cells(self.root, shard_id, contents, self.fields, self.grid,
+                                     **self._kwargs(shard_id))
+
+    def from_arrays(self, shard_id: str, *blocks) -> dict | None:
+        """Write one leaf from its dense per-cell blocks (a Dataset computed or changed
+        since :func:`zagg.aggregate` made it)."""
+        arrays = dict(zip(self.names, blocks, strict=True))
+        return hive.write_leaf(self.root, shard_id, arrays, self.fields, self.grid,
+                               **self._kwargs(shard_id))
 
 
 def contents_tasks(ds: xr.Dataset) -> list | None:
@@ -114,11 +125,8 @@ def contents_tasks(ds: xr.Dataset) -> list | None:
             return None
     if set(info["arrays"]) != set(ds.variables):
         return None
-    graph = ds.__dask_graph__()
-    keys = info["keys"]
-    if not all(k in graph.layers or k in graph for k in keys):
-        return None
-    return [Delayed(k, graph) for k in keys]
+    return graph.contents_delayed(ds.__dask_graph__(), info["layer"], info["key"],
+                                  len(ds.attrs["zagg"]["shards"]))
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
@@ -200,27 +208,19 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
     fields = {n: dict(z["fields"][n]) for n in names}
-    shard_granules = z.get("shard_granules") or {}
     failed = z.get("failed_granules") or []
-    extra = {"failed_granules": failed} if failed else None
-
-    def granules_of(sid):
-        return shard_granules.get(sid) if "shard_granules" in z else None
-
+    writer = LeafWriter(root, tuple(names), fields, grid, attrs, semantic,
+                        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
+                        {"failed_granules": failed} if failed else None)
     contents = contents_tasks(ds)
     if contents is not None:
-        task = dask.delayed(_write_shard_cells, pure=False)
-        tasks = []
-        for i, sid in enumerate(shard_ids):
-            with dask.annotate(priority=shard_priority(i, len(shard_ids))):
-                tasks.append(task(root, sid, names, fields, grid, attrs, semantic,
-                                  granules_of(sid), extra, contents[i]))
+        args = [(sid, c.key) for sid, c in zip(shard_ids, contents, strict=True)]
+        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_cells, writer, args, contents)
     else:
-        # optimize_graph=False keeps one finalize task per shard shared by all its fields
-        blocks = [ds[n].data.to_delayed(optimize_graph=False).ravel() for n in names]
-        task = dask.delayed(_write_shard, pure=False)
-        tasks = [task(root, sid, names, fields, grid, attrs, semantic, granules_of(sid), extra,
-                      *[b[i] for b in blocks]) for i, sid in enumerate(shard_ids)]
+        arrays = [ds[n].data for n in names]
+        keys = [a.__dask_keys__() for a in arrays]
+        args = [(sid, *[k[i] for k in keys]) for i, sid in enumerate(shard_ids)]
+        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_arrays, writer, args, arrays)
     info = {"points": (z.get("points") or {}).get("keyed"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shard_ids, grid["parent_order"], tasks, info, t0)
