@@ -27,6 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
+from . import networks
+
 DEFAULT_DELTA = 512
 WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 
@@ -103,20 +105,23 @@ def _max_segment(offsets):
 
 @njit(cache=True, nogil=True)
 def _small_sort(src, n, dst, base):
-    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0).
+    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0; ``src``
+    holds at least 32 slots and its tail past n is overwritten).
 
-    Tiny inputs use insertion sort; larger ones scatter each value to its rank (count of
-    smaller values, ties broken by index), a branch-free O(n^2) loop that vectorises and
-    avoids the per-element mispredictions that dominate insertion sort on random data.
+    Up to 32 values go through a branch-free sorting network padded with +inf; larger
+    ones scatter each value to its rank (count of smaller values, ties broken by index),
+    an O(n^2) loop that vectorises and avoids insertion sort's mispredictions.
     """
-    if n <= 8:
-        for k in range(n):
-            x = src[k]
-            i = base + k
-            while i > base and dst[i - 1] > x:
-                dst[i] = dst[i - 1]
-                i -= 1
-            dst[i] = x
+    if n <= 32:
+        width = 8 if n <= 8 else (16 if n <= 16 else 32)
+        for k in range(n, width):
+            src[k] = np.inf
+        if width == 8:
+            networks.sort8(src, dst, base, n)
+        elif width == 16:
+            networks.sort16(src, dst, base, n)
+        else:
+            networks.sort32(src, dst, base, n)
         return
     for k in range(n):
         x = src[k]
