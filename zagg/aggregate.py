@@ -231,7 +231,8 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
                                                                         np.ndarray]:
     """Group keyed points by cell and reduce them: the chunk's partial, the shard words it
     touches and each shard's row bounds in the partial."""
-    order, cells, offsets = segments.group_by_cell(cell_words, plan.cell_order)
+    grp = segments.group_cells(cell_words, plan.cell_order)
+    cells, offsets = grp.cells, grp.offsets
     masks: dict[str, np.ndarray] = {}
 
     def selected(where):
@@ -240,17 +241,21 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             masks[where] = pred.evaluate({n: values(n) for n in pred.variables})
         return masks[where]
 
-    gathered: dict[tuple, np.ndarray] = {}
+    def masked(source, where):
+        """``source`` in input order, NaN where ``where`` excludes a point."""
+        v = values(source)
+        if where is None:
+            return v
+        return np.where(selected(where), v.astype(np.float64, copy=False), np.nan)
 
-    def cell_sorted(source, where):
-        """``source`` in cell order (NaN where ``where`` excludes a point), gathered once
-        for the dense states and the digest that both read it."""
-        if (source, where) not in gathered:
-            v = values(source)[order]
-            if where is not None:
-                v = np.where(selected(where)[order], v.astype(np.float64, copy=False), np.nan)
-            gathered[source, where] = v
-        return gathered[source, where]
+    made: dict[tuple, np.ndarray] = {}
+
+    def addressed(source, where):
+        """``masked(source, where)`` as the kernels address it with ``grp.starts``, made
+        once for the dense states and the digest that both read it."""
+        if (source, where) not in made:
+            made[source, where] = grp.addressed(masked(source, where))
+        return made[source, where]
 
     states = {}
     for key, source, where, wanted in plan.states:
@@ -258,25 +263,34 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             if where is None:
                 states[key] = {"count": np.diff(offsets)}
             else:
-                hits = selected(where)[order].astype(np.int64)
-                states[key] = {"count": segments.segment_sums(hits, offsets)}
+                hits = grp.addressed(selected(where))
+                states[key] = {"count": segments.segment_sums(hits, offsets, grp.starts)}
             continue
-        states[key] = segments.dense_states(cell_sorted(source, where), None, offsets, wanted)
+        states[key] = segments.dense_states(addressed(source, where), grp.starts, offsets,
+                                            wanted)
     digests = {}
     for key, spec in plan.digests:
-        v = cell_sorted(spec.source, spec.where)
+        if spec.located:
+            v = grp.contiguous(masked(spec.source, spec.where))
+            if v.dtype.kind != "f":
+                v = v.astype(np.float64)
+            wts = None
+            if spec.weight_source is not None:
+                wts = grp.contiguous(values(spec.weight_source)).astype(np.float64, copy=False)
+            m, w, o, loc = located.located_build(v, grp.contiguous(values(POINT_WORDS)),
+                                                 offsets, spec.delta, weights=wts)
+            digests[key] = Digests.of(m, w, o, loc)
+            continue
+        v = addressed(spec.source, spec.where)
         if v.dtype.kind != "f":
             v = v.astype(np.float64)
         wts = None
         if spec.weight_source is not None:
-            wts = values(spec.weight_source)[order].astype(np.float64, copy=False)
-        if spec.located:
-            m, w, o, loc = located.located_build(v, values(POINT_WORDS)[order], offsets,
-                                                 spec.delta, weights=wts)
-            digests[key] = Digests.of(m, w, o, loc)
-        else:
-            m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32)
-            digests[key] = Digests.of(m, w, o)
+            wts = grp.addressed(values(spec.weight_source)).astype(np.float64, copy=False)
+        m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32,
+                                starts=grp.starts)
+        digests[key] = Digests.of(m, w, o)
+    order = grp.permutation() if plan.compositions else None
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))
         if comp.of_where is not None:

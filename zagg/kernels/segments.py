@@ -10,6 +10,8 @@ transformation, so ``hi + lo`` rounds to the same float64 however the input was 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba as nb
 import numpy as np
 
@@ -65,28 +67,69 @@ def _sort_runs(run_keys: np.ndarray, key_bits: int) -> np.ndarray:
     return np.argsort(run_keys, kind="stable")
 
 
-def group_by_cell(cell_words: np.ndarray, cell_order: int):
-    """Group points by cell word.
+@dataclass
+class Grouping:
+    """Points grouped by cell.
 
-    Returns ``(order, cells, offsets)``: the permutation that lists points cell by cell
-    (input order kept inside a cell), the sorted unique cell words and the CSR offsets of
-    each cell's points in ``order``.
+    ``cells`` are the sorted unique cell words and ``offsets`` their CSR bounds in cell
+    order. Kernels address cell j's points as ``x[starts[j]:starts[j] + size_j]`` of
+    ``addressed(x)``: when every cell's points form one contiguous run of the input (usual
+    for along-track data) that is the input itself, with no permutation built or applied;
+    otherwise ``order`` lists the points cell by cell (input order kept inside a cell) and
+    arrays are gathered through it.
     """
+
+    cells: np.ndarray
+    offsets: np.ndarray
+    starts: np.ndarray
+    order: np.ndarray | None
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def addressed(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (one entry per input point) as the kernels address it with ``starts``."""
+        return x if self.order is None else x[self.order]
+
+    def contiguous(self, x: np.ndarray) -> np.ndarray:
+        """``x`` in cell order, each cell's points contiguous (``offsets`` bounds)."""
+        if self.order is None:
+            return gather_runs(x, self.starts, self.sizes)
+        return x[self.order]
+
+    def permutation(self) -> np.ndarray:
+        """The point permutation that lists points cell by cell."""
+        if self.order is None:
+            return gather_runs(np.arange(int(self.offsets[-1]), dtype=np.int64), self.starts,
+                               self.sizes)
+        return self.order
+
+
+def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:
+    """Group points by cell word (see :class:`Grouping`)."""
     cell_words = np.ascontiguousarray(cell_words, dtype=_U64)
     if cell_words.size == 0:
-        return (np.zeros(0, np.int64), np.zeros(0, _U64), np.zeros(1, np.int64))
+        empty = np.zeros(0, np.int64)
+        return Grouping(np.zeros(0, _U64), np.zeros(1, np.int64), empty, None)
     shift = 60 - 2 * cell_order
     keys = cell_words >> _U64(shift)  # rank: base prefix + tuples, monotone in the word
     run_start = _run_starts(keys)
     run_len = np.diff(np.append(run_start, keys.shape[0]))
     run_order = _sort_runs(keys[run_start], 4 + 2 * cell_order)
+    ranks = keys[run_start[run_order]]
+    if ranks.size < 2 or bool(np.all(ranks[1:] != ranks[:-1])):  # one run per cell
+        starts = run_start[run_order]
+        offsets = np.zeros(ranks.size + 1, np.int64)
+        np.cumsum(run_len[run_order], out=offsets[1:])
+        return Grouping((ranks << _U64(shift)) | _U64(cell_order), offsets, starts, None)
     order = np.empty(keys.shape[0], dtype=np.int64)
     ranks = np.empty(run_order.shape[0], dtype=keys.dtype)
     offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
     m = _order_from_runs(keys, run_start, run_len, run_order, order, ranks, offsets)
-    cells = (ranks[:m] << _U64(shift)) | _U64(cell_order)
     offsets = offsets[: m + 1]
-    return order, cells, offsets
+    return Grouping((ranks[:m] << _U64(shift)) | _U64(cell_order), offsets, offsets[:-1],
+                    order)
 
 
 @nb.njit(cache=True, inline="always")
@@ -125,7 +168,7 @@ def _dd_add(hi, lo, x_hi, x_lo):
 
 
 @nb.njit(cache=True, nogil=True)
-def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
+def _dense_states(values, starts, offsets, want_sum, want_sq, want_min, want_max,
                   count, s_hi, s_lo, q_hi, q_lo, vmin, vmax):
     m = offsets.shape[0] - 1
     for j in range(m):
@@ -136,9 +179,9 @@ def _dense_states(values, order, offsets, want_sum, want_sq, want_min, want_max,
         ql = 0.0
         mn = np.inf
         mx = -np.inf
-        for i in range(offsets[j], offsets[j + 1]):
-            # order None (values already cell-sorted) is resolved at compile time
-            x = np.float64(values[i]) if order is None else np.float64(values[order[i]])
+        a = starts[j]
+        for i in range(a, a + offsets[j + 1] - offsets[j]):
+            x = np.float64(values[i])
             if not np.isfinite(x):
                 continue
             c += 1
@@ -182,17 +225,20 @@ def gather_runs(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.nd
     return out
 
 
-def segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Sum of ``x[offsets[j]:offsets[j+1]]`` per segment (empty segments sum to 0)."""
+def segment_sums(x: np.ndarray, offsets: np.ndarray, starts=None) -> np.ndarray:
+    """Sum of segment j of integer ``x`` per segment (empty segments sum to 0): segment j
+    is ``x[starts[j]:starts[j] + offsets[j+1] - offsets[j]]`` (``starts`` defaults to
+    ``offsets[:-1]``, contiguous segments)."""
+    starts = offsets[:-1] if starts is None else starts
     csum = np.concatenate(([0], np.cumsum(x, dtype=np.int64)))
-    return csum[offsets[1:]] - csum[offsets[:-1]]
+    return csum[starts + np.diff(offsets)] - csum[starts]
 
 
-def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
+def dense_states(values, starts, offsets, states) -> dict[str, np.ndarray]:
     """Per-cell states (a subset of count/sum/sumsq/min/max) of finite ``values``.
 
-    ``values`` is in input order with ``order``/``offsets`` from :func:`group_by_cell`,
-    or already in cell order (``values[order]``) with ``order=None``.
+    Cell j's values are ``values[starts[j]:starts[j] + offsets[j+1] - offsets[j]]``
+    (see :class:`Grouping`); ``starts=None`` means contiguous segments, ``offsets[:-1]``.
     """
     states = set(states)
     values = np.ascontiguousarray(values)
@@ -206,7 +252,8 @@ def dense_states(values, order, offsets, states) -> dict[str, np.ndarray]:
     count = np.empty(m, np.int64)
     s_hi, s_lo, q_hi, q_lo = buf("sum"), buf("sum"), buf("sumsq"), buf("sumsq")
     vmin, vmax = buf("min"), buf("max")
-    _dense_states(values, order, offsets, "sum" in states, "sumsq" in states, "min" in states,
+    starts = offsets[:-1] if starts is None else np.asarray(starts, np.int64)
+    _dense_states(values, starts, offsets, "sum" in states, "sumsq" in states, "min" in states,
                   "max" in states, count, s_hi, s_lo, q_hi, q_lo, vmin, vmax)
     out = {"count": count}
     if "sum" in states:

@@ -132,8 +132,9 @@ def _small_sort(src, n, dst, base):
 
 
 @njit(cache=True, nogil=True)
-def _build(values, offsets, delta, out_m, out_w, out_off):
-    """Kernel of :func:`build` over float32 values; segments longer than ``_SHORT`` arrive
+def _build(values, starts, offsets, delta, out_m, out_w, out_off):
+    """Kernel of :func:`build` over float32 values; segment s is ``values[starts[s]:]`` of
+    length ``offsets[s + 1] - offsets[s]``, and segments longer than ``_SHORT`` arrive
     already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
     ``out_off``; returns the number of centroids.
     """
@@ -145,8 +146,8 @@ def _build(values, offsets, delta, out_m, out_w, out_off):
     small = np.empty(_SHORT, np.float64)
     pos = 0
     for s in range(offsets.size - 1):
-        a = offsets[s]
-        length = offsets[s + 1] - a
+        a = starts[s]
+        length = offsets[s + 1] - offsets[s]
         n = 0
         if length <= _SHORT:
             for j in range(a, a + length):  # branch-free filter; + 0.0 turns -0.0 into 0.0
@@ -578,7 +579,7 @@ def _check_delta(delta):
 
 
 def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False,
-          out_dtype=np.float64):
+          out_dtype=np.float64, starts=None):
     """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
 
     Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
@@ -597,19 +598,44 @@ def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=
     member_offsets)``: the input rows absorbed by output centroid j are
     ``member_index[member_offsets[j]:member_offsets[j + 1]]`` (indices into ``values``, in
     sorted order; every kept row appears exactly once, dropped rows nowhere).
+
+    ``starts`` addresses segment s as ``values[starts[s]:starts[s] + offsets[s + 1] -
+    offsets[s]]`` (segments anywhere in ``values``; ``offsets`` then only give sizes), so
+    cells that are runs of the input need no gather first.
     """
     values = np.asarray(values).reshape(-1)
-    offsets = _offsets(offsets, values.size)
     delta = _check_delta(delta)
+    if starts is not None:
+        starts, sizes = _segment_starts(starts, offsets, values.size)
+        if weights is not None or return_members:
+            from .segments import gather_runs
+
+            values = gather_runs(values, starts, sizes)
+            if weights is not None:
+                weights = gather_runs(np.asarray(weights).reshape(-1), starts, sizes)
+            starts = None
+    offsets = _offsets(offsets, values.size if starts is None else int(offsets[-1]))
     if weights is not None or return_members:
         return _build_with(values, offsets, delta, weights, return_members)
-    long = np.flatnonzero(np.diff(offsets) > _SHORT)
+    sizes = np.diff(offsets)
+    long = np.flatnonzero(sizes > _SHORT)
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.ascontiguousarray(values.astype(np.float32, copy=bool(long.size)))
+    starts = offsets[:-1] if starts is None else starts
     for s in long.tolist():
-        values[offsets[s] : offsets[s + 1]].sort()
+        values[starts[s] : starts[s] + sizes[s]].sort()
     out = _outputs(offsets, out_dtype)
-    return _trimmed(*out, _build(values, offsets, delta, *out))
+    return _trimmed(*out, _build(values, starts, offsets, delta, *out))
+
+
+def _segment_starts(starts, offsets, n):
+    """Checked int64 ``starts`` and segment sizes (from ``offsets``) within ``n`` values."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    sizes = np.diff(np.asarray(offsets, np.int64))
+    if starts.shape != sizes.shape or np.any(sizes < 0) or (
+            starts.size and (starts.min() < 0 or np.max(starts + sizes) > n)):
+        raise ValueError("starts must give one in-bounds start per segment of offsets")
+    return starts, sizes
 
 
 def _build_with(values, offsets, delta, weights, return_members):

@@ -1,0 +1,100 @@
+"""Grouping points by cell: the run-addressed path (no permutation) and the gathered path
+give the same cells, the same points per cell, and the same states and digests."""
+
+import numpy as np
+import pytest
+
+from zagg import grid as G
+from zagg.kernels import segments, tdigest
+
+ORDER = 19
+
+
+def track_words(n, seed=0):
+    """Cell words of an along-track stream: consecutive points share a cell, and cells are
+    visited in a scrambled order (so runs must still be sorted)."""
+    rng = np.random.default_rng(seed)
+    lat0, lon0 = -75.5 + rng.uniform(-0.1, 0.1, 8), -100.0 + rng.uniform(-0.1, 0.1, 8)
+    t = np.linspace(0, 1, n // 8)
+    lat = np.concatenate([a + 0.02 * t for a in lat0])
+    lon = np.concatenate([b + 0.005 * t for b in lon0])
+    words, _ = G.point_words(lat, lon)
+    return G.ancestor(words, ORDER)
+
+
+def check_grouping(grp, words):
+    cells, counts = np.unique(words, return_counts=True)
+    np.testing.assert_array_equal(grp.cells, cells)
+    np.testing.assert_array_equal(grp.sizes, counts)
+    idx = np.arange(words.size)
+    addressed = grp.addressed(idx)
+    contiguous = grp.contiguous(idx)
+    perm = grp.permutation()
+    for j in range(0, cells.size, max(cells.size // 200, 1)):
+        want = np.flatnonzero(words == cells[j])  # input order kept inside a cell
+        a, n = grp.starts[j], grp.sizes[j]
+        np.testing.assert_array_equal(addressed[a : a + n], want)
+        np.testing.assert_array_equal(contiguous[grp.offsets[j] : grp.offsets[j + 1]], want)
+        np.testing.assert_array_equal(perm[grp.offsets[j] : grp.offsets[j + 1]], want)
+
+
+def test_track_input_is_grouped_without_a_permutation():
+    words = track_words(40_000)
+    grp = segments.group_cells(words, ORDER)
+    assert grp.order is None  # every cell one run of the input
+    check_grouping(grp, words)
+
+
+def test_revisited_cells_fall_back_to_a_gathered_grouping():
+    words = track_words(40_000)
+    words = np.concatenate([words, words[:5000]])  # the tracks pass over the cells again
+    grp = segments.group_cells(words, ORDER)
+    assert grp.order is not None
+    np.testing.assert_array_equal(grp.starts, grp.offsets[:-1])
+    check_grouping(grp, words)
+
+
+def test_empty_and_single_point_groupings():
+    grp = segments.group_cells(np.zeros(0, np.uint64), ORDER)
+    assert grp.cells.size == 0 and list(grp.offsets) == [0]
+    words = track_words(800)[:1]
+    grp = segments.group_cells(words, ORDER)
+    assert list(grp.cells) == list(words) and list(grp.offsets) == [0, 1]
+
+
+@pytest.mark.parametrize("revisit", [False, True])
+def test_states_and_digests_agree_between_addressing_and_gathering(revisit):
+    words = track_words(40_000, seed=2)
+    if revisit:
+        words = np.concatenate([words, words[::7]])
+    rng = np.random.default_rng(3)
+    x = rng.normal(100, 5, words.size).astype(np.float32)
+    x[rng.random(x.size) < 0.05] = np.nan
+    wts = rng.uniform(0.5, 2.0, words.size)
+    hits = rng.random(words.size) < 0.5
+    grp = segments.group_cells(words, ORDER)
+    xs = grp.contiguous(x)
+    want = segments.dense_states(xs, None, grp.offsets, ("count", "sum", "min", "max"))
+    got = segments.dense_states(grp.addressed(x), grp.starts, grp.offsets,
+                                ("count", "sum", "min", "max"))
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    np.testing.assert_array_equal(
+        segments.segment_sums(grp.addressed(hits), grp.offsets, grp.starts),
+        segments.segment_sums(grp.contiguous(hits), grp.offsets))
+    for kw in ({}, {"weights": True}, {"return_members": True}):
+        w_add = grp.addressed(wts) if kw.get("weights") else None
+        w_con = grp.contiguous(wts) if kw.get("weights") else None
+        extra = {"return_members": True} if kw.get("return_members") else {}
+        a = tdigest.build(grp.addressed(x), grp.offsets, 8, weights=w_add,
+                          starts=grp.starts, **extra)
+        b = tdigest.build(xs, grp.offsets, 8, weights=w_con, **extra)
+        for u, v in zip(a, b, strict=True):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_build_refuses_starts_out_of_bounds():
+    with pytest.raises(ValueError, match="starts"):
+        tdigest.build(np.ones(5, np.float32), np.array([0, 3, 5]), starts=np.array([0, 4]))
+    with pytest.raises(ValueError, match="starts"):
+        tdigest.build(np.ones(5, np.float32), np.array([0, 3, 5]), starts=np.array([0]))
