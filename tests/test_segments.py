@@ -98,3 +98,12 @@ def test_build_refuses_starts_out_of_bounds():
         tdigest.build(np.ones(5, np.float32), np.array([0, 3, 5]), starts=np.array([0, 4]))
     with pytest.raises(ValueError, match="starts"):
         tdigest.build(np.ones(5, np.float32), np.array([0, 3, 5]), starts=np.array([0]))
+
+
+def test_extremes_keep_no_sign_of_zero_whatever_the_order():
+    offsets = np.array([0, 3, 6])
+    for values in ([-0.0, 0.0, 1.0, 0.0, -0.0, -1.0], [0.0, -0.0, 1.0, -0.0, 0.0, -1.0]):
+        st = segments.dense_states(np.array(values), None, offsets, ("count", "min", "max"))
+        assert st["min"][0] == 0.0 and not np.signbit(st["min"][0])
+        assert st["max"][1] == 0.0 and not np.signbit(st["max"][1])
+        np.testing.assert_array_equal(st["count"], [3, 3])

@@ -190,10 +190,9 @@ def _dense_states(values, starts, offsets, want_sum, want_sq, want_min, want_max
             if want_sq:
                 p, e = _two_prod(x, x)
                 qh, ql = _dd_add(qh, ql, p, e)
-            if x < mn:
-                mn = x
-            if x > mx:
-                mx = x
+            z = x + 0.0  # -0.0 → 0.0, so which zero is kept never depends on the order
+            mn = min(mn, z)  # branch-free: a running extreme's updates are unpredictable
+            mx = max(mx, z)
         count[j] = c
         if want_sum:
             s_hi[j] = h
