@@ -159,32 +159,37 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
 
 @numba.njit(cache=True, nogil=True)
 def _put(buf, at, value, width):
+    """``value`` little-endian over ``width`` items of ``buf`` (bytes or u32 words)."""
+    bits = 8 * buf.itemsize
     for b in range(width):
-        buf[at + b] = (value >> (8 * b)) & 0xFF
+        buf[at + b] = (value >> (bits * b)) & ((1 << bits) - 1)
 
 
 @numba.njit(cache=True, nogil=True)
 def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream):
     """Per touched chunk t: its §1.4 framing at ``frames[frame_at[t]:]`` (u32 cell count,
     u32 length ‖ payload per cell) and its §5.2 hash stream at ``stream[hash_at[t]:]``
-    (u64 length ‖ payload per cell). Both buffers arrive zeroed: empty cells are skipped."""
+    (u64 length ‖ payload per cell). Both buffers arrive zeroed: empty cells are skipped.
+    Buffers, positions and payload lengths are in units of ``data``'s item size (1 or 4
+    bytes: every length then is a multiple of 4 bytes and copies move whole words)."""
+    w = frames.itemsize
     for t in range(touched.size):
         first = touched[t] * per
         f = frame_at[t]
-        _put(frames, f, per, 4)
-        f += 4
+        _put(frames, f, per, 4 // w)
+        f += 4 // w
         h = hash_at[t]
         prev = first
         for i in range(bounds[t], bounds[t + 1]):
             r = ranks[i]
-            f += 4 * (r - prev)
-            h += 8 * (r - prev)
+            f += (4 // w) * (r - prev)
+            h += (8 // w) * (r - prev)
             a = offsets[i]
             length = offsets[i + 1] - a
-            _put(frames, f, length, 4)
-            _put(stream, h, length, 8)
-            f += 4
-            h += 8
+            _put(frames, f, length * w, 4 // w)
+            _put(stream, h, length * w, 8 // w)
+            f += 4 // w
+            h += 8 // w
             for j in range(length):
                 frames[f + j] = data[a + j]
                 stream[h + j] = data[a + j]
@@ -194,18 +199,15 @@ def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at,
 
 
 @numba.njit(cache=True, nogil=True)
-def _row_bytes(means, weights, data, row_at):
-    """``data.size // 8`` t-digest rows from ``row_at`` on, interleaved from their float32
-    columns into ``[mean, weight]`` payload bytes (weights None: all 1)."""
-    mb = means.view(np.uint8)
-    wb = weights.view(np.uint8) if weights is not None else means.view(np.uint8)
-    one = np.array([1.0], dtype=np.float32).view(np.uint8)
-    n_rows = data.size // 8
-    for r in range(n_rows):
-        src = row_at + r
-        for b in range(4):
-            data[8 * r + b] = mb[4 * src + b]
-            data[8 * r + 4 + b] = one[b] if weights is None else wb[4 * src + b]
+def _row_words(means, weights, data, row_at):
+    """``data.size // 2`` t-digest rows from ``row_at`` on, interleaved from their float32
+    columns into ``[mean, weight]`` words of the payload (weights None: all 1)."""
+    mw = means.view(np.uint32)
+    ww = weights.view(np.uint32) if weights is not None else mw
+    one = np.array([1.0], dtype=np.float32).view(np.uint32)[0]
+    for r in range(data.size // 2):
+        data[2 * r] = mw[row_at + r]
+        data[2 * r + 1] = one if weights is None else ww[row_at + r]
 
 
 BATCH_BYTES = 16 * 2**20  # payload bytes framed and hashed per kernel call
@@ -227,6 +229,9 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | Non
     fill = fill_of(np.dtype("<u8"), 0, n, per)
     digest = _ChunkDigest(fill, int(touched[0]) if touched.size else fill.n_chunks)
     zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
+    # whole 4-byte words when every payload is (t-digest rows always are)
+    words = rows is not None or (not np.any(offsets % 4) and data.size % 4 == 0
+                                 and data.ctypes.data % 4 == 0)
     chunks = []
     t = 0
     while t < touched.size:
@@ -239,14 +244,17 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | Non
         stream = np.zeros(int(hash_at[-1]), np.uint8)
         b0, b1 = int(bounds[t]), int(bounds[end])
         if rows is None:
-            _vlen_buffers(ranks, offsets, data, per, touched[t:end], bounds[t : end + 1],
-                          frame_at, hash_at, frames, stream)
+            src, at = data, offsets
         else:  # interleave this batch's digest rows only
             lo = int(offsets[b0])
-            batch = np.empty(int(offsets[b1]) - lo, np.uint8)
-            _row_bytes(rows[0], rows[1], batch, lo // 8)
-            _vlen_buffers(ranks, offsets - lo, batch, per, touched[t:end], bounds[t : end + 1],
-                          frame_at, hash_at, frames, stream)
+            src = np.empty(int(offsets[b1]) - lo, np.uint8)
+            _row_words(rows[0], rows[1], src.view(np.uint32), lo // 8)
+            at = offsets - lo
+        w = 4 if words else 1
+        _vlen_buffers(ranks, at // w, src.view(np.uint32) if words else src, per,
+                      touched[t:end], bounds[t : end + 1], frame_at // w, hash_at // w,
+                      frames.view(np.uint32) if words else frames,
+                      stream.view(np.uint32) if words else stream)
         for i in range(end - t):
             digest.add(int(touched[t + i]), stream[hash_at[i] : hash_at[i + 1]])
             chunks.append(zstd.compress(frames[frame_at[i] : frame_at[i + 1]]))
