@@ -308,7 +308,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
         for r in range(cell_runs[j], cell_runs[j + 1]):
             n += run_sizes[r]
         longest = max(longest, n)
-    bm = np.empty(longest, np.float64)
+    bm = np.empty(max(longest, 32), np.float64)  # a sorting network pads to 32
     bw = np.empty(longest, np.float64)
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
@@ -339,6 +339,14 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                 for i in range(run_sizes[r]):
                     bm[n] = means[a + i] + 0.0
                     n += 1
+            if n <= 32 and n <= delta:  # a sorting network, straight to the output
+                _small_sort(bm, n, out_m, pos)
+                if out_w is not None:
+                    for i in range(n):
+                        out_w[pos + i] = 1.0
+                pos += n
+                out_off[j + 1] = pos
+                continue
             _sort_runs(bm, None, n, tm, None, bounds, None, None)
             if n <= delta:
                 for i in range(n):
