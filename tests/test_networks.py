@@ -61,3 +61,13 @@ def test_loss_free_build_is_each_segment_sorted_for_every_segment_length():
         np.testing.assert_array_equal(got, want)
         assert not np.any(np.signbit(got) & (got == 0))  # -0.0 stored as 0.0
         assert np.all(w[o[s] : o[s + 1]] == 1.0)
+
+
+@pytest.mark.parametrize("n", list(range(0, 65)))
+def test_rank_permutation_is_the_stable_argsort_at_every_size(n):
+    rng = np.random.default_rng(100 + n)
+    src = np.zeros(64)
+    src[:n] = rng.choice([-3.5, -1e-30, 0.0, 2.0, 7.25, 3e38, -3e38], n)
+    perm = np.full(64, -1, np.int64)
+    tdigest._rank_permutation(src, n, perm, np.empty(32, np.uint64), np.empty(32, np.float32))
+    np.testing.assert_array_equal(perm[:n], np.argsort(src[:n], kind="stable"))

@@ -404,15 +404,37 @@ def _order_weight_ties(m, w, idx, n):
 
 
 @njit(cache=True, nogil=True)
-def _rank_permutation(src, n, perm):
-    """Stable sorting permutation of ``src[:n]`` (n <= _SHORT) by rank counting (see
-    :func:`_small_sort`): ``perm[r]`` is the row of rank r."""
+def _rank_permutation(src, n, perm, keys, bits):
+    """Stable sorting permutation of ``src[:n]`` (n <= _SHORT; finite float32 values, no
+    -0.0): ``perm[r]`` is the row of rank r. Up to 32 rows sort as (value, row) keys in a
+    sorting network; more count ranks (see :func:`_small_sort`). ``keys`` (uint64) and
+    ``bits`` (float32) are scratch of at least 32 slots."""
+    if n > 32:
+        for k in range(n):
+            x = src[k]
+            r = 0
+            for j in range(n):
+                r += (src[j] < x) | ((src[j] == x) & (j < k))
+            perm[r] = k
+        return
+    words = bits.view(np.uint32)
     for k in range(n):
-        x = src[k]
-        r = 0
-        for j in range(n):
-            r += (src[j] < x) | ((src[j] == x) & (j < k))
-        perm[r] = k
+        bits[k] = src[k]
+        u = np.uint64(words[k])
+        # the float's order as an unsigned integer: flip all bits of negatives, else the sign
+        u = (~u & np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
+        keys[k] = (u << np.uint64(32)) | np.uint64(k)
+    width = 8 if n <= 8 else (16 if n <= 16 else 32)
+    for k in range(n, width):
+        keys[k] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    if width == 8:
+        networks.sort8(keys, keys, 0, n)
+    elif width == 16:
+        networks.sort16(keys, keys, 0, n)
+    else:
+        networks.sort32(keys, keys, 0, n)
+    for r in range(n):
+        perm[r] = np.int64(keys[r] & np.uint64(0xFFFFFFFF))
 
 
 @njit(cache=True, nogil=True)
@@ -436,6 +458,8 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
     sw = np.empty(longest, np.float64)
     si = np.empty(longest, np.int64)
     perm = np.empty(longest, np.int64)
+    keys = np.empty(32, np.uint64)
+    bits = np.empty(32, np.float32)
     pos = 0
     kept = 0
     for s in range(offsets.size - 1):
@@ -451,7 +475,7 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
             si[n] = r
             n += math.isfinite(x) & (wj > 0.0) & math.isfinite(wj)
         if length <= _SHORT:
-            _rank_permutation(bm, n, perm)
+            _rank_permutation(bm, n, perm, keys, bits)
         else:  # already sorted
             for i in range(n):
                 perm[i] = i
