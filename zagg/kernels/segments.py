@@ -19,19 +19,23 @@ _U64 = np.uint64
 
 
 @nb.njit(cache=True, nogil=True)
-def _run_starts(keys):
-    n = keys.shape[0]
-    starts = np.empty(n, dtype=np.int64)
+def _runs(words, shift, starts, keys):
+    """Cut ``words`` into runs of equal ``words >> shift`` (the cell rank) in one pass:
+    each run's first index into ``starts`` and its rank into ``keys``; returns the count."""
     r = 0
-    for i in range(n):
-        if i == 0 or keys[i] != keys[i - 1]:
+    prev = np.uint64(0)
+    for i in range(words.shape[0]):
+        k = words[i] >> shift
+        if i == 0 or k != prev:
             starts[r] = i
+            keys[r] = k
             r += 1
-    return starts[:r]
+            prev = k
+    return r
 
 
 @nb.njit(cache=True, nogil=True)
-def _order_from_runs(keys, run_start, run_len, run_order, order, cells, offsets):
+def _order_from_runs(run_keys, run_start, run_len, run_order, order, cells, offsets):
     """Concatenate runs in sorted order into ``order`` (point permutation); fills the cell
     keys and CSR offsets and returns the number of cells. Outputs are allocated by numpy,
     whose huge-page-aware allocator makes their first touch far cheaper."""
@@ -40,7 +44,7 @@ def _order_from_runs(keys, run_start, run_len, run_order, order, cells, offsets)
     for k in range(run_order.shape[0]):
         r = run_order[k]
         s = run_start[r]
-        key = keys[s]
+        key = run_keys[r]
         if m == 0 or key != cells[m - 1]:
             cells[m] = key
             offsets[m] = pos
@@ -112,21 +116,24 @@ def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:
     if cell_words.size == 0:
         empty = np.zeros(0, np.int64)
         return Grouping(np.zeros(0, _U64), np.zeros(1, np.int64), empty, None)
-    shift = 60 - 2 * cell_order
-    keys = cell_words >> _U64(shift)  # rank: base prefix + tuples, monotone in the word
-    run_start = _run_starts(keys)
-    run_len = np.diff(np.append(run_start, keys.shape[0]))
-    run_order = _sort_runs(keys[run_start], 4 + 2 * cell_order)
-    ranks = keys[run_start[run_order]]
+    shift = 60 - 2 * cell_order  # word >> shift: the cell's rank, monotone in the word
+    n = cell_words.shape[0]
+    starts, keys = np.empty(n, np.int64), np.empty(n, _U64)  # only the first r get touched
+    r = _runs(cell_words, _U64(shift), starts, keys)
+    run_start, run_keys = starts[:r].copy(), keys[:r].copy()
+    del starts, keys
+    run_len = np.diff(np.append(run_start, n))
+    run_order = _sort_runs(run_keys, 4 + 2 * cell_order)
+    ranks = run_keys[run_order]
     if ranks.size < 2 or bool(np.all(ranks[1:] != ranks[:-1])):  # one run per cell
         starts = run_start[run_order]
         offsets = np.zeros(ranks.size + 1, np.int64)
         np.cumsum(run_len[run_order], out=offsets[1:])
         return Grouping((ranks << _U64(shift)) | _U64(cell_order), offsets, starts, None)
-    order = np.empty(keys.shape[0], dtype=np.int64)
-    ranks = np.empty(run_order.shape[0], dtype=keys.dtype)
+    order = np.empty(n, dtype=np.int64)
+    ranks = np.empty(run_order.shape[0], dtype=_U64)
     offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
-    m = _order_from_runs(keys, run_start, run_len, run_order, order, ranks, offsets)
+    m = _order_from_runs(run_keys, run_start, run_len, run_order, order, ranks, offsets)
     offsets = offsets[: m + 1]
     return Grouping((ranks[:m] << _U64(shift)) | _U64(cell_order), offsets, offsets[:-1],
                     order)
