@@ -107,3 +107,17 @@ def test_extremes_keep_no_sign_of_zero_whatever_the_order():
         assert st["min"][0] == 0.0 and not np.signbit(st["min"][0])
         assert st["max"][1] == 0.0 and not np.signbit(st["max"][1])
         np.testing.assert_array_equal(st["count"], [3, 3])
+
+
+def test_combined_extremes_skip_nan_rows_and_keep_nan_for_empty_cells():
+    # rows of three cells: [nan, 2, -1], [nan, nan], [5]
+    x = np.array([np.nan, 2.0, -1.0, np.nan, np.nan, 5.0])
+    perm = np.array([0, 1, 2, 3, 4, 5])
+    offsets = np.array([0, 3, 5, 6])
+    out = segments.combine_states({"min": x, "max": x}, perm, offsets)
+    np.testing.assert_array_equal(out["min"], [-1.0, np.nan, 5.0])
+    np.testing.assert_array_equal(out["max"], [2.0, np.nan, 5.0])
+    shuffled = segments.combine_states({"min": x[::-1], "max": x[::-1]},
+                                       np.array([3, 4, 5, 1, 2, 0]), offsets)
+    np.testing.assert_array_equal(shuffled["min"], out["min"])
+    np.testing.assert_array_equal(shuffled["max"], out["max"])

@@ -303,17 +303,21 @@ def _combine_dd(hi, lo, perm, offsets):
 
 @nb.njit(cache=True, nogil=True)
 def _combine_extreme(x, perm, offsets, take_max):
+    """NaN-skipping max (or min) of the rows of each cell; NaN where every row is NaN.
+    Branch-free: which row holds a running extreme is unpredictable."""
     m = offsets.shape[0] - 1
-    out = np.full(m, np.nan)
+    out = np.empty(m)
+    worst = -np.inf if take_max else np.inf
     for j in range(m):
-        best = np.nan
+        best = worst
+        seen = False
         for i in range(offsets[j], offsets[j + 1]):
-            v = x[perm[i]]
-            if np.isnan(v):
-                continue
-            if np.isnan(best) or (v > best if take_max else v < best):
-                best = v
-        out[j] = best
+            v = np.float64(x[perm[i]])
+            ok = v == v
+            seen |= ok
+            v = v if ok else worst
+            best = max(best, v) if take_max else min(best, v)
+        out[j] = best if seen else np.nan
     return out
 
 
