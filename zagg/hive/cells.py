@@ -49,10 +49,13 @@ class RaggedCells:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def payloads(self) -> list[bytes]:
+    def payloads(self) -> np.ndarray:
+        """Each cell's payload as a ``bytes`` object, in an object array (the slices are
+        made and stored by C-level iteration: this is most of a shard's finalize)."""
         buf = self.data.tobytes()
         edges = self.offsets.tolist()
-        return [buf[edges[i] : edges[i + 1]] for i in range(len(edges) - 1)]
+        return np.fromiter(map(buf.__getitem__, map(slice, edges[:-1], edges[1:])),
+                           dtype=object, count=len(edges) - 1)
 
 
 class DigestRows(RaggedCells):
@@ -178,8 +181,7 @@ def to_objects(cells: RaggedCells, n: int) -> np.ndarray:
     out = np.empty(n, dtype=object)
     out.fill(b"")  # several times faster than np.full for object arrays
     if len(cells):
-        items = cells.payloads()
-        out[cells.ranks] = np.array(items + [None], dtype=object)[:-1]
+        out[cells.ranks] = cells.payloads()
     return out
 
 
