@@ -153,25 +153,12 @@ def test_to_hive_from_cells_equals_dense_fallback(tmp_path):
     assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
 
 
-def _decode_frames(chunk: bytes) -> list[bytes]:
-    """§1.4 framing read with struct only: u32 count, then u32 length ‖ payload per cell."""
-    import struct
-
-    (count,) = struct.unpack_from("<I", chunk, 0)
-    at, out = 4, []
-    for _ in range(count):
-        (length,) = struct.unpack_from("<I", chunk, at)
-        out.append(chunk[at + 4 : at + 4 + length])
-        at += 4 + length
-    assert at == len(chunk)
-    return out
-
-
 @pytest.mark.parametrize("word_sized", [True, False])
 def test_vlen_framing_and_digest_for_word_and_odd_sized_payloads(word_sized):
     # payloads whose lengths are all multiples of 4 take the word-copy path; any odd
     # length takes the byte path: both must frame and hash the same way
     import zstandard
+    from test_hive_format import decode_vlen_frame, read_index
 
     rng = np.random.default_rng(11)
     objects = np.empty(N, dtype=object)
@@ -184,13 +171,11 @@ def test_vlen_framing_and_digest_for_word_and_odd_sized_payloads(word_sized):
     enc = encode.encode_ragged(ragged.ranks, ragged.offsets, ragged.data, N, n_inner)
     assert enc.digest == hive.array_digest(objects)
     shard = enc.objects[0][1]
-    index = np.frombuffer(shard[-(16 * n_inner + 4) : -4], "<u8").reshape(n_inner, 2)
     per = N // n_inner
-    for k in range(n_inner):
-        off, size = index[k]
+    for k, (off, size) in enumerate(read_index(shard, n_inner)):  # crc-checked
         want = list(objects[k * per : (k + 1) * per])
         if not any(want):
             assert off == size == 2**64 - 1  # absent chunk sentinel
             continue
-        got = _decode_frames(zstandard.ZstdDecompressor().decompress(shard[off : off + size]))
+        got = decode_vlen_frame(zstandard.ZstdDecompressor().decompress(shard[off : off + size]))
         assert got == want
