@@ -271,26 +271,23 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
                                             wanted)
     digests = {}
     for key, spec in plan.digests:
-        if spec.located:
-            v = grp.contiguous(masked(spec.source, spec.where))
-            if v.dtype.kind != "f":
-                v = v.astype(np.float64)
-            wts = None
-            if spec.weight_source is not None:
-                wts = grp.contiguous(values(spec.weight_source)).astype(np.float64, copy=False)
-            m, w, o, loc = located.located_build(v, grp.contiguous(values(POINT_WORDS)),
-                                                 offsets, spec.delta, weights=wts)
-            digests[key] = Digests.of(m, w, o, loc)
-            continue
-        v = addressed(spec.source, spec.where)
+        # located digests track their rows, so they take cell-contiguous copies
+        take = grp.contiguous if spec.located else grp.addressed
+        v = take(masked(spec.source, spec.where)) if spec.located else addressed(
+            spec.source, spec.where)
         if v.dtype.kind != "f":
             v = v.astype(np.float64)
         wts = None
         if spec.weight_source is not None:
-            wts = grp.addressed(values(spec.weight_source)).astype(np.float64, copy=False)
-        m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32,
-                                starts=grp.starts)
-        digests[key] = Digests.of(m, w, o)
+            wts = take(values(spec.weight_source)).astype(np.float64, copy=False)
+        if spec.located:
+            m, w, o, loc = located.located_build(v, take(values(POINT_WORDS)), offsets,
+                                                 spec.delta, weights=wts)
+            digests[key] = Digests.of(m, w, o, loc)
+        else:
+            m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32,
+                                    starts=grp.starts)
+            digests[key] = Digests.of(m, w, o)
     order = grp.permutation() if plan.compositions else None
     for key, comp in plan.compositions:
         rows = np.isfinite(values(comp.of_source).astype(np.float64, copy=False))

@@ -47,3 +47,18 @@ def _network(n: int):
 
 
 sort8, sort16, sort32 = (_network(n) for n in WIDTHS)
+
+
+@nb.njit(inline="always")
+def sort_up_to_32(src, dst, base, n, pad):
+    """Sort ``src[:n]`` (n <= 32) into ``dst[base:base + n]`` with the narrowest network,
+    after padding ``src`` up to its width with ``pad`` (no less than any value)."""
+    width = 8 if n <= 8 else (16 if n <= 16 else 32)
+    for k in range(n, width):
+        src[k] = pad
+    if width == 8:
+        sort8(src, dst, base, n)
+    elif width == 16:
+        sort16(src, dst, base, n)
+    else:
+        sort32(src, dst, base, n)

@@ -104,10 +104,7 @@ class Grouping:
 
     def permutation(self) -> np.ndarray:
         """The point permutation that lists points cell by cell."""
-        if self.order is None:
-            return gather_runs(np.arange(int(self.offsets[-1]), dtype=np.int64), self.starts,
-                               self.sizes)
-        return self.order
+        return self.contiguous(np.arange(int(self.offsets[-1]), dtype=np.int64))
 
 
 def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:

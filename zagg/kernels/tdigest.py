@@ -113,15 +113,7 @@ def _small_sort(src, n, dst, base):
     an O(n^2) loop that vectorises and avoids insertion sort's mispredictions.
     """
     if n <= 32:
-        width = 8 if n <= 8 else (16 if n <= 16 else 32)
-        for k in range(n, width):
-            src[k] = np.inf
-        if width == 8:
-            networks.sort8(src, dst, base, n)
-        elif width == 16:
-            networks.sort16(src, dst, base, n)
-        else:
-            networks.sort32(src, dst, base, n)
+        networks.sort_up_to_32(src, dst, base, n, np.inf)
         return
     for k in range(n):
         x = src[k]
@@ -339,22 +331,19 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                 for i in range(run_sizes[r]):
                     bm[n] = means[a + i] + 0.0
                     n += 1
-            if n <= 32 and n <= delta:  # a sorting network, straight to the output
-                _small_sort(bm, n, out_m, pos)
+            if n <= delta:
+                if n <= 32:  # a sorting network, straight to the output
+                    _small_sort(bm, n, out_m, pos)
+                else:
+                    _sort_runs(bm, None, n, tm, None, bounds, None, None)
+                    for i in range(n):
+                        out_m[pos + i] = bm[i]
                 if out_w is not None:
                     for i in range(n):
                         out_w[pos + i] = 1.0
                 pos += n
-                out_off[j + 1] = pos
-                continue
-            _sort_runs(bm, None, n, tm, None, bounds, None, None)
-            if n <= delta:
-                for i in range(n):
-                    out_m[pos + i] = bm[i]
-                    if out_w is not None:
-                        out_w[pos + i] = 1.0
-                pos += n
             elif out_w is not None:  # (a None out_w promises no cell compresses)
+                _sort_runs(bm, None, n, tm, None, bounds, None, None)
                 bw[:n] = 1.0
                 pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, 0)
             out_off[j + 1] = pos
@@ -424,15 +413,7 @@ def _rank_permutation(src, n, perm, keys, bits):
         # the float's order as an unsigned integer: flip all bits of negatives, else the sign
         u = (~u & np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
         keys[k] = (u << np.uint64(32)) | np.uint64(k)
-    width = 8 if n <= 8 else (16 if n <= 16 else 32)
-    for k in range(n, width):
-        keys[k] = np.uint64(0xFFFFFFFFFFFFFFFF)
-    if width == 8:
-        networks.sort8(keys, keys, 0, n)
-    elif width == 16:
-        networks.sort16(keys, keys, 0, n)
-    else:
-        networks.sort32(keys, keys, 0, n)
+    networks.sort_up_to_32(keys, keys, 0, n, np.uint64(0xFFFFFFFFFFFFFFFF))
     for r in range(n):
         perm[r] = np.int64(keys[r] & np.uint64(0xFFFFFFFF))
 
