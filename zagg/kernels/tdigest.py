@@ -286,6 +286,69 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
     return pos
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _merge_pair(src, a, na, b, nb, dst, o):
+    """Stable merge of the sorted rows ``src[a:a + na]`` and ``src[b:b + nb]`` into
+    ``dst[o:]`` (-0.0 written as 0.0); returns the end position. The select is branch-free:
+    a branch on which side is smaller mispredicts about half the time on real data."""
+    ea = a + na
+    eb = b + nb
+    while a < ea and b < eb:
+        x = src[a]
+        y = src[b]
+        right = y < x
+        dst[o] = (y if right else x) + 0.0
+        b += right
+        a += 1 - right
+        o += 1
+    while a < ea:
+        dst[o] = src[a] + 0.0
+        a += 1
+        o += 1
+    while b < eb:
+        dst[o] = src[b] + 0.0
+        b += 1
+        o += 1
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, dst, base):
+    """Merge the sorted runs ``r0:r1`` of ``means`` into ``dst[base:]`` by rounds of
+    pairwise merges (ping-ponging through ``ta``/``tb``, typed like ``means``; ``rs``/``rn``
+    hold at least ``r1 - r0`` run bounds). The last round writes ``dst`` directly."""
+    k = r1 - r0
+    if k == 1:
+        return _merge_pair(means, run_starts[r0], run_sizes[r0], 0, 0, dst, base)
+    if k == 2:
+        return _merge_pair(means, run_starts[r0], run_sizes[r0], run_starts[r0 + 1],
+                           run_sizes[r0 + 1], dst, base)
+    o = 0
+    m = 0
+    for r in range(r0, r1, 2):
+        nb = run_sizes[r + 1] if r + 1 < r1 else 0
+        sb = run_starts[r + 1] if r + 1 < r1 else 0
+        rs[m] = o
+        o = _merge_pair(means, run_starts[r], run_sizes[r], sb, nb, ta, o)
+        rn[m] = o - rs[m]
+        m += 1
+    src, other = ta, tb
+    while m > 2:
+        o = 0
+        k = 0
+        for r in range(0, m, 2):
+            nb = rn[r + 1] if r + 1 < m else 0
+            sb = rs[r + 1] if r + 1 < m else 0
+            start = o
+            o = _merge_pair(src, rs[r], rn[r], sb, nb, other, o)
+            rs[k] = start
+            rn[k] = o - start
+            k += 1
+        m = k
+        src, other = other, src
+    return _merge_pair(src, rs[0], rn[0], rs[1], rn[1], dst, base)
+
+
 @njit(cache=True, nogil=True)
 def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w,
                 out_off):
@@ -295,12 +358,18 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
     merged and compressed as in :func:`_merge`. Returns the number of centroids."""
     out_off[0] = 0
     longest = 0
+    most_runs = 0
     for j in range(cell_runs.size - 1):
         n = 0
         for r in range(cell_runs[j], cell_runs[j + 1]):
             n += run_sizes[r]
         longest = max(longest, n)
-    bm = np.empty(max(longest, 32), np.float64)  # a sorting network pads to 32
+        most_runs = max(most_runs, cell_runs[j + 1] - cell_runs[j])
+    ta = np.empty(longest, means.dtype)
+    tb = np.empty(longest, means.dtype)
+    rs = np.empty(most_runs, np.int64)
+    rn = np.empty(most_runs, np.int64)
+    bm = np.empty(longest, np.float64)
     bw = np.empty(longest, np.float64)
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
@@ -325,25 +394,18 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                 continue
         n = 0
         total = 0.0
-        if weights is None and not flux:  # unit weights: sort the means alone
+        if weights is None and not flux:  # unit weights: merge the means alone
             for r in range(r0, r1):
-                a = run_starts[r]
-                for i in range(run_sizes[r]):
-                    bm[n] = means[a + i] + 0.0
-                    n += 1
+                n += run_sizes[r]
             if n <= delta:
-                if n <= 32:  # a sorting network, straight to the output
-                    _small_sort(bm, n, out_m, pos)
-                else:
-                    _sort_runs(bm, None, n, tm, None, bounds, None, None)
-                    for i in range(n):
-                        out_m[pos + i] = bm[i]
+                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn,
+                                 out_m, pos)
                 if out_w is not None:
                     for i in range(n):
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:  # (a None out_w promises no cell compresses)
-                _sort_runs(bm, None, n, tm, None, bounds, None, None)
+                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, bm, 0)
                 bw[:n] = 1.0
                 pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, 0)
             out_off[j + 1] = pos
