@@ -134,18 +134,30 @@ def test_cell_words_agree_with_mortie_keying_at_cell_order():
     np.testing.assert_array_equal(occupied, truth)
 
 
-def test_nonfinite_coordinates_are_dropped_and_counted():
+@pytest.mark.parametrize(("p", "c", "located"), [(P, C, False), (P, C, True), (22, 27, False),
+                                                  (22, 27, True)])
+def test_nonfinite_coordinates_are_dropped_and_counted(p, c, located):
+    """Whichever way points are keyed (straight at the cell order, or through order-29
+    point words for located digests), refused points are counted and every other point
+    lands in its mortie cell, up to the deepest supported order."""
     ds = make_points(4_000, seed=4)
     lat = ds["lat"].values.copy()
     lat[:7] = np.nan
     lat[7:10] = np.inf
     lat[10] = 95.0  # outside [-90, 90]
     ds["lat"] = ("obs", lat)
-    out = zagg.aggregate(ds, make_config({"count": {"function": "count"}}))
+    fields = {"count": {"function": "count"}}
+    if located:
+        fields["h_td"] = {"function": "tdigest", "source": "h", "located": True}
+    out = zagg.aggregate(ds, make_config(fields, p=p, c=c))
     pts = out.attrs["zagg"]["points"]
     assert pts["invalid_coordinates"] == 11
     assert pts["keyed"] == 4_000 - 11
-    assert int(out["count"].sum().compute()) == 4_000 - 11
+    res = out.compute()
+    assert int(res["count"].sum()) == 4_000 - 11
+    occupied = res["morton"].values[res["count"].values > 0]
+    words, _ = G.point_words(lat[11:], ds["lon"].values[11:])
+    np.testing.assert_array_equal(occupied, np.unique(G.ancestor(words, c)))
 
 
 def test_filters_apply_before_aggregation():

@@ -30,11 +30,22 @@ def test_ancestor_equals_clip2order(order):
     np.testing.assert_array_equal(G.ancestor(w, order), mortie.clip2order(order, w))
 
 
-def test_cell_words_match_geo2mort_at_the_cell_order():
-    rng = np.random.default_rng(5)
-    lat, lon = rng.uniform(-89, 89, 20000), rng.uniform(-180, 180, 20000)
-    w, _ = G.point_words(lat, lon)
-    np.testing.assert_array_equal(G.ancestor(w, 19), mortie.geo2mort(lat, lon, order=19))
+@pytest.mark.parametrize("order", [0, 9, 19, 27, 28, 29])
+def test_cell_words_are_the_ancestors_of_point_words(order):
+    """Keying straight at the cell order gives the point word's ancestor, also on the
+    base-cell boundaries (lat ±41.81°, lon multiples of 90°), at the poles and on a lattice
+    of round coordinates, and refuses exactly the points point_words refuses."""
+    rng = np.random.default_rng(order)
+    z = np.degrees(np.arcsin(2 / 3))
+    lat = np.concatenate([rng.uniform(-90, 90, 200_000), np.repeat([-90, -z, 0, z, 90], 9),
+                          np.repeat(np.arange(-89.5, 90, 0.5), 8), [np.nan, 91.0, 10.0]])
+    lon = np.concatenate([rng.uniform(-180, 180, 200_000), np.tile(np.arange(-180, 181, 45), 5),
+                          np.tile(np.arange(-180, 180, 45.0), 359), [0.0, 0.0, np.inf]])
+    w, ok = G.point_words(lat, lon)
+    c, c_ok = G.cell_words(lat, lon, order)
+    np.testing.assert_array_equal(c_ok, ok)
+    np.testing.assert_array_equal(c[ok], G.ancestor(w[ok], order))
+    assert (c[~ok] == 0).all()
 
 
 @pytest.mark.parametrize("shard", [NORTH_9, SOUTH_9], ids=["north", "south"])

@@ -63,6 +63,11 @@ class Plan:
     def digest_specs(self) -> dict[str, DigestSpec]:
         return dict(self.digests)
 
+    @property
+    def needs_point_words(self) -> bool:
+        """Whether any field stores its points' order-29 words (located digests)."""
+        return any(spec.located for _, spec in self.digests)
+
 
 @dataclass
 class ChunkResult:
@@ -180,10 +185,14 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
     if keep is not None:
         lat, lon = lat[keep], lon[keep]
     n_filtered = n_in - len(lat)
-    words, ok = G.point_words(lat, lon)
+    if plan.needs_point_words:
+        words, ok = G.point_words(lat, lon)
+        cell_words = G.keyed_ancestor(words, ok, plan.cell_order)
+    else:
+        words = None
+        cell_words, ok = G.cell_words(lat, lon, plan.cell_order)
     n_invalid = int(len(ok) - np.count_nonzero(ok))
     sel = ok
-    cell_words = G.ancestor(words, plan.cell_order)
     n_outside = 0
     if plan.shard_set is not None:
         inside = np.isin(G.ancestor(cell_words, plan.shard_order),
@@ -213,7 +222,7 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
             v = v[keep]
         return v if all_sel else v[sel]
 
-    point_words = words if all_sel else words[sel]
+    point_words = words if all_sel or words is None else words[sel]
 
     def values_or_words(name):
         return point_words if name == POINT_WORDS else values(name)
