@@ -244,3 +244,48 @@ def test_cluster_workers_reuse_their_heap():
         assert all(client.run(state).values())
     assert heap._tuned is False
     heap.trim_heap()  # a no-op outside tuned processes
+
+
+def test_worker_processes_freeze_garbage_only_as_they_close():
+    """A zagg worker process skips the interpreter's final garbage walk when it closes
+    (the cluster's close waits for it), but not when its plugin is merely registered
+    again, and a worker sharing the client's process never freezes the client's heap."""
+    import gc
+
+    from distributed import Client, LocalCluster
+
+    from zagg.cluster import _register, client_for
+
+    with client_for(None, workers=1, threads=1) as client:
+        plugins = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+        assert all({"zagg-fast-exit", "zagg-heap-reuse"} <= set(p) for p in plugins.values())
+        _register(client)  # replacing the plugin tears the old one down on a live worker
+        assert set(client.run(gc.get_freeze_count).values()) == {0}
+    before = gc.get_freeze_count()
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        _register(client)
+    assert gc.get_freeze_count() == before == 0
+
+
+def _closing_worker_freezes() -> int:
+    import gc
+    from types import SimpleNamespace
+
+    from distributed.core import Status
+
+    from zagg.cluster import _worker_plugins
+
+    fast = [p for p in _worker_plugins() if p.name == "zagg-fast-exit"][0]
+    fast.teardown(SimpleNamespace(status=Status.running))
+    running = gc.get_freeze_count()
+    fast.teardown(SimpleNamespace(status=Status.closing))
+    return running, gc.get_freeze_count()
+
+
+def test_a_closing_worker_process_freezes_its_objects():
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        running, closing = pool.apply(_closing_worker_freezes)
+    assert running == 0 and closing > 1000

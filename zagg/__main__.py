@@ -118,4 +118,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    from .cluster import fast_exit
+
+    fast_exit()  # the command is done: skip the interpreter's final garbage walk
+    sys.exit(code)

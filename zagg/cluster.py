@@ -3,14 +3,17 @@
 Worker processes get ``RAYON_NUM_THREADS`` equal to their thread count so mortie's Rust
 kernels share the worker's cores instead of each spawning a thread per machine core.
 
-Every worker also keeps freed buffers in its heap for reuse (see :mod:`zagg.heap`); the
-setting is made from inside each worker by a plugin, so it also reaches workers of
-clusters zagg did not start.
+Every worker also keeps freed buffers in its heap for reuse (see :mod:`zagg.heap`), and
+freezes its objects out of the garbage collector when it closes (see :func:`fast_exit`);
+both are made from inside each worker by plugins, so they also reach workers of clusters
+zagg did not start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import multiprocessing
 import os
 
 import psutil
@@ -28,7 +31,18 @@ def machine_defaults() -> dict:
             "memory_limit": int(memory * 0.8 / workers)}
 
 
-def _heap_plugin():
+def fast_exit() -> None:
+    """Let this process exit without collecting garbage it is about to drop anyway.
+
+    With numba, llvmlite, xarray and pandas loaded, the interpreter's final collections
+    walk millions of objects: about 0.9 s of every exit here, and a cluster's close waits
+    for each worker's. Freezing moves every object out of the collector's sight; nothing
+    is leaked, the process memory goes back to the system as it ends.
+    """
+    gc.freeze()
+
+
+def _worker_plugins():
     from distributed import WorkerPlugin
 
     class HeapReuse(WorkerPlugin):
@@ -39,7 +53,24 @@ def _heap_plugin():
         def setup(self, worker):
             tune_heap()
 
-    return HeapReuse()
+    class FastExit(WorkerPlugin):
+        """Runs :func:`fast_exit` as a worker process closes (a nanny's child): not when
+        the plugin is only replaced, nor for workers sharing the client's process."""
+
+        name = "zagg-fast-exit"
+
+        def teardown(self, worker):
+            from distributed.core import Status
+
+            if worker.status == Status.closing and multiprocessing.parent_process():
+                fast_exit()
+
+    return HeapReuse(), FastExit()
+
+
+def _register(client) -> None:
+    for plugin in _worker_plugins():
+        client.register_plugin(plugin)
 
 
 @contextlib.contextmanager
@@ -52,7 +83,7 @@ def client_for(scheduler: str | None = None, *, workers: int | None = None,
 
     if scheduler:
         with Client(scheduler) as client:
-            client.register_plugin(_heap_plugin())
+            _register(client)
             yield client
         return
     opts = machine_defaults()
@@ -66,5 +97,5 @@ def client_for(scheduler: str | None = None, *, workers: int | None = None,
     with LocalCluster(processes=True, env=env, silence_logs=40,
                       dashboard_address=":8787" if dashboard else ":0",
                       host="127.0.0.1", **opts) as cluster, Client(cluster) as client:
-        client.register_plugin(_heap_plugin())
+        _register(client)
         yield client
