@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import multiprocessing
 import os
 
 import psutil
@@ -54,15 +53,16 @@ def _worker_plugins():
             tune_heap()
 
     class FastExit(WorkerPlugin):
-        """Runs :func:`fast_exit` as a worker process closes (a nanny's child): not when
-        the plugin is only replaced, nor for workers sharing the client's process."""
+        """Runs :func:`fast_exit` as a worker process closes (one a nanny started, so
+        the process ends with it): not when the plugin is only replaced, nor for workers
+        that share another process."""
 
         name = "zagg-fast-exit"
 
         def teardown(self, worker):
             from distributed.core import Status
 
-            if worker.status == Status.closing and multiprocessing.parent_process():
+            if worker.status == Status.closing and worker.nanny:
                 fast_exit()
 
     return HeapReuse(), FastExit()

@@ -1,10 +1,11 @@
 """HEALPix morton grid on mortie: point words, cell and shard words, decimal ids, hive paths.
 
-mortie is the only authority for cell identity: every word starts life as a mortie
-``geo2mort`` point word (order 29, mortie's default authalic latitude). Coarsening a word to
-an ancestor uses the public bit layout (clearing the tuples below the order and writing the
-order suffix), which mortie documents and which is bit-identical to ``clip2order`` for
-orders up to 27; orders 28 and 29 go through ``clip2order`` itself.
+mortie is the only authority for cell identity: every word comes from mortie's ``geo2mort``
+(mortie's default authalic latitude), as an order-29 point word or, where no point word is
+needed, straight as the area word at the cell order, which is the point word's ancestor.
+Coarsening a word to an ancestor uses the public bit layout (clearing the tuples below the
+order and writing the order suffix), which mortie documents and which is bit-identical to
+``clip2order`` for orders up to 27; orders 28 and 29 go through ``clip2order`` itself.
 """
 
 from __future__ import annotations
