@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from . import graph, heap, predicate
 from . import grid as G
@@ -22,6 +22,9 @@ from .config import Config, FieldSpec, Filter, load_config
 from .hive import cells
 from .kernels import composition, located, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 DEFAULT_CHUNK = 1 << 20
 POINT_WORDS = "__point_words__"  # the values() name of each kept point's order-29 word
@@ -517,6 +520,8 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
     """The lazy leaf Dataset: per shard, tree-combine → :func:`shard_contents` →
     :func:`finalize_shard` (:func:`zagg.graph.shard_chains`), one chunk per shard along
     ``cells``."""
+    import xarray as xr
+
     fields = tuple(config.fields.values())
     keys = tuple(state_key(f, config) for f in fields)
     outputs = {}

@@ -19,7 +19,6 @@ import operator
 import uuid
 from dataclasses import dataclass
 
-import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed
@@ -110,6 +109,8 @@ def shard_chains(
     """Per shard: pieces → combine tree → contents → finalize, and one dask array per
     entry of ``outputs`` (name → dtype; object for ragged fields) with one chunk per shard,
     plus the ``morton`` coordinate."""
+    import dask.array as da
+
     plan = job.plan
     p, c = plan.shard_order, plan.cell_order
     n = 4 ** (c - p)

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
-import dask.array as da
 import numpy as np
-import xarray as xr
 import zarr
 
 from zagg import grid as _grid
@@ -32,6 +30,9 @@ from zagg.hive.manifest import read_manifest
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.hive.walk import walk_leaves
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 _DECLARATION_SPECS = {
     "composition": "zagg-composition/1",
@@ -113,6 +114,9 @@ def quantile(ds: xr.Dataset, field: str, q) -> xr.DataArray:
 
     A scalar ``q`` gives a ``(cells,)`` array; a sequence adds a ``quantile`` dimension.
     """
+    import dask.array as da
+    import xarray as xr
+
     if field not in ds:
         raise KeyError(f"{field!r} is not a variable of this dataset")
     var = ds[field]
@@ -286,6 +290,9 @@ def _load_morton(root: StoreRoot, prefix: str, path: str, shard_id: str, p: int,
 
 
 def _dataset(root: StoreRoot, manifest: dict, leaves: list[tuple[str, str, dict]]) -> xr.Dataset:
+    import dask.array as da
+    import xarray as xr
+
     p, c = manifest["shard_order"], manifest["cell_order"]
     group = str(c)
     schema = geometry = group_attrs = None

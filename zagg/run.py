@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-
-import xarray as xr
+from typing import TYPE_CHECKING
 
 from . import hive
 from .aggregate import aggregate
@@ -13,10 +12,15 @@ from .cluster import client_for
 from .config import Config, ConfigError, load_config
 from .write import RunSummary, manifest_for, prepare_write
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 
 def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
     """The points Dataset a config names: HDF5 granules (only those a catalog says touch
     ``shards``, when given), the built-in generator, or a zarr/netCDF input."""
+    import xarray as xr
+
     src = cfg.data_source
     if src.granules is not None:
         from .sources.granules import open_granules

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dask
-import xarray as xr
 
 from . import graph, hive
 from . import progress as progress_
 from .grid import from_decimal
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:

@@ -22,14 +22,17 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import dask
-import dask.array as da
 import numpy as np
-import xarray as xr
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import Task, TaskRef
+
+if TYPE_CHECKING:
+    import dask.array as da
+    import xarray as xr
 
 from ..config import ConfigError, DataSource, Filter, _check_keys, _fail, _parse_filters
 
@@ -702,6 +705,9 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
     """The lazy Dataset over ``scans``: one read task per block of at most ``chunk_size``
     rows of one granule and group, one selection task per variable and block, and one
     granule-index task per block (which never touches the file)."""
+    import dask.array as da
+    import xarray as xr
+
     items = source.items()
     dtypes: dict[str, str] = {name: np.dtype(np.float64).str for name, _, _ in items}
     attrs: dict[str, dict] = {}

@@ -48,13 +48,15 @@ from __future__ import annotations
 import copy
 import functools
 import operator
+from typing import TYPE_CHECKING
 
-import dask.array as da
 import numpy as np
-import xarray as xr
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import Task, TaskRef
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = [
     "DEFAULT_REGION",
@@ -352,6 +354,9 @@ def synthetic_photons(
     ``photon``. The graph has one generator task per chunk plus one selection task per variable
     and chunk; nothing is computed here. See the module docstring for the model.
     """
+    import dask.array as da
+    import xarray as xr
+
     _validate(n_points, region, chunk_size, seed, noise_fraction, nan_fraction)
     n_points, chunk_size, seed = int(n_points), int(chunk_size), int(seed)
     region = tuple(float(v) for v in region)
