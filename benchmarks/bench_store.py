@@ -89,6 +89,8 @@ def main() -> int:
     cores = os.cpu_count() or 1
     os.environ["RAYON_NUM_THREADS"] = str(cores)
 
+    import xarray  # noqa: F401  (the client's library imports are not part of a run)
+
     from zagg.run import run
     from zagg.sources.synthetic import DEFAULT_REGION
 
