@@ -179,3 +179,29 @@ def test_vlen_framing_and_digest_for_word_and_odd_sized_payloads(word_sized):
             continue
         got = decode_vlen_frame(zstandard.ZstdDecompressor().decompress(shard[off : off + size]))
         assert got == want
+
+
+@pytest.mark.parametrize("kind", ["bytes", "unit rows", "weighted rows"])
+def test_payload_objects_are_the_cells_bytes(kind):
+    """payloads() makes one bytes object per cell (through a pickle stream it frames
+    itself): empty cells, short ones and ones of 256 bytes and more (the two length
+    encodings) all come back as the exact slices of the interleaved payload bytes."""
+    rng = np.random.default_rng(len(kind))
+    if kind == "bytes":
+        sizes = np.array([0, 1, 255, 256, 300, 70_000, 0, 8, *rng.integers(0, 600, 300)])
+        offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        c = cells.RaggedCells(np.arange(sizes.size), offsets,
+                              rng.integers(0, 256, offsets[-1]).astype(np.uint8))
+    else:
+        rows = np.array([0, 1, 31, 32, 33, 9000, *rng.integers(0, 60, 300)])
+        offsets = np.concatenate(([0], np.cumsum(rows))).astype(np.int64)
+        means = rng.normal(size=offsets[-1]).astype(np.float32)
+        weights = None if kind == "unit rows" else rng.random(offsets[-1]).astype(np.float32)
+        c = cells.DigestRows(np.arange(rows.size), offsets, means, weights)
+    got = c.payloads()
+    data, at = c.data.tobytes(), c.offsets
+    want = [data[a:b] for a, b in zip(at[:-1], at[1:], strict=True)]
+    assert got.dtype == object and len(got) == len(want)
+    assert all(type(g) is bytes for g in got) and list(got) == want
+    if kind == "unit rows":  # weights come out as float32 1.0
+        assert np.all(np.frombuffer(b"".join(got), "<f4")[1::2] == 1.0)

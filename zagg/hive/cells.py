@@ -16,8 +16,10 @@ Dense numpy/object arrays convert to and from this form (:func:`dense_cells`,
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from zagg.hive import encode
@@ -50,12 +52,78 @@ class RaggedCells:
         return np.diff(self.offsets)
 
     def payloads(self) -> np.ndarray:
-        """Each cell's payload as a ``bytes`` object, in an object array (the slices are
-        made and stored by C-level iteration: this is most of a shard's finalize)."""
-        buf = self.data.tobytes()
-        edges = self.offsets.tolist()
-        return np.fromiter(map(buf.__getitem__, map(slice, edges[:-1], edges[1:])),
-                           dtype=object, count=len(edges) - 1)
+        """Each cell's payload as a ``bytes`` object, in an object array.
+
+        Making a Python object per cell is most of a shard's finalize and holds the GIL, so
+        the objects are made in one C-level pass: the payloads are framed as a pickle of a
+        tuple of byte strings (:func:`_pickled_payloads`) and unpickled, about twice as fast
+        as slicing a ``bytes`` copy cell by cell.
+        """
+        n = len(self.offsets) - 1
+        size = int(self.offsets[-1] - self.offsets[0]) if n else 0
+        stream = np.empty(len(_PICKLE_HEAD) + 5 * n + size + len(_PICKLE_TAIL), np.uint8)
+        end = self._pickle_into(stream)
+        return np.fromiter(pickle.loads(stream[:end]), dtype=object, count=n)
+
+    def _pickle_into(self, stream: np.ndarray) -> int:
+        return _pickled_payloads(self.data, self.offsets, stream)
+
+
+_PICKLE_HEAD = bytes([0x80, 4, 0x28])  # PROTO 4, MARK
+_PICKLE_TAIL = bytes([0x74, 0x2E])  # TUPLE, STOP
+_SHORT_BINBYTES, _BINBYTES = 0x43, 0x42  # length in 1 byte / 4 little-endian bytes
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _item_header(out, o, n):
+    """Opcode and length of one byte string of ``n`` bytes at ``out[o:]``; returns the
+    position of its first byte."""
+    if n < 256:
+        out[o] = _SHORT_BINBYTES
+        out[o + 1] = n
+        return o + 2
+    out[o] = _BINBYTES
+    for b in range(4):
+        out[o + 1 + b] = (n >> (8 * b)) & 0xFF
+    return o + 5
+
+
+@numba.njit(cache=True, nogil=True)
+def _pickled_payloads(data, offsets, out):
+    """Write into ``out`` a protocol-4 pickle of the tuple of byte strings
+    ``data[offsets[i]:offsets[i + 1]]`` (the opcodes are those of :mod:`pickletools`:
+    PROTO, MARK, SHORT_BINBYTES or BINBYTES per item, TUPLE, STOP); returns its length.
+    ``out`` holds at least 5 + 5 * items + payload bytes."""
+    out[0:3] = np.frombuffer(_PICKLE_HEAD, np.uint8)
+    o = 3
+    for i in range(offsets.size - 1):
+        a = offsets[i]
+        n = offsets[i + 1] - a
+        o = _item_header(out, o, n)
+        out[o : o + n] = data[a : a + n]
+        o += n
+    out[o : o + 2] = np.frombuffer(_PICKLE_TAIL, np.uint8)
+    return o + 2
+
+
+@numba.njit(cache=True, nogil=True)
+def _pickled_rows(mean_bytes, weight_bytes, unit, offsets, out):
+    """:func:`_pickled_payloads` of t-digest rows interleaved on the fly from the float32
+    columns' bytes (``unit``: every weight is 1 and ``weight_bytes`` holds one 1.0), so the
+    interleaved payloads are never made as a whole."""
+    out[0:3] = np.frombuffer(_PICKLE_HEAD, np.uint8)
+    o = 3
+    for i in range(offsets.size - 1):
+        a = offsets[i]
+        o = _item_header(out, o, offsets[i + 1] - a)
+        for r in range(a // 8, offsets[i + 1] // 8):
+            w = 0 if unit else 4 * r
+            for b in range(4):
+                out[o + b] = mean_bytes[4 * r + b]
+                out[o + 4 + b] = weight_bytes[w + b]
+            o += 8
+    out[o : o + 2] = np.frombuffer(_PICKLE_TAIL, np.uint8)
+    return o + 2
 
 
 class DigestRows(RaggedCells):
@@ -69,6 +137,12 @@ class DigestRows(RaggedCells):
         self.offsets = np.asarray(row_offsets, dtype=np.int64) * 8
         self.means = np.ascontiguousarray(means, dtype="<f4")
         self.weights = None if weights is None else np.ascontiguousarray(weights, dtype="<f4")
+
+    def _pickle_into(self, stream: np.ndarray) -> int:
+        unit = self.weights is None
+        weights = np.ones(1, "<f4") if unit else self.weights
+        return _pickled_rows(self.means.view(np.uint8), weights.view(np.uint8), unit,
+                             self.offsets, stream)
 
     @property
     def data(self) -> np.ndarray:
