@@ -61,7 +61,7 @@ class RaggedCells:
         """
         n = len(self.offsets) - 1
         size = int(self.offsets[-1] - self.offsets[0]) if n else 0
-        stream = np.empty(len(_PICKLE_HEAD) + 5 * n + size + len(_PICKLE_TAIL), np.uint8)
+        stream = np.empty(len(PICKLE_HEAD) + 5 * n + size + len(PICKLE_TAIL), np.uint8)
         end = self._pickle_into(stream)
         return np.fromiter(pickle.loads(stream[:end]), dtype=object, count=n)
 
@@ -69,9 +69,9 @@ class RaggedCells:
         return _pickled_payloads(self.data, self.offsets, stream)
 
 
-_PICKLE_HEAD = bytes([0x80, 4, 0x28])  # PROTO 4, MARK
-_PICKLE_TAIL = bytes([0x74, 0x2E])  # TUPLE, STOP
-_SHORT_BINBYTES, _BINBYTES = 0x43, 0x42  # length in 1 byte / 4 little-endian bytes
+PICKLE_HEAD = bytes([0x80, 4, 0x28])  # PROTO 4, MARK
+PICKLE_TAIL = bytes([0x74, 0x2E])  # TUPLE, STOP
+SHORT_BINBYTES, BINBYTES = 0x43, 0x42  # length in 1 byte / 4 little-endian bytes
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -79,10 +79,10 @@ def _item_header(out, o, n):
     """Opcode and length of one byte string of ``n`` bytes at ``out[o:]``; returns the
     position of its first byte."""
     if n < 256:
-        out[o] = _SHORT_BINBYTES
+        out[o] = SHORT_BINBYTES
         out[o + 1] = n
         return o + 2
-    out[o] = _BINBYTES
+    out[o] = BINBYTES
     for b in range(4):
         out[o + 1 + b] = (n >> (8 * b)) & 0xFF
     return o + 5
@@ -94,7 +94,7 @@ def _pickled_payloads(data, offsets, out):
     ``data[offsets[i]:offsets[i + 1]]`` (the opcodes are those of :mod:`pickletools`:
     PROTO, MARK, SHORT_BINBYTES or BINBYTES per item, TUPLE, STOP); returns its length.
     ``out`` holds at least 5 + 5 * items + payload bytes."""
-    out[0:3] = np.frombuffer(_PICKLE_HEAD, np.uint8)
+    out[0:3] = np.frombuffer(PICKLE_HEAD, np.uint8)
     o = 3
     for i in range(offsets.size - 1):
         a = offsets[i]
@@ -102,7 +102,7 @@ def _pickled_payloads(data, offsets, out):
         o = _item_header(out, o, n)
         out[o : o + n] = data[a : a + n]
         o += n
-    out[o : o + 2] = np.frombuffer(_PICKLE_TAIL, np.uint8)
+    out[o : o + 2] = np.frombuffer(PICKLE_TAIL, np.uint8)
     return o + 2
 
 
@@ -111,7 +111,7 @@ def _pickled_rows(mean_bytes, weight_bytes, unit, offsets, out):
     """:func:`_pickled_payloads` of t-digest rows interleaved on the fly from the float32
     columns' bytes (``unit``: every weight is 1 and ``weight_bytes`` holds one 1.0), so the
     interleaved payloads are never made as a whole."""
-    out[0:3] = np.frombuffer(_PICKLE_HEAD, np.uint8)
+    out[0:3] = np.frombuffer(PICKLE_HEAD, np.uint8)
     o = 3
     for i in range(offsets.size - 1):
         a = offsets[i]
@@ -122,7 +122,7 @@ def _pickled_rows(mean_bytes, weight_bytes, unit, offsets, out):
                 out[o + b] = mean_bytes[4 * r + b]
                 out[o + 4 + b] = weight_bytes[w + b]
             o += 8
-    out[o : o + 2] = np.frombuffer(_PICKLE_TAIL, np.uint8)
+    out[o : o + 2] = np.frombuffer(PICKLE_TAIL, np.uint8)
     return o + 2
 
 

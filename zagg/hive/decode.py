@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import zstandard
 
-from .cells import _BINBYTES, _PICKLE_HEAD, _PICKLE_TAIL, _SHORT_BINBYTES
+from .cells import BINBYTES, PICKLE_HEAD, PICKLE_TAIL, SHORT_BINBYTES
 from .encode import ABSENT
 
 VLEN = "variable_length_bytes"
@@ -155,17 +155,17 @@ def _ragged(chunks, per: int, where: str) -> np.ndarray:
                 from exc
     n = len(chunks) * per
     size = sum(f.size for f in frames.values())
-    stream = np.empty(len(_PICKLE_HEAD) + size + 2 * n + len(_PICKLE_TAIL), dtype=np.uint8)
-    stream[: len(_PICKLE_HEAD)] = np.frombuffer(_PICKLE_HEAD, np.uint8)
-    o = len(_PICKLE_HEAD)
+    stream = np.empty(len(PICKLE_HEAD) + size + 2 * n + len(PICKLE_TAIL), dtype=np.uint8)
+    stream[: len(PICKLE_HEAD)] = np.frombuffer(PICKLE_HEAD, np.uint8)
+    o = len(PICKLE_HEAD)
     for k in range(len(chunks)):
         frame = frames.get(k)
         o = _empty_items(stream, o, per) if frame is None else _frame_items(frame, per, stream, o)
         if o < 0:
             raise CorruptChunkError(f"{where}: inner chunk {k} is not a vlen frame of {per} "
                                     "cells")
-    stream[o : o + len(_PICKLE_TAIL)] = np.frombuffer(_PICKLE_TAIL, np.uint8)
-    o += len(_PICKLE_TAIL)
+    stream[o : o + len(PICKLE_TAIL)] = np.frombuffer(PICKLE_TAIL, np.uint8)
+    o += len(PICKLE_TAIL)
     return np.fromiter(pickle.loads(stream[:o]), dtype=object, count=n)
 
 
@@ -188,7 +188,7 @@ def _frame_items(frame, per, out, o):
         n = _u32(frame, i)
         if i + 4 + n > frame.size:
             return -1
-        out[o] = _BINBYTES
+        out[o] = BINBYTES
         out[o + 1 : o + 5 + n] = frame[i : i + 4 + n]
         o += 5 + n
         i += 4 + n
@@ -199,7 +199,7 @@ def _frame_items(frame, per, out, o):
 def _empty_items(out, o, per):
     """Append ``per`` empty byte strings (SHORT_BINBYTES of length 0)."""
     for _ in range(per):
-        out[o] = _SHORT_BINBYTES
+        out[o] = SHORT_BINBYTES
         out[o + 1] = 0
         o += 2
     return o
