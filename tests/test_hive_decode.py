@@ -63,10 +63,25 @@ def test_every_array_decodes_like_zarr(store):
 
 
 def test_open_hive_reads_through_the_decoder(store, monkeypatch):
-    """open_hive's values are the same whether the decoder or zarr-python reads them."""
+    """open_hive's metadata, attrs and values are the same whether the leaves' zarr.json
+    and chunks are read directly or by zarr-python."""
+    import zagg.read as read
+
+    calls = []
+    direct = read._direct_group
+    monkeypatch.setattr(read, "_direct_group", lambda *a: calls.append(a) or direct(*a))
     fast = zagg.open_hive(store).compute()
+    assert calls and all(direct(*a) is not None for a in calls)
+    monkeypatch.setattr(read, "_direct_group", lambda *a: None)
     monkeypatch.setattr(decode, "read_array", lambda root, key: None)
     slow = zagg.open_hive(store).compute()
+    def same(a, b):  # NaN fill values compare equal as JSON text
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                         default=str)
+
+    assert same(fast.attrs, slow.attrs)
+    assert same({n: fast[n].attrs for n in fast.variables},
+                {n: slow[n].attrs for n in slow.variables})
     for name in fast.variables:
         a, b = fast[name].values, slow[name].values
         if a.dtype == object:
@@ -83,7 +98,7 @@ def test_unknown_layouts_are_left_to_zarr(store, tmp_path):
     root = hive.StoreRoot(store)
     key, _, _ = _one(store, "h_mean")
     meta = json.loads((Path(store) / key / "zarr.json").read_text())
-    assert decode._layout(meta) is not None
+    assert decode.layout(meta) is not None
     changes = [
         ("two dimensions", lambda m: m.update(shape=[2, m["shape"][0] // 2])),
         ("a compressor on a dense chain", lambda m: _inner(m).append(
@@ -97,7 +112,7 @@ def test_unknown_layouts_are_left_to_zarr(store, tmp_path):
     for what, change in changes:
         m = copy.deepcopy(meta)
         change(m)
-        assert decode._layout(m) is None, what
+        assert decode.layout(m) is None, what
     # and read_array says so for a real array whose metadata was changed that way
     target = tmp_path / "x"
     target.mkdir()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dask
@@ -176,19 +177,61 @@ def _candidates(root: StoreRoot, manifest: dict, discover: str) -> list[tuple[st
 
 
 # -- one leaf's arrays -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ArrayMeta:
+    """What the reader needs of one array, read straight from its ``zarr.json`` (for the
+    layouts :mod:`zagg.hive.decode` knows; zarr-python opens the others)."""
+
+    shape: tuple
+    dtype: np.dtype
+    attrs: dict
+    chunks: tuple
+    shards: tuple | None
+    meta: dict
+
+
+def _meta_of(arr) -> dict:
+    return arr.meta if isinstance(arr, _ArrayMeta) else arr.metadata.to_dict()
+
+
+def _direct_group(root: StoreRoot, key: str):
+    """``(attrs, arrays)`` of the group at ``key`` from its members' ``zarr.json``, or None
+    when any member array has a layout the direct decoder does not know."""
+    group = root.read_json(f"{key}/zarr.json")
+    if not isinstance(group, dict) or group.get("node_type") != "group":
+        return None
+    arrays = {}
+    for name in root.list_dir(key)[0]:
+        meta = root.read_json(f"{key}/{name}/zarr.json")
+        if not isinstance(meta, dict) or meta.get("node_type") != "array":
+            continue  # not an array node (zarr-python's listing skips it too)
+        layout = _decode.layout(meta)
+        if layout is None:
+            return None
+        n, per, sharded, dtype, _fill = layout
+        arrays[name] = _ArrayMeta((n,), np.dtype(object) if dtype is None else dtype,
+                                  dict(meta.get("attributes") or {}), (per,),
+                                  (n,) if sharded else None, meta)
+    return dict(group.get("attributes") or {}), arrays
+
+
 def _leaf_arrays(root: StoreRoot, manifest: dict, rel: str, stamp: dict):
     """The leaf's cell group attrs and arrays, every one checked against the spec."""
     prefix = data_prefix(rel, stamp)
     group_name = str(manifest["cell_order"])
-    zstore = root.zarr_store(prefix, read_only=True)
-    try:
-        group = zarr.open_group(zstore, path=group_name, mode="r", zarr_format=3)
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
-        raise ValueError(
-            f"stamped leaf {root.url_of(rel)} has no cell group {group_name!r}: the leaf is "
-            "corrupt; rewrite it"
-        ) from exc
-    arrays = dict(group.arrays())
+    direct = _direct_group(root, f"{prefix}/{group_name}")
+    if direct is not None:
+        group_attrs, arrays = direct
+    else:
+        zstore = root.zarr_store(prefix, read_only=True)
+        try:
+            group = zarr.open_group(zstore, path=group_name, mode="r", zarr_format=3)
+        except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
+            raise ValueError(
+                f"stamped leaf {root.url_of(rel)} has no cell group {group_name!r}: the leaf "
+                "is corrupt; rewrite it"
+            ) from exc
+        group_attrs, arrays = dict(group.attrs), dict(group.arrays())
     where = root.url_of(rel)
     if MORTON not in arrays:
         raise ValueError(
@@ -197,11 +240,11 @@ def _leaf_arrays(root: StoreRoot, manifest: dict, rel: str, stamp: dict):
         )
     for name, arr in arrays.items():
         _check_array(where, group_name, name, arr)
-    return dict(group.attrs), arrays
+    return group_attrs, arrays
 
 
 def _check_array(where: str, group: str, name: str, arr) -> None:
-    meta = arr.metadata.to_dict()
+    meta = _meta_of(arr)
     if len(arr.shape) != 1:
         raise ValueError(f"{where}: array {group}/{name} is not 1-D on the cells axis")
     attrs = dict(arr.attrs)
@@ -246,7 +289,7 @@ def _schema(arrays: dict) -> dict[str, tuple]:
         name: (
             "ragged" if arr.dtype.kind == "O" else "dense",
             arr.dtype,
-            arr.metadata.to_dict().get("fill_value"),
+            _meta_of(arr).get("fill_value"),
             dict(arr.attrs),
         )
         for name, arr in arrays.items()

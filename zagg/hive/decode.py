@@ -44,10 +44,10 @@ def read_array(root, key: str) -> np.ndarray | None:
     numpy array, or an object array of ``bytes`` (``b""`` where empty) for a vlen array;
     ``None`` when its layout is not one this module knows (use zarr-python then)."""
     meta = root.read_json(f"{key}/zarr.json")
-    layout = _layout(meta) if isinstance(meta, dict) else None
-    if layout is None:
+    found = layout(meta) if isinstance(meta, dict) else None
+    if found is None:
         return None
-    n, per, sharded, dtype, fill = layout
+    n, per, sharded, dtype, fill = found
     n_inner = n // per
     if sharded:
         obj = root.read_bytes(f"{key}/c/0")
@@ -67,7 +67,7 @@ def read_array(root, key: str) -> np.ndarray | None:
     return out
 
 
-def _layout(meta: dict):
+def layout(meta: dict):
     """``(cells, cells per inner chunk, sharded, dtype or None for vlen, fill)``, or None."""
     shape = meta.get("shape")
     grid = meta.get("chunk_grid") or {}
