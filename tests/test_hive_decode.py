@@ -70,10 +70,17 @@ def test_open_hive_reads_through_the_decoder(store, monkeypatch):
     calls = []
     direct = read._direct_group
     monkeypatch.setattr(read, "_direct_group", lambda *a: calls.append(a) or direct(*a))
-    fast = zagg.open_hive(store).compute()
+    lazy = zagg.open_hive(store)
     assert calls and all(direct(*a) is not None for a in calls)
+    reads = []
+    read_json = hive.StoreRoot.read_json
+    monkeypatch.setattr(hive.StoreRoot, "read_json",
+                        lambda self, key: reads.append(key) or read_json(self, key))
+    fast = lazy.compute()
+    assert reads == []  # the loaders reuse the layouts open_hive read
+    monkeypatch.setattr(hive.StoreRoot, "read_json", read_json)
     monkeypatch.setattr(read, "_direct_group", lambda *a: None)
-    monkeypatch.setattr(decode, "read_array", lambda root, key: None)
+    monkeypatch.setattr(decode, "read_array", lambda *a: None)
     slow = zagg.open_hive(store).compute()
     def same(a, b):  # NaN fill values compare equal as JSON text
         return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,

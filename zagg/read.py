@@ -188,10 +188,16 @@ class _ArrayMeta:
     chunks: tuple
     shards: tuple | None
     meta: dict
+    layout: tuple  # zagg.hive.decode.layout(meta), handed to the loaders
 
 
 def _meta_of(arr) -> dict:
     return arr.meta if isinstance(arr, _ArrayMeta) else arr.metadata.to_dict()
+
+
+def _layout_of(arr) -> tuple | None:
+    """The decoder layout of an array read directly (None: the loader finds out)."""
+    return arr.layout if isinstance(arr, _ArrayMeta) else None
 
 
 def _direct_group(root: StoreRoot, key: str):
@@ -211,7 +217,7 @@ def _direct_group(root: StoreRoot, key: str):
         n, per, sharded, dtype, _fill = layout
         arrays[name] = _ArrayMeta((n,), np.dtype(object) if dtype is None else dtype,
                                   dict(meta.get("attributes") or {}), (per,),
-                                  (n,) if sharded else None, meta)
+                                  (n,) if sharded else None, meta, layout)
     return dict(group.get("attributes") or {}), arrays
 
 
@@ -298,10 +304,11 @@ def _schema(arrays: dict) -> dict[str, tuple]:
 
 
 # -- lazy loading ------------------------------------------------------------------------
-def _read_array(root: StoreRoot, prefix: str, path: str) -> np.ndarray:
+def _read_array(root: StoreRoot, prefix: str, path: str, found=None) -> np.ndarray:
     """A leaf array's values: decoded straight from its chunk objects when it has one of
-    the spec's layouts (:mod:`zagg.hive.decode`, many times faster), else by zarr-python."""
-    values = _decode.read_array(root, f"{prefix}/{path}")
+    the spec's layouts (:mod:`zagg.hive.decode`, many times faster; ``found``: its layout,
+    already read), else by zarr-python."""
+    values = _decode.read_array(root, f"{prefix}/{path}", found)
     return _zarr_array(root, prefix, path) if values is None else values
 
 
@@ -310,8 +317,9 @@ def _zarr_array(root: StoreRoot, prefix: str, path: str) -> np.ndarray:
     return arr[...]
 
 
-def _load_field(root: StoreRoot, prefix: str, path: str, ragged: bool) -> np.ndarray:
-    values = _decode.read_array(root, f"{prefix}/{path}")
+def _load_field(root: StoreRoot, prefix: str, path: str, ragged: bool,
+                found=None) -> np.ndarray:
+    values = _decode.read_array(root, f"{prefix}/{path}", found)
     if values is not None:  # ragged: bytes objects already, b"" where empty
         return values
     values = _zarr_array(root, prefix, path)
@@ -325,8 +333,9 @@ def _load_field(root: StoreRoot, prefix: str, path: str, ragged: bool) -> np.nda
     return out
 
 
-def _load_morton(root: StoreRoot, prefix: str, path: str, shard_id: str, p: int, c: int):
-    stored = np.asarray(_read_array(root, prefix, path), dtype=np.uint64)
+def _load_morton(root: StoreRoot, prefix: str, path: str, shard_id: str, p: int, c: int,
+                 found=None):
+    stored = np.asarray(_read_array(root, prefix, path, found), dtype=np.uint64)
     law = _grid.shard_cell_words(_grid.from_decimal(shard_id)[0], p, c)
     if law.shape != stored.shape:
         raise RuntimeError(
@@ -371,14 +380,15 @@ def _dataset(root: StoreRoot, manifest: dict, leaves: list[tuple[str, str, dict]
         n = geometry.n_cells
         mortons.append(
             da.from_delayed(
-                dask.delayed(_load_morton, pure=True)(root, prefix, f"{group}/{MORTON}", sid, p, c),
+                dask.delayed(_load_morton, pure=True)(root, prefix, f"{group}/{MORTON}", sid, p, c,
+                                                      _layout_of(arrays[MORTON])),
                 shape=(n,),
                 dtype=np.uint64,
             )
         )
         for name, (kind, dtype, _fill, _attrs) in schema.items():
             loader = dask.delayed(_load_field, pure=True)(
-                root, prefix, f"{group}/{name}", kind == "ragged"
+                root, prefix, f"{group}/{name}", kind == "ragged", _layout_of(arrays[name])
             )
             columns.setdefault(name, []).append(da.from_delayed(loader, shape=(n,), dtype=dtype))
     data_vars = {

@@ -62,8 +62,7 @@ class RaggedCells:
         n = len(self.offsets) - 1
         size = int(self.offsets[-1] - self.offsets[0]) if n else 0
         stream = np.empty(len(PICKLE_HEAD) + 5 * n + size + len(PICKLE_TAIL), np.uint8)
-        end = self._pickle_into(stream)
-        return np.fromiter(pickle.loads(stream[:end]), dtype=object, count=n)
+        return unpickled_items(stream, self._pickle_into(stream), n)
 
     def _pickle_into(self, stream: np.ndarray) -> int:
         return _pickled_payloads(self.data, self.offsets, stream)
@@ -86,6 +85,20 @@ def _item_header(out, o, n):
     for b in range(4):
         out[o + 1 + b] = (n >> (8 * b)) & 0xFF
     return o + 5
+
+
+def unpickled_items(stream: np.ndarray, end: int, n: int) -> np.ndarray:
+    """The ``n`` byte strings of the pickle ``stream[:end]`` (framed by the kernels below),
+    as an object array."""
+    return np.fromiter(pickle.loads(stream[:end]), dtype=object, count=n)
+
+
+@numba.njit(cache=True, nogil=True)
+def empty_items(out, o, per):
+    """Append ``per`` empty byte strings to the pickle stream ``out[o:]``."""
+    for _ in range(per):
+        o = _item_header(out, o, 0)
+    return o
 
 
 @numba.njit(cache=True, nogil=True)

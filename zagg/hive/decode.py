@@ -18,7 +18,6 @@ both decoders equal on every store they write.
 from __future__ import annotations
 
 import math
-import pickle
 import struct
 
 import google_crc32c
@@ -26,7 +25,7 @@ import numba
 import numpy as np
 import zstandard
 
-from .cells import BINBYTES, PICKLE_HEAD, PICKLE_TAIL, SHORT_BINBYTES
+from .cells import BINBYTES, PICKLE_HEAD, PICKLE_TAIL, empty_items, unpickled_items
 from .encode import ABSENT
 
 VLEN = "variable_length_bytes"
@@ -39,12 +38,14 @@ class CorruptChunkError(ValueError):
     """A chunk object that does not decode as its array's metadata says."""
 
 
-def read_array(root, key: str) -> np.ndarray | None:
+def read_array(root, key: str, found=None) -> np.ndarray | None:
     """The decoded array at ``key`` (a folder holding ``zarr.json``) of a StoreRoot: a
     numpy array, or an object array of ``bytes`` (``b""`` where empty) for a vlen array;
-    ``None`` when its layout is not one this module knows (use zarr-python then)."""
-    meta = root.read_json(f"{key}/zarr.json")
-    found = layout(meta) if isinstance(meta, dict) else None
+    ``None`` when its layout is not one this module knows (use zarr-python then).
+    ``found`` is its :func:`layout` when the caller has read ``zarr.json`` already."""
+    if found is None:
+        meta = root.read_json(f"{key}/zarr.json")
+        found = layout(meta) if isinstance(meta, dict) else None
     if found is None:
         return None
     n, per, sharded, dtype, fill = found
@@ -160,13 +161,12 @@ def _ragged(chunks, per: int, where: str) -> np.ndarray:
     o = len(PICKLE_HEAD)
     for k in range(len(chunks)):
         frame = frames.get(k)
-        o = _empty_items(stream, o, per) if frame is None else _frame_items(frame, per, stream, o)
+        o = empty_items(stream, o, per) if frame is None else _frame_items(frame, per, stream, o)
         if o < 0:
             raise CorruptChunkError(f"{where}: inner chunk {k} is not a vlen frame of {per} "
                                     "cells")
     stream[o : o + len(PICKLE_TAIL)] = np.frombuffer(PICKLE_TAIL, np.uint8)
-    o += len(PICKLE_TAIL)
-    return np.fromiter(pickle.loads(stream[:o]), dtype=object, count=n)
+    return unpickled_items(stream, o + len(PICKLE_TAIL), n)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -193,13 +193,3 @@ def _frame_items(frame, per, out, o):
         o += 5 + n
         i += 4 + n
     return o if i == frame.size else -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _empty_items(out, o, per):
-    """Append ``per`` empty byte strings (SHORT_BINBYTES of length 0)."""
-    for _ in range(per):
-        out[o] = SHORT_BINBYTES
-        out[o + 1] = 0
-        o += 2
-    return o
