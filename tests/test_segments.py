@@ -121,3 +121,42 @@ def test_combined_extremes_skip_nan_rows_and_keep_nan_for_empty_cells():
                                        np.array([3, 4, 5, 1, 2, 0]), offsets)
     np.testing.assert_array_equal(shuffled["min"], out["min"])
     np.testing.assert_array_equal(shuffled["max"], out["max"])
+
+
+def _exact_dd(hi, lo):
+    from fractions import Fraction
+
+    return Fraction(float(hi)) + Fraction(float(lo))
+
+
+def test_sums_are_exact_and_chunking_invariant_across_wide_magnitudes():
+    """A cell of float32 values spanning ~70 binary orders, with cancellation: the
+    double-double state holds the exact sum, normalised, and any split into partials
+    combines to the same pair bit for bit (sums of squares too, on values whose squares
+    stay within the double-double's reach)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    n = 4000
+    x = (rng.normal(0, 1, n) * 2.0 ** rng.integers(-30, 40, n)).astype(np.float32)
+    x[::7] = -x[1::7][: x[::7].size]  # cancellation
+    x[5] = np.nan
+    finite = [Fraction(float(v)) for v in x if np.isfinite(v)]
+    want_sum = sum(finite)
+    whole = segments.dense_states(x, None, np.array([0, n]), ("count", "sum"))
+    assert whole["count"][0] == n - 1
+    assert _exact_dd(whole["sum_hi"][0], whole["sum_lo"][0]) == want_sum
+    assert whole["sum_hi"][0] == float(want_sum)  # normalised: hi is the rounded sum
+    y = (rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n) * 2.0 ** rng.integers(0, 11, n)
+         ).astype(np.float32)
+    sq = segments.dense_states(y, None, np.array([0, n]), ("sumsq",))
+    want_sq = sum(Fraction(float(v)) ** 2 for v in y)
+    assert _exact_dd(sq["sumsq_hi"][0], sq["sumsq_lo"][0]) == want_sq
+    for cuts in ([1000, 2500], [1, 2, 3, 3999], list(range(0, n, 97))[1:]):
+        offsets = np.array([0, *cuts, n])
+        k = offsets.size - 1
+        for values, ref, wanted in ((x, whole, ("count", "sum")), (y, sq, ("sumsq",))):
+            parts = segments.dense_states(values, None, offsets, wanted)
+            merged = segments.combine_states(parts, np.arange(k), np.array([0, k]))
+            for name in ref:
+                assert merged[name][0] == ref[name][0], (name, cuts)
