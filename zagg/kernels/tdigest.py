@@ -381,9 +381,11 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
         if r1 - r0 == 1 and not flux:  # flux runs still need their ties ordered by weight
             a = run_starts[r0]
             n = run_sizes[r0]
-            total = 0.0
-            for i in range(n):
-                total += 1.0 if weights is None else weights[a + i]
+            total = float(n)
+            if weights is not None:
+                total = 0.0
+                for i in range(n):
+                    total += weights[a + i]
             if total <= delta:
                 for i in range(n):
                     out_m[pos + i] = means[a + i]
