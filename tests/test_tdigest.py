@@ -122,6 +122,29 @@ def test_long_segments_take_the_numpy_sort_path():
     np.testing.assert_array_equal(values, before)
 
 
+def test_dropped_unit_weights_leave_the_means_and_offsets_unchanged():
+    """Loss-free builds can hand back None for their all-ones weights; the means and
+    offsets are those of the full build (scattered addressing included), and a segment
+    above delta keeps its weights."""
+    rng = np.random.default_rng(8)
+    values, offsets = _random_segments(rng, [0, 1, 7, 16, 33, 64, 65, 300, 512])
+    values[rng.random(values.size) < 0.05] = np.nan
+    starts = offsets[:-1][::-1].copy()
+    sizes = np.diff(offsets)[::-1]
+    scattered_offsets = np.concatenate(([0], np.cumsum(sizes)))
+    for kw in ({}, {"starts": starts}):
+        offs = scattered_offsets if kw else offsets
+        full = td.build(values, offs, 512, out_dtype=np.float32, **kw)
+        m, w, o = td.build(values, offs, 512, out_dtype=np.float32, drop_unit_weights=True,
+                           **kw)
+        assert w is None and np.all(full[1] == 1)
+        np.testing.assert_array_equal(m, full[0])
+        np.testing.assert_array_equal(o, full[2])
+    big, big_off = _random_segments(rng, [10, 600])
+    m, w, o = td.build(big, big_off, 512, drop_unit_weights=True)
+    assert w is not None and w.sum() == np.isfinite(big).sum() and w.max() > 1
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError):
         td.build(np.zeros(3), [0, 4])

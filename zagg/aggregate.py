@@ -298,7 +298,7 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
             digests[key] = Digests.of(m, w, o, loc)
         else:
             m, w, o = tdigest.build(v, offsets, spec.delta, weights=wts, out_dtype=np.float32,
-                                    starts=grp.starts)
+                                    starts=grp.starts, drop_unit_weights=True)
             digests[key] = Digests.of(m, w, o)
     order = grp.permutation() if plan.compositions else None
     for key, comp in plan.compositions:

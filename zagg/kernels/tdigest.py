@@ -128,7 +128,8 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     """Kernel of :func:`build` over float32 values; segment s is ``values[starts[s]:]`` of
     length ``offsets[s + 1] - offsets[s]``, and segments longer than ``_SHORT`` arrive
     already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
-    ``out_off``; returns the number of centroids.
+    ``out_off``; returns the number of centroids. ``out_w=None`` promises that no segment
+    holds more than ``delta`` values: every weight is then 1 and none is written.
     """
     out_off[0] = 0
     longest = _max_segment(offsets)
@@ -148,10 +149,11 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
                 n += math.isfinite(x)
             if n <= delta:  # loss-free: sort straight into the output
                 _small_sort(small, n, out_m, pos)
-                for i in range(n):
-                    out_w[pos + i] = 1.0
+                if out_w is not None:
+                    for i in range(n):
+                        out_w[pos + i] = 1.0
                 pos += n
-            else:
+            elif out_w is not None:
                 _small_sort(small, n, buf, 0)
                 pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
         else:
@@ -163,9 +165,11 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
             if n <= delta:
                 for i in range(n):
                     out_m[pos + i] = buf[i]
-                    out_w[pos + i] = 1.0
+                if out_w is not None:
+                    for i in range(n):
+                        out_w[pos + i] = 1.0
                 pos += n
-            else:
+            elif out_w is not None:
                 pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
         out_off[s + 1] = pos
     return pos
@@ -636,7 +640,8 @@ def _kernel_float(x):
 
 def _outputs(offsets, dtype=np.float64):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
-    large arrays several times cheaper than allocation inside numba."""
+    large arrays several times cheaper than allocation inside numba. The weights' buffer is
+    only touched where it is written."""
     cap = int(offsets[-1] - offsets[0])
     return np.empty(cap, dtype), np.empty(cap, dtype), np.empty(offsets.size, np.int64)
 
@@ -656,7 +661,7 @@ def _check_delta(delta):
 
 
 def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False,
-          out_dtype=np.float64, starts=None):
+          out_dtype=np.float64, starts=None, drop_unit_weights=False):
     """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
 
     Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
@@ -679,6 +684,10 @@ def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=
     ``starts`` addresses segment s as ``values[starts[s]:starts[s] + offsets[s + 1] -
     offsets[s]]`` (segments anywhere in ``values``; ``offsets`` then only give sizes), so
     cells that are runs of the input need no gather first.
+
+    ``drop_unit_weights`` returns None for the weights when no segment holds more than
+    ``delta`` values and there are no ``weights`` (every centroid then weighs 1), as
+    :func:`merge_runs` does; the weights are then never written.
     """
     values = np.asarray(values).reshape(-1)
     delta = _check_delta(delta)
@@ -702,6 +711,10 @@ def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=
     for s in long.tolist():
         values[starts[s] : starts[s] + sizes[s]].sort()
     out = _outputs(offsets, out_dtype)
+    if drop_unit_weights and (sizes.size == 0 or sizes.max() <= delta):
+        out_m, _, out_off = out
+        k = _build(values, starts, offsets, delta, out_m, None, out_off)
+        return (out_m[:k].copy() if 2 * k < out_m.size else out_m[:k]), None, out_off
     return _trimmed(*out, _build(values, starts, offsets, delta, *out))
 
 
