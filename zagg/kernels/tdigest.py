@@ -638,19 +638,21 @@ def _kernel_float(x):
     return np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64
 
 
-def _outputs(offsets, dtype=np.float64):
+def _outputs(offsets, dtype=np.float64, with_weights=True):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
-    large arrays several times cheaper than allocation inside numba. The weights' buffer is
-    only touched where it is written."""
+    large arrays several times cheaper than allocation inside numba."""
     cap = int(offsets[-1] - offsets[0])
-    return np.empty(cap, dtype), np.empty(cap, dtype), np.empty(offsets.size, np.int64)
+    out_w = np.empty(cap, dtype) if with_weights else None
+    return np.empty(cap, dtype), out_w, np.empty(offsets.size, np.int64)
 
 
 def _trimmed(out_m, out_w, out_off, k):
     """Drop unused capacity, copying only when more than half of it is unused."""
-    if 2 * k < out_m.size:
-        return out_m[:k].copy(), out_w[:k].copy(), out_off
-    return out_m[:k], out_w[:k], out_off
+    copy = 2 * k < out_m.size
+    out_m = out_m[:k].copy() if copy else out_m[:k]
+    if out_w is not None:
+        out_w = out_w[:k].copy() if copy else out_w[:k]
+    return out_m, out_w, out_off
 
 
 def _check_delta(delta):
@@ -710,11 +712,8 @@ def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=
     starts = offsets[:-1] if starts is None else starts
     for s in long.tolist():
         values[starts[s] : starts[s] + sizes[s]].sort()
-    out = _outputs(offsets, out_dtype)
-    if drop_unit_weights and (sizes.size == 0 or sizes.max() <= delta):
-        out_m, _, out_off = out
-        k = _build(values, starts, offsets, delta, out_m, None, out_off)
-        return (out_m[:k].copy() if 2 * k < out_m.size else out_m[:k]), None, out_off
+    unit = drop_unit_weights and (sizes.size == 0 or sizes.max() <= delta)
+    out = _outputs(offsets, out_dtype, with_weights=not unit)
     return _trimmed(*out, _build(values, starts, offsets, delta, *out))
 
 
