@@ -200,6 +200,19 @@ def test_dask_and_numpy_inputs_agree_and_southern_northern_shards():
     assert any(s.startswith("-") for s in shards) and any(not s.startswith("-") for s in shards)
 
 
+def test_in_memory_inputs_are_read_in_chunks_and_later_edits_do_not_reach_the_result():
+    ds = make_points(5_000, seed=10)
+    expected = computed(ds.chunk({"obs": 700}), make_config())
+    discovered = zagg.aggregate(ds, make_config(), chunk_size=700)
+    lazy = zagg.aggregate(ds, make_config(), chunk_size=700,
+                          shards=expected.attrs["zagg"]["shards"])
+    assert lazy.attrs["zagg"]["points"] is None  # nothing read yet
+    ds["h"].values[:] = -1.0  # the caller reuses its buffers before computing
+    ds["lat"].values[:] = 0.0
+    for out in (discovered, lazy):
+        xr.testing.assert_identical(out.compute().drop_attrs(), expected.drop_attrs())
+
+
 def test_empty_input_gives_empty_dataset():
     ds = make_points(100, seed=9)
     out = zagg.aggregate(ds, make_config(filters=[{"variable": "q", "op": "gt", "value": 10}]))

@@ -81,6 +81,21 @@ def chunk_tasks(plan, blocks: list[tuple[Delayed, ...]]) -> list[Delayed]:
     return [Delayed((name, j), graph, layer=name) for j in range(len(blocks))]
 
 
+def literal_blocks(arrays: list[np.ndarray], chunk_size: int) -> list[tuple[Delayed, ...]]:
+    """Per run of ``chunk_size`` rows, a view of each of ``arrays`` (same length) as a graph
+    literal, in the shape :func:`chunk_tasks` takes."""
+    token = uuid.uuid4().hex
+    n = arrays[0].shape[0]
+    blocks = []
+    for j, start in enumerate(range(0, n, chunk_size)):
+        row = []
+        for i, a in enumerate(arrays):
+            key = (f"zagg-input-{i}-{token}", j)
+            row.append(Delayed(key, {key: a[start : start + chunk_size]}))
+        blocks.append(tuple(row))
+    return blocks
+
+
 def summary_tasks(results: list[Delayed], summarize) -> list[Delayed]:
     """``summarize(result)`` for every chunk result, as one layer."""
     token = tokenize([r.key for r in results])
