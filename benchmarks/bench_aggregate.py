@@ -35,6 +35,10 @@ from common import STANDARD_CONFIG, best_of
 
 CONFIG = STANDARD_CONFIG
 CHUNK = 1 << 20
+#: the 30 Mpts/s per core target was set where geo2mort ran at 10.5-12.8 Mpts/s per core;
+#: as a ratio to the same-run geo2mort (machines differ, and this one drifts) it is the
+#: stricter end of that range
+TARGET_X = 30 / 10.5
 
 
 def measure(n: int, threads: int, reps: int, region=None) -> dict:
@@ -149,7 +153,8 @@ def report(r: dict) -> None:
     print(f"  keying (zagg)            {r['keying'] / m:8.2f} Mpts/s"
           f"                                ratio {r['keying'] / r['geo2mort']:.2f}")
     print(f"  reduce + combine         {r['aggregate'] / m:8.2f} Mpts/s per core"
-          f"   (target >= 30)                x{r['aggregate'] / per_core:.1f} of geo2mort/core")
+          f"   (target >= 30)                x{r['aggregate'] / per_core:.1f} of geo2mort/core"
+          f" (target >= x{TARGET_X:.1f})")
     print(f"  finalize dense shards    {r['finalize_ms_per_shard']:8.1f} ms per shard of "
           f"4^10 cells (fills, payload scatter)")
     print(f"  aggregate excl. keying   {r['aggregate_with_finalize'] / m:8.2f} Mpts/s per core"
