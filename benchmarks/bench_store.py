@@ -64,7 +64,7 @@ def write_points(n: int, region, chunk: int, path: str) -> float:
                                                                          "h_ph"]]
     t0 = time.perf_counter()
     with dask.config.set(scheduler="threads"):
-        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=True,
+        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False,
                    encoding={v: {"compressors": None} for v in ds.data_vars})
     return time.perf_counter() - t0
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import warnings
 
 import moczarr
 import numpy as np
@@ -110,6 +111,20 @@ def test_content_hashes_do_not_depend_on_workers_or_chunking(tmp_path, photons):
             threads=1, progress=False)
         runs[label] = _hashes(store)
     assert runs["a"] == runs["b"] and len(runs["a"]) >= 2
+
+
+def test_run_reads_a_zarr_input_quietly_and_writes_the_same_leaves(tmp_path, photons):
+    points = tmp_path / "points.zarr"
+    photons.chunk({"photon": 40_000}).to_zarr(points, zarr_format=3, consolidated=False)
+    cfg = config()
+    cfg["data_source"]["input"] = str(points)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = run(cfg, store=str(tmp_path / "a"), workers=1, threads=1, progress=False)
+    assert not [w for w in caught if "consolidated" in str(w.message)]
+    direct = to_hive(zagg.aggregate(photons.chunk({"photon": 40_000}), config()), tmp_path / "b")
+    assert summary.points == direct.points > 0
+    assert _hashes(tmp_path / "a") == _hashes(tmp_path / "b") and summary.leaves_written >= 2
 
 
 def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, photons):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import TYPE_CHECKING
 
 from . import hive
@@ -44,7 +45,11 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
         try:
             if path.endswith((".nc", ".nc4", ".h5", ".hdf5")):
                 return xr.open_dataset(path, chunks={}, decode_times=False)
-            return xr.open_zarr(path, decode_times=False)
+            with warnings.catch_warnings():
+                # zarr v3 does not define consolidated metadata; a store without it is normal
+                warnings.filterwarnings("ignore", message="Failed to open Zarr store with "
+                                        "consolidated metadata")
+                return xr.open_zarr(path, decode_times=False)
         except (FileNotFoundError, OSError, ValueError) as exc:
             raise ConfigError(f"config key 'data_source.input': cannot open {path!r}: {exc}") \
                 from exc
