@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -55,7 +57,14 @@ def sample_rss(stop: threading.Event, out: list) -> None:
 
 def write_points(n: int, region, chunk: int, path: str) -> float:
     """Generate the synthetic photons (lat, lon, height) into an uncompressed zarr store at
-    ``path``, streamed chunk by chunk on this process's threads; returns the seconds taken."""
+    ``path`` in a child process (its freed buffers would otherwise stay in this process's
+    heap and count in the runs' peak RSS); returns the seconds taken."""
+    out = subprocess.run([sys.executable, __file__, "--write-points", str(n), *map(str, region),
+                          str(chunk), path], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def _write_points_here(n: int, region, chunk: int, path: str) -> float:
     import dask
 
     from zagg.sources.synthetic import synthetic_photons
@@ -175,7 +184,12 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2,
                     help="runs per size on one cluster (the first pays the workers' one-time "
                          "set-up; later ones show a long-lived cluster's rate)")
+    ap.add_argument("--write-points", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.write_points:
+        n, *box, chunk, path = args.write_points
+        print(_write_points_here(int(n), [float(v) for v in box], int(chunk), path))
+        return 0
     cores = os.cpu_count() or 1
     os.environ["RAYON_NUM_THREADS"] = str(cores)
 
