@@ -213,6 +213,21 @@ def test_in_memory_inputs_are_read_in_chunks_and_later_edits_do_not_reach_the_re
         xr.testing.assert_identical(out.compute().drop_attrs(), expected.drop_attrs())
 
 
+def test_aggregating_in_memory_inputs_leaves_them_untouched():
+    clean = make_points(5_000, seed=11, nan_frac=0.0)  # every point kept: kernels get views
+    holed = make_points(5_000, seed=12)
+    holed["lat"].values[:7] = np.nan  # a few unkeyable points
+    fields = {"count": {"function": "count"},
+              "h_var": {"function": "var", "source": "h", "dtype": "float64"},
+              "h_td": {"function": "tdigest", "source": "h", "params": {"delta": 20}},
+              "h_loc": {"function": "tdigest", "source": "h", "located": True}}
+    for ds, filters in ((clean, None), (holed, None),
+                        (clean, [{"variable": "q", "op": "ne", "value": 3}])):
+        before = {k: ds[k].values.tobytes() for k in ds.data_vars}
+        computed(ds, make_config(fields, filters), chunk_size=900)
+        assert {k: ds[k].values.tobytes() for k in ds.data_vars} == before
+
+
 def test_empty_input_gives_empty_dataset():
     ds = make_points(100, seed=9)
     out = zagg.aggregate(ds, make_config(filters=[{"variable": "q", "op": "gt", "value": 10}]))

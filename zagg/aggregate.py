@@ -433,9 +433,12 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int, keep_copy: bool)
             )
     sub = sub.drop_vars([c for c in sub.coords if c not in sub.dims])
     held = [getattr(sub[name].variable, "_data", None) for name in plan.inputs]
-    if not keep_copy and sub.sizes[dim] and all(isinstance(a, np.ndarray) for a in held):
-        # numpy arrays in memory: chunks are views of them (dask's from_array would first
-        # copy every array whole, ~20 bytes a point of fresh memory)
+    if not keep_copy and sub.sizes[dim] and all(
+            isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable
+            for a in held):
+        # numpy arrays in memory, laid out as the kernels' compiled signatures expect:
+        # chunks are views of them (dask's from_array would first copy every array
+        # whole, ~20 bytes a point of fresh memory); nothing writes into its inputs
         return dim, graph.literal_blocks(held, chunk_size)
     if any(sub[name].chunks is None for name in plan.inputs):
         # a fresh token: xarray would otherwise hash every byte of the in-memory arrays
