@@ -309,7 +309,8 @@ def test_a_closing_worker_process_freezes_its_objects():
 
 def test_workers_run_a_store_run_without_xarray_or_dask_array(tmp_path):
     """Only the client needs xarray and dask.array: a worker that generated, reduced and
-    wrote a whole run never imported them (they cost about 0.8 s of every worker start)."""
+    wrote a whole run never imported them (they cost about 0.8 s of every worker start),
+    nor h5py, which only granule sources need."""
     from zagg.cluster import client_for
     from zagg.config import load_config
     from zagg.run import open_source
@@ -318,7 +319,8 @@ def test_workers_run_a_store_run_without_xarray_or_dask_array(tmp_path):
     cfg = load_config(config(points=60_000))
     with client_for(None, workers=1, threads=2) as client:
         summary = to_hive(zagg.aggregate(open_source(cfg), cfg), str(tmp_path / "s"))
-        loaded = client.run(lambda: sorted(m for m in ("xarray", "dask.array", "zagg.write",
-                                                       "zagg.aggregate") if m in sys.modules))
+        loaded = client.run(lambda: sorted(m for m in ("xarray", "dask.array", "h5py",
+                                                       "zagg.write", "zagg.aggregate")
+                                           if m in sys.modules))
     assert summary.shards >= 2
     assert list(loaded.values()) == [["zagg.aggregate", "zagg.write"]]
