@@ -127,10 +127,16 @@ def test_run_reads_a_zarr_input_quietly_and_writes_the_same_leaves(tmp_path, pho
     assert _hashes(tmp_path / "a") == _hashes(tmp_path / "b") and summary.leaves_written >= 2
 
 
-def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, photons):
+def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, photons,
+                                                                    monkeypatch):
     store = tmp_path / "s"
     to_hive(zagg.aggregate(photons, config()), store)
     before = sorted(p.relative_to(store) for p in store.rglob("*"))
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started for a run the store refuses")
+
+    monkeypatch.setattr(sys.modules["zagg.run"], "client_for", no_cluster)
     with pytest.raises(hive.ManifestConflictError, match="cell_order"):
         run(config(child=12), store=str(store), source=photons, workers=1, progress=False)
     assert sorted(p.relative_to(store) for p in store.rglob("*")) == before

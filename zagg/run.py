@@ -87,13 +87,12 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
 
         shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
+    probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
+             "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}
+    hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
     ds = open_source(cfg, shards=shards) if source is None else source
     with client_for(scheduler, workers=workers, threads=threads,
                     memory_limit=memory_limit):
-        probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
-                 "dataset": {"short_name": cfg.output.short_name,
-                             "version": cfg.output.version}}
-        hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
         # the aggregated Dataset is not kept: once the write is submitted, each input
         # chunk's partial is freed as soon as the shards it feeds are written
         write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
