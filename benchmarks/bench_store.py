@@ -113,7 +113,7 @@ def vlen_frames(store: str, sample_bytes: int = 64 << 20) -> tuple[int, list[byt
     headers; up to ``sample_bytes`` of those chunks, decompressed)."""
     import zstandard
 
-    from zagg.hive.decode import _shard_chunks, layout
+    from zagg.hive.decode import inner_chunks, layout
     from zagg.hive.storage import StoreRoot
     from zagg.hive.walk import walk_leaves
 
@@ -127,13 +127,7 @@ def vlen_frames(store: str, sample_bytes: int = 64 << 20) -> tuple[int, list[byt
                 found = layout(root.read_json(f"{key}/zarr.json") or {})
                 if found is None or found[3] is not None:
                     continue  # not a vlen array
-                n, per, sharded, _, _ = found
-                if sharded:
-                    obj = root.read_bytes(f"{key}/c/0")
-                    chunks = [] if obj is None else _shard_chunks(obj, n // per, key)
-                else:
-                    chunks = [root.read_bytes(f"{key}/c/{k}") for k in range(n // per)]
-                for chunk in chunks:
+                for chunk in inner_chunks(root, key, found):
                     if chunk is None:
                         continue
                     size = zstandard.frame_content_size(chunk)

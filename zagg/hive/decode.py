@@ -49,12 +49,7 @@ def read_array(root, key: str, found=None) -> np.ndarray | None:
     if found is None:
         return None
     n, per, sharded, dtype, fill = found
-    n_inner = n // per
-    if sharded:
-        obj = root.read_bytes(f"{key}/c/0")
-        chunks = [None] * n_inner if obj is None else _shard_chunks(obj, n_inner, f"{key}/c/0")
-    else:
-        chunks = [root.read_bytes(f"{key}/c/{k}") for k in range(n_inner)]
+    chunks = inner_chunks(root, key, found)
     if dtype is None:
         return _ragged(chunks, per, key)
     out = np.full(n, fill, dtype=dtype)
@@ -66,6 +61,17 @@ def read_array(root, key: str, found=None) -> np.ndarray | None:
                                     f"{per} cells of {dtype} need {per * dtype.itemsize}")
         out[k * per : (k + 1) * per] = np.frombuffer(chunk, dtype=dtype)
     return out
+
+
+def inner_chunks(root, key: str, found) -> list:
+    """The stored (still encoded) inner chunk objects of the array at ``key``, in chunk
+    order, None where absent; ``found`` is its :func:`layout`."""
+    n, per, sharded, _, _ = found
+    n_inner = n // per
+    if not sharded:
+        return [root.read_bytes(f"{key}/c/{k}") for k in range(n_inner)]
+    obj = root.read_bytes(f"{key}/c/0")
+    return [None] * n_inner if obj is None else _shard_chunks(obj, n_inner, f"{key}/c/0")
 
 
 def layout(meta: dict):
