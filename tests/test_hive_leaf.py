@@ -29,6 +29,7 @@ from zagg.hive import (
     write_leaf,
 )
 from zagg.hive import leaf as leaf_module
+from zagg.hive.stamp import COMMIT_ATTR
 from zagg.hive.stats import granules_sha256
 from zagg.hive.storage import StoreRoot
 from zagg.read import open_hive, open_leaf
@@ -80,6 +81,21 @@ def test_record_and_stamp(tmp_path):
         == sidecar["granules_sha256"]
         == granules_sha256(["G2.h5", "G1.h5"])
     )
+
+
+def test_stamped_root_metadata_is_what_zarr_itself_writes(tmp_path):
+    root = new_store(tmp_path)
+    record, _ = write_shard(root, NORTH)
+    leaf_dir = tmp_path.joinpath(*record["path"].split("/"))
+    written = (leaf_dir / "zarr.json").read_bytes()
+    seal = read_stamp(StoreRoot(root), record["path"])
+    # zarr's own path: the unstamped root group, then attrs.update with the same stamp
+    store = zarr.storage.MemoryStore()
+    zarr.open_group(store, mode="w", zarr_format=3)
+    zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({COMMIT_ATTR: seal})
+    assert written == bytes(store._store_dict["zarr.json"].to_bytes())
+    assert moczarr.read_commit(root, record["path"])["content_hashes"] == \
+        record["content_hashes"]
 
 
 def test_rewrite_is_idempotent_on_decoded_values(tmp_path):
@@ -142,7 +158,7 @@ def test_crash_before_stamp_leaves_debris_that_readers_skip_and_a_rewrite_heals(
     write_shard(root, SOUTH, seed=3)
     update_root_coverage(root, [SOUTH], 4)
 
-    def crash(store, stamp):
+    def crash(*args):
         raise RuntimeError("worker killed")
 
     monkeypatch.setattr(leaf_module.stamp, "write_stamp", crash)
@@ -216,25 +232,19 @@ def test_fsspec_backend_round_trip():
 def test_stamp_is_the_last_write_under_the_leaf_prefix(tmp_path, monkeypatch):
     root = new_store(tmp_path)
     log: list[tuple[str, bytes]] = []
-    original_set = leaf_module._CountingStore.set
     original_write = StoreRoot.write_bytes
-
-    async def logging_set(self, key, value):
-        log.append((key, value.to_bytes()))
-        await original_set(self, key, value)
 
     def logging_write(self, key, data):
         log.append((key, bytes(data)))
         return original_write(self, key, data)
 
-    monkeypatch.setattr(leaf_module._CountingStore, "set", logging_set)
     monkeypatch.setattr(StoreRoot, "write_bytes", logging_write)
     record, _ = write_shard(root, NORTH, granule_ids=["G1.h5"])
     prefix = record["path"]
     node = prefix.rsplit("/", 1)[0]
-    # zarr-store keys are relative to the leaf, StoreRoot keys to the store root
-    keys = [key if key.startswith(node) else f"{prefix}/{key}" for key, _ in log]
-    stamps = [i for i, (k, v) in enumerate(log) if k == "zarr.json" and b"morton_hive_commit" in v]
+    keys = [key for key, _ in log]
+    stamps = [i for i, (k, v) in enumerate(log)
+              if k == f"{prefix}/zarr.json" and b"morton_hive_commit" in v]
     assert len(stamps) == 1
     stamp_at = stamps[0]
     assert [i for i, k in enumerate(keys) if k.startswith(f"{prefix}/")][-1] == stamp_at

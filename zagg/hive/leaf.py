@@ -16,7 +16,6 @@ import warnings
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-from zarr.storage import WrapperStore
 
 from zagg import grid as _grid
 from zagg.hive import cells as cells_
@@ -103,11 +102,10 @@ def write_leaf_cells(
             "or to a new root"
         )
     root.delete_prefix(rel)
+    template = template_documents(geometry, specs, morton_attrs)
     sizes = {  # final size of every object of the leaf, by key
-        key: root.write_bytes(f"{rel}/{key}", doc)
-        for key, doc in template_documents(geometry, specs, morton_attrs).items()
+        key: root.write_bytes(f"{rel}/{key}", doc) for key, doc in template.items()
     }
-    store = _CountingStore(root.zarr_store(rel))
     digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
         root, rel, shard_id, geometry, specs, contents, occupied)
     t_arrays = time.perf_counter()
@@ -137,7 +135,7 @@ def write_leaf_cells(
         coverage=envelope,
         content_hashes=content,
     )
-    stamp.write_stamp(store, seal)
+    sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON], seal)
     t_stamped = time.perf_counter()
 
     record = {
@@ -147,8 +145,8 @@ def write_leaf_cells(
         "granule_count": int(granule_count),
         "content_hashes": content,
         "coverage": envelope,
-        "bytes_written": sum((sizes | store.sizes).values()) + chunk_bytes + extra_bytes,
-        "objects_written": len(sizes | store.sizes) + chunk_objects + (1 if extra_bytes else 0),
+        "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
+        "objects_written": len(sizes) + chunk_objects + (1 if extra_bytes else 0),
         "written_at": written_at,
         "timings": {
             "prepare_s": t_prepared - t_start,
@@ -314,23 +312,3 @@ def _write_chunks(root, rel, shard_id, geometry: Geometry, specs, contents, occu
             count += 1
         io_s += time.perf_counter() - t0
     return digests, total, count, io_s
-
-
-class _CountingStore(WrapperStore):
-    """A zarr store wrapper that tallies the final size of every object written."""
-
-    def __init__(self, store):
-        super().__init__(store)
-        self._sizes: dict[str, int] = {}
-
-    async def set(self, key, value) -> None:
-        await self._store.set(key, value)
-        self._sizes[key] = len(value)
-
-    async def delete(self, key) -> None:
-        await self._store.delete(key)
-        self._sizes.pop(key, None)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        return dict(self._sizes)

@@ -7,13 +7,17 @@ zarr machinery, so readers and writers agree on completeness cheaply.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import UTC, datetime
 
-import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.group import GroupMetadata
 
 from zagg.hive.storage import StoreRoot
 
 COMMIT_ATTR = "morton_hive_commit"
+ZARR_JSON = "zarr.json"
 HIVE_SPEC = "morton-hive/1"
 KNOWN_SPECS = (HIVE_SPEC,)
 
@@ -43,10 +47,19 @@ def build_stamp(
     }
 
 
-def write_stamp(store, stamp: dict) -> None:
-    """Seal a leaf: one rewrite of its root group metadata carrying the stamp."""
-    root = zarr.open_group(store, mode="r+", zarr_format=3)
-    root.attrs.update({COMMIT_ATTR: stamp})
+def stamped_group_document(group_doc: bytes, stamp: dict) -> bytes:
+    """A root group's ``zarr.json`` with ``stamp`` added to its attributes, serialized by
+    zarr's own group metadata (the bytes ``group.attrs.update`` would write)."""
+    meta = GroupMetadata.from_dict(json.loads(group_doc))
+    sealed = dataclasses.replace(meta, attributes={**meta.attributes, COMMIT_ATTR: stamp})
+    return bytes(sealed.to_buffer_dict(default_buffer_prototype())[ZARR_JSON].to_bytes())
+
+
+def write_stamp(root: StoreRoot, leaf: str, group_doc: bytes, stamp: dict) -> int:
+    """Seal the leaf at ``leaf``: one rewrite of its root group metadata (``group_doc``, as
+    written) carrying the stamp, with no read and no zarr store machinery; returns the
+    object's size."""
+    return root.write_bytes(f"{leaf}/{ZARR_JSON}", stamped_group_document(group_doc, stamp))
 
 
 def read_stamp(root: StoreRoot, leaf: str) -> dict | None:
