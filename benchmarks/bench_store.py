@@ -93,6 +93,17 @@ def geo2mort_rate(n: int = 4_000_000) -> float:
     return n / best
 
 
+def cell_bytes(cfg: dict) -> int:
+    """Bytes a cell adds to a leaf's §5 hash input, filled or not: its morton word, each
+    dense field's value and each vlen field's u64 length prefix."""
+    import numpy as np
+
+    from zagg.config import load_config
+
+    fields = load_config(cfg).fields.values()
+    return 8 + sum(8 if f.kind == "ragged" else np.dtype(f.dtype).itemsize for f in fields)
+
+
 def sha256_rate(nbytes: int = 36 << 20) -> float:
     """Best-of-three sha256 bytes/s over an ``nbytes`` buffer."""
     import hashlib
@@ -196,7 +207,7 @@ def main() -> int:
 
     region = list(args.region or DEFAULT_REGION)
     base = geo2mort_rate()
-    leaf_bytes = 36 * 4 ** (args.child_order - 9)  # morton, count: 8 B; 3 x float32; vlen: 8 B
+    leaf_bytes = cell_bytes(standard_config()) * 4 ** (args.child_order - 9)
     hash_rate = sha256_rate(leaf_bytes)
     print(f"zagg store benchmark: synthetic ATL03-like photons over {region}, order "
           f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
