@@ -15,8 +15,9 @@ of these stores do, measured in the same run: keying the points (at the geo2mort
 §5 content hashes (sha256 over every cell of every array of a leaf, filled or not: 36 bytes
 a cell for this config, ~36 MB per leaf, plus the digest payloads) and zstd level 3, the
 declared codec, over the digest fields' vlen frames (their size read from the written
-frames' headers, the rate from recompressing a sample of them). Split over the cores,
-geo2mort / (geo2mort + that) is the best ratio any writer can reach here.
+frames' headers, the rate from recompressing a sample of them). Both rates are measured
+with every core working at once, as in a run (zstd scales well below the core count on this
+machine), and geo2mort / (geo2mort + that) is the best ratio any writer can reach here.
 
     python benchmarks/bench_store.py                    # 1e6 and 1e7 points
     python benchmarks/bench_store.py --sizes 1e8 --runs 1   # the streamed 100 M point run
@@ -104,19 +105,31 @@ def cell_bytes(cfg: dict) -> int:
     return 8 + sum(8 if f.kind == "ragged" else np.dtype(f.dtype).itemsize for f in fields)
 
 
-def sha256_rate(nbytes: int = 36 << 20) -> float:
-    """Best-of-three sha256 bytes/s over an ``nbytes`` buffer."""
+def concurrently(work, threads: int) -> float:
+    """Seconds for ``threads`` threads to run ``work(i)`` at once (best of three): the
+    work the spec requires runs on every core during a store run, and on this machine
+    some of it (zstd) scales well below the core count."""
+    best = float("inf")
+    for _ in range(3):
+        pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def sha256_rate(nbytes: int, threads: int) -> float:
+    """Bytes/s of sha256 over an ``nbytes`` leaf-sized buffer per thread, ``threads``
+    threads at once (one buffer each)."""
     import hashlib
 
     import numpy as np
 
-    buf = np.zeros(nbytes, np.uint8)
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        hashlib.sha256(buf).digest()
-        best = min(best, time.perf_counter() - t0)
-    return nbytes / best
+    bufs = [np.zeros(nbytes, np.uint8) for _ in range(threads)]
+    return threads * nbytes / concurrently(lambda i: hashlib.sha256(bufs[i]).digest(), threads)
 
 
 def vlen_frames(store: str, sample_bytes: int = 64 << 20) -> tuple[int, list[bytes]]:
@@ -149,17 +162,20 @@ def vlen_frames(store: str, sample_bytes: int = 64 << 20) -> tuple[int, list[byt
     return total, sample
 
 
-def zstd_rate(frames: list[bytes]) -> float:
-    """Bytes/s of zstd level 3 (no checksum), one call per frame as the writer does."""
+def zstd_rate(frames: list[bytes], threads: int) -> float:
+    """Bytes/s of zstd level 3 (no checksum), one call per frame as the writer does, with
+    ``threads`` threads each compressing its share of the frames at once."""
     import zstandard
 
     if not frames:
         return float("inf")
-    zstd = zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)
-    t0 = time.perf_counter()
-    for frame in frames:
-        zstd.compress(frame)
-    return sum(map(len, frames)) / (time.perf_counter() - t0)
+
+    def work(i: int) -> None:
+        zstd = zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)
+        for frame in frames[i::threads]:
+            zstd.compress(frame)
+
+    return sum(map(len, frames)) / concurrently(work, threads)
 
 
 def one_run(cfg: dict, scheduler: str) -> tuple[float, object, int, str]:
@@ -208,7 +224,7 @@ def main() -> int:
     region = list(args.region or DEFAULT_REGION)
     base = geo2mort_rate()
     leaf_bytes = cell_bytes(standard_config()) * 4 ** (args.child_order - 9)
-    hash_rate = sha256_rate(leaf_bytes)
+    hash_rate = sha256_rate(leaf_bytes, cores)
     print(f"zagg store benchmark: synthetic ATL03-like photons over {region}, order "
           f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
           f"{cores} cores")
@@ -226,7 +242,7 @@ def main() -> int:
                 wall, summary, peak, tmp = one_run(cfg, client.scheduler.address)
                 if i == 0:
                     vlen_bytes, sample = vlen_frames(f"{tmp}/store")
-                    t_zstd = vlen_bytes / zstd_rate(sample)
+                    t_zstd = vlen_bytes / zstd_rate(sample, cores)
                     del sample
                 shutil.rmtree(tmp, ignore_errors=True)
                 runs.append((wall, summary, peak))
@@ -251,10 +267,11 @@ def main() -> int:
         print(f"  peak RSS        {max(r[2] for r in runs) / 2**30:7.2f} GiB (all processes)")
         print(f"  ratio to geo2mort {rate / base:5.2f}   (end to end)")
         t_hash = (summary.shards * leaf_bytes + vlen_bytes) / hash_rate
-        t_floor = n / base + (t_hash + t_zstd) / cores
+        t_floor = n / base + t_hash + t_zstd
         print(f"  ceiling         {n / base / t_floor:7.2f}          (geo2mort / (geo2mort + "
-              f"(sha256 {t_hash:.2f} s + zstd-3 {t_zstd:.2f} s) / cores): the best \"zagg "
-              "alone\" ratio any writer of this store can reach; target >= 0.50)")
+              f"sha256 {t_hash:.2f} s + zstd-3 {t_zstd:.2f} s, both on {cores} threads at "
+              "once): the best \"zagg alone\" ratio any writer of this store can reach; "
+              "target >= 0.50)")
     return 0
 
 

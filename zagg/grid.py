@@ -119,11 +119,11 @@ def shard_cell_words(shard_word, shard_order: int, cell_order: int) -> np.ndarra
             mortie.generate_morton_children(shard_word, cell_order), dtype=_U64
         ).reshape(-1)
     n = cells_per_shard(shard_order, cell_order)
-    first = shard_word + _U64(cell_order - shard_order)
-    words = np.arange(n, dtype=_U64)  # integer arange: exact length at every order
-    words *= _U64(stride(cell_order))
-    words += first
-    return words
+    first = int(shard_word) + (cell_order - shard_order)
+    step = stride(cell_order)
+    # one pass; n * step is a power of two, so numpy's float length (n * step) / step is
+    # exact, and each word is first + j * step in uint64
+    return np.arange(first, first + n * step, step, dtype=_U64)
 
 
 def cell_rank(cell_words, shard_word, shard_order: int, cell_order: int) -> np.ndarray:
