@@ -6,7 +6,9 @@ every core) and runs ``zagg.run`` on that input ``--runs`` times (default 2), ea
 fresh store: the workers read the points chunk by chunk (never materialised on the client,
 so the 1e8 run streams), and reading them is part of the timed run. The first run pays the
 workers' one-time set-up (imports, numba's registries and cache loads); the later ones show
-the rate of a long-lived cluster, as in a notebook session. Peak RSS is sampled
+the rate of a long-lived cluster, as in a notebook session. Then ``python -m zagg run``
+on the same input is timed from process start to exit, as a batch script running one region
+at a time would see it (``--no-cli`` skips it). Peak RSS is sampled
 over the whole process tree (client, scheduler, workers). The same process measures
 ``mortie.geo2mort`` alone on RAYON threads = cores, and prints the ratios to it.
 
@@ -178,6 +180,21 @@ def zstd_rate(frames: list[bytes], threads: int) -> float:
     return sum(map(len, frames)) / concurrently(work, threads)
 
 
+def cli_run(cfg: dict, workdir: str) -> float:
+    """Seconds of ``python -m zagg run`` on ``cfg`` into a fresh store, from process start
+    to exit: what a batch script running one region at a time waits for (its own cluster
+    start, imports and the first run's set-up included)."""
+    import yaml
+
+    path = f"{workdir}/config.yaml"
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "zagg", "run", path, "--store",
+                    f"{workdir}/cli-store", "--quiet"], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
 def one_run(cfg: dict, scheduler: str) -> tuple[float, object, int, str]:
     """(wall seconds, run summary, peak RSS of the process tree, store directory) of one
     ``zagg.run`` into a fresh store on the cluster at ``scheduler``."""
@@ -205,6 +222,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2,
                     help="runs per size on one cluster (the first pays the workers' one-time "
                          "set-up; later ones show a long-lived cluster's rate)")
+    ap.add_argument("--no-cli", dest="cli", action="store_false",
+                    help="skip the `python -m zagg run` measurement")
     ap.add_argument("--write-points", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.write_points:
@@ -246,6 +265,7 @@ def main() -> int:
                     del sample
                 shutil.rmtree(tmp, ignore_errors=True)
                 runs.append((wall, summary, peak))
+        t_cli = cli_run(cfg, points) if args.cli else None
         shutil.rmtree(points, ignore_errors=True)
         wall, summary, _ = runs[0]
         rate = n / (t_start + wall)
@@ -254,6 +274,9 @@ def main() -> int:
         print(f"  end to end      {rate / 1e6:7.2f} Mpts/s   ({t_start + wall:.1f} s wall: "
               f"cluster start and the first run)")
         print(f"  cluster start   {t_start:7.1f} s")
+        if t_cli is not None:
+            print(f"  CLI end to end  {n / t_cli / 1e6:7.2f} Mpts/s   ({t_cli:.1f} s: `python -m "
+                  f"zagg run` from process start to exit; ratio to geo2mort {n / t_cli / base:.2f})")
         print(f"  input           {t_gen:7.1f} s       (writing the points' zarr store "
               "beforehand, untimed)")
         print(f"  zagg alone      {n / wall / 1e6:7.2f} Mpts/s   (the first run, reading the "

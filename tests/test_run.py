@@ -136,10 +136,44 @@ def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, pho
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for a run the store refuses")
 
-    monkeypatch.setattr(sys.modules["zagg.run"], "client_for", no_cluster)
+    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
     with pytest.raises(hive.ManifestConflictError, match="cell_order"):
         run(config(child=12), store=str(store), source=photons, workers=1, progress=False)
     assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+
+
+def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):
+    """The cluster's start (its workers' imports, 2-3 s) overlaps the client's own work:
+    here the cluster only comes up once the source has been opened, which would hang a run
+    that opened the source after the start (the wait times out instead)."""
+    import contextlib
+    import threading
+
+    module = sys.modules["zagg.run"]
+    real_cluster_for, real_open_source = module.cluster_for, module.open_source
+    source_opened = threading.Event()
+    order = []
+
+    @contextlib.contextmanager
+    def cluster_after_source(*args, **kwargs):
+        order.append(("cluster start", source_opened.wait(30)))
+        with real_cluster_for(*args, **kwargs) as cluster:
+            yield cluster
+
+    def open_source(*args, **kwargs):
+        order.append(("source opened",))
+        source_opened.set()
+        return real_open_source(*args, **kwargs)
+
+    monkeypatch.setattr(module, "cluster_for", cluster_after_source)
+    monkeypatch.setattr(module, "open_source", open_source)
+    points = tmp_path / "points.zarr"
+    photons.chunk({"photon": 40_000}).to_zarr(points, zarr_format=3, consolidated=False)
+    cfg = config()
+    cfg["data_source"]["input"] = str(points)
+    summary = run(cfg, store=str(tmp_path / "s"), workers=1, threads=1, progress=False)
+    assert order == [("source opened",), ("cluster start", True)]
+    assert summary.leaves_written >= 2
 
 
 def test_unsharded_store_reads_back_identically(tmp_path, photons):

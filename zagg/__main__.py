@@ -102,17 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: exceptions that report bad input (printed as one line, exit status 2), by module
+USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
+               "zagg.regions": "RegionError", "zagg.sources.granules": "GranuleError"}
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The input-error classes of the modules loaded so far (a command that never imported
+    a module cannot raise its errors, and importing them all would cost the CLI a second)."""
+    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS.items()
+             if m in sys.modules]
+    return (FileNotFoundError, *found)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .config import ConfigError
-    from .hive import ManifestConflictError
-    from .regions import RegionError
-    from .sources.granules import GranuleError
-
     try:
         return args.func(args)
-    except (ConfigError, ManifestConflictError, FileNotFoundError, RegionError,
-            GranuleError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         print(f"zagg: error: {exc}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,7 @@ zagg did not start.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import os
@@ -74,18 +75,39 @@ def _register(client) -> None:
 
 
 @contextlib.contextmanager
-def client_for(scheduler: str | None = None, *, workers: int | None = None,
-               threads: int | None = None, memory_limit: str | int | None = None,
-               dashboard: bool = False):
-    """Yield a ``distributed.Client``: connected to ``scheduler`` if given, else to a new
-    LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`."""
-    from distributed import Client, LocalCluster
+def entered_in_background(manager):
+    """Enter the context manager ``manager`` (a cluster's start, say) in a background
+    thread and yield a future of what it gives, so the caller works on meanwhile.
 
+    On the way out the start is waited for and ``manager`` is exited in the caller's thread,
+    with the body's exception if there is one. A start that failed raises from
+    ``future.result()``; when the body raised first, the body's exception propagates.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zagg-start")
+    future = pool.submit(manager.__enter__)
+    pool.shutdown(wait=False)
+    try:
+        yield future
+    except BaseException as exc:
+        started = future.exception() is None  # waits for the start to end
+        if not (started and manager.__exit__(type(exc), exc, exc.__traceback__)):
+            raise
+    else:
+        if future.exception() is None:
+            manager.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
+                threads: int | None = None, memory_limit: str | int | None = None,
+                dashboard: bool = False):
+    """Yield what a client connects to: ``scheduler`` itself when given, else a new
+    LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`."""
     if scheduler:
-        with Client(scheduler) as client:
-            _register(client)
-            yield client
+        yield scheduler
         return
+    from distributed import LocalCluster
+
     opts = machine_defaults()
     if workers:
         opts["n_workers"] = int(workers)
@@ -96,6 +118,25 @@ def client_for(scheduler: str | None = None, *, workers: int | None = None,
     env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
     with LocalCluster(processes=True, env=env, silence_logs=40,
                       dashboard_address=":8787" if dashboard else ":0",
-                      host="127.0.0.1", **opts) as cluster, Client(cluster) as client:
+                      host="127.0.0.1", **opts) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def connected(target):
+    """Yield a ``distributed.Client`` of ``target`` (an address or a cluster) with zagg's
+    worker plugins registered. Enter it in the thread that computes: the client becomes
+    that thread's current one."""
+    from distributed import Client
+
+    with Client(target) as client:
         _register(client)
+        yield client
+
+
+@contextlib.contextmanager
+def client_for(scheduler: str | None = None, **knobs):
+    """Yield a ``distributed.Client``: connected to ``scheduler`` if given, else to a new
+    LocalCluster (closed on exit); the knobs are those of :func:`cluster_for`."""
+    with cluster_for(scheduler, **knobs) as target, connected(target) as client:
         yield client

@@ -20,7 +20,7 @@ import numpy as np
 import yaml
 
 from . import predicate, reducers
-from .grid import MAX_ORDER
+from .orders import MAX_ORDER
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")

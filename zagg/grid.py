@@ -16,8 +16,9 @@ import re
 import mortie
 import numpy as np
 
+from .orders import MAX_ORDER
+
 LATITUDE_CONVENTION = "authalic-wgs84"
-MAX_ORDER = 29
 WGS84_SEMI_MAJOR_AXIS = 6378137.0
 WGS84_INVERSE_FLATTENING = 298.257223563
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import tdigest as _tdigest
+from .kernels.constants import DEFAULT_DELTA
 
 #: How each state combines across partial aggregates (the combine step of every reducer).
 STATE_COMBINE = {
@@ -181,7 +181,7 @@ REGISTRY: dict[str, Reducer] = {
             "tdigest_kway",
             params={
                 "delta": Param(
-                    _tdigest.DEFAULT_DELTA,
+                    DEFAULT_DELTA,
                     int,
                     lambda v: 16 <= v <= 1_000_000,
                     "an integer from 16 to 1000000",

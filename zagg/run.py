@@ -8,10 +8,12 @@ import warnings
 from typing import TYPE_CHECKING
 
 from . import hive
-from .aggregate import aggregate
-from .cluster import client_for
+from .cluster import cluster_for, connected, entered_in_background
 from .config import Config, ConfigError, load_config
-from .write import RunSummary, manifest_for, prepare_write
+from .manifests import manifest_for
+
+if TYPE_CHECKING:
+    from .write import RunSummary
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -90,12 +92,18 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
              "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}
     hive.check_manifest(hive.StoreRoot(store, options), manifest_for(probe))
-    ds = open_source(cfg, shards=shards) if source is None else source
-    with client_for(scheduler, workers=workers, threads=threads,
-                    memory_limit=memory_limit):
-        # the aggregated Dataset is not kept: once the write is submitted, each input
-        # chunk's partial is freed as soon as the shards it feeds are written
-        write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
-                                        progress=progress),
-                              store, storage_options=options, t_start=t0)
-        return write.execute(progress=progress)
+    # the cluster starts in the background: its workers import their modules while this
+    # process opens the source and imports dask, numba and xarray
+    with entered_in_background(cluster_for(scheduler, workers=workers, threads=threads,
+                                           memory_limit=memory_limit)) as cluster:
+        ds = open_source(cfg, shards=shards) if source is None else source
+        from .aggregate import aggregate
+        from .write import prepare_write
+
+        with connected(cluster.result()):
+            # the aggregated Dataset is not kept: once the write is submitted, each input
+            # chunk's partial is freed as soon as the shards it feeds are written
+            write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
+                                            progress=progress),
+                                  store, storage_options=options, t_start=t0)
+            return write.execute(progress=progress)

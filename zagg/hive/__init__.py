@@ -7,28 +7,40 @@ record. Client side, before any leaf: :func:`build_manifest` +
 :func:`update_root_coverage`. Nothing here knows about dask.
 """
 
-from zagg.hive.cells import DenseCells, RaggedCells
-from zagg.hive.coverage import (
-    read_root_coverage,
-    refresh_root_coverage,
-    update_root_coverage,
-)
-from zagg.hive.hashes import array_digest, combined_digest, content_hashes
-from zagg.hive.layout import Geometry, dggs_attrs
-from zagg.hive.leaf import write_leaf, write_leaf_cells
-from zagg.hive.manifest import (
-    ManifestConflictError,
-    build_manifest,
-    check_manifest,
-    read_manifest,
-    write_manifest,
-)
-from zagg.hive.paths import leaf_path
-from zagg.hive.semantic import semantic_hash
-from zagg.hive.stamp import read_stamp
-from zagg.hive.stats import read_stats, write_stats
-from zagg.hive.storage import StoreRoot
-from zagg.hive.walk import walk_leaves
+import importlib
+
+_SOURCES = {
+    "cells": ["DenseCells", "RaggedCells"],
+    "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
+    "hashes": ["array_digest", "combined_digest", "content_hashes"],
+    "layout": ["Geometry", "dggs_attrs"],
+    "leaf": ["write_leaf", "write_leaf_cells"],
+    "manifest": ["ManifestConflictError", "build_manifest", "check_manifest", "read_manifest",
+                 "write_manifest"],
+    "paths": ["leaf_path"],
+    "semantic": ["semantic_hash"],
+    "stamp": ["read_stamp"],
+    "stats": ["read_stats", "write_stats"],
+    "storage": ["StoreRoot"],
+    "walk": ["walk_leaves"],
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """Load a public name's module on first use: checking a store's manifest needs neither
+    numba nor mortie, which the leaf writer and coverage bring in."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zagg.hive' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"zagg.hive.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))
+
 
 __all__ = [
     "DenseCells",

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-from zagg import grid
-
 MANIFEST_KEY = "morton_hive.json"
 ROOT_COVERAGE_KEY = "coverage.moc"
 LEAF_COVERAGE_NAME = "coverage.moc"
@@ -23,6 +21,8 @@ _DIGIT_RE = re.compile(r"^[1-4]$")
 
 def leaf_path(shard_id: str) -> str:
     """The leaf prefix of an unwindowed shard, validated, e.g. ``-5/1/1/2/3/3/3/-5112333.zarr``."""
+    from zagg import grid  # (mortie, which zagg.grid loads, is not needed for the root keys)
+
     rel = grid.hive_path(shard_id)
     check_leaf_path(rel)
     return rel
@@ -60,6 +60,8 @@ def check_leaf_path(rel: str) -> str:
             f"{rel!r} is not a legal hive leaf path: expected '{{sign+base}}/{{d1}}/…/{{id}}.zarr' "
             "with one digit 1-4 per component and the full id as the basename"
         )
+    from zagg import grid
+
     grid.validate_id(parts[-1][: -len(".zarr")])
     return rel
 

@@ -28,8 +28,8 @@ import numpy as np
 from numba import njit
 
 from . import networks
+from .constants import DEFAULT_DELTA
 
-DEFAULT_DELTA = 512
 WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 
 # build sorts segments of up to _SHORT values inside the kernel; longer ones are sorted by the

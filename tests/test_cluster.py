@@ -1,0 +1,114 @@
+"""Where runs execute: starting a cluster in the background, and what a run's client
+imports before that start."""
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from zagg.cluster import entered_in_background
+
+
+class Recorder:
+    """A context manager that records its enters and exits; its start can be held or
+    made to fail."""
+
+    def __init__(self, *, hold: threading.Event | None = None, fail: bool = False):
+        self.hold, self.fail = hold, fail
+        self.events = []
+
+    def __enter__(self):
+        if self.hold is not None:
+            assert self.hold.wait(10), "the body never ran while the start was pending"
+        if self.fail:
+            raise OSError("no cluster today")
+        self.events.append(("enter", threading.current_thread().name))
+        return "client"
+
+    def __exit__(self, kind, exc, tb):
+        self.events.append(("exit", kind))
+        return False
+
+
+def test_the_body_runs_while_the_start_is_pending():
+    body_ran = threading.Event()
+    manager = Recorder(hold=body_ran)
+    with entered_in_background(manager) as started:
+        body_ran.set()  # the start only ends once the body has run
+        assert started.result(timeout=10) == "client"
+    assert manager.events[0][0] == "enter" and manager.events[0][1].startswith("zagg-start")
+    assert manager.events[1] == ("exit", None)
+
+
+def test_a_failing_body_exits_the_manager_with_its_exception():
+    manager = Recorder()
+    with pytest.raises(KeyError, match="from the body"):
+        with entered_in_background(manager):
+            raise KeyError("from the body")
+    assert manager.events[-1] == ("exit", KeyError)
+
+
+def test_a_failed_start_raises_from_the_future_and_is_never_exited():
+    manager = Recorder(fail=True)
+    with pytest.raises(OSError, match="no cluster today"):
+        with entered_in_background(manager) as started:
+            started.result()
+    assert manager.events == []
+    # a body that fails first reports its own error, not the start's
+    with pytest.raises(ValueError, match="bad input"):
+        with entered_in_background(Recorder(fail=True)):
+            raise ValueError("bad input")
+
+
+HEAVY = ("numba", "mortie", "pandas", "dask", "distributed", "xarray", "scipy", "h5py")
+
+
+def test_a_run_reaches_its_cluster_start_without_the_heavy_imports(tmp_path):
+    """``import zagg``, loading a config and checking the store's manifest import none of
+    numba, mortie, dask or xarray (about 2 s), so the CLI starts a run's cluster first and
+    its workers import theirs while the client imports the rest."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({
+        "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
+                        "variables": ["h"], "input": str(tmp_path / "points.zarr")},
+        "aggregation": {"variables": {"count": {"function": "count"},
+                                      "h_tdigest": {"function": "tdigest", "source": "h"}}},
+        "output": {"dataset": {"short_name": "T", "version": "1"},
+                   "grid": {"parent_order": 6, "child_order": 12}},
+    }))
+    probe = f"""
+import json, pathlib, sys
+import zagg
+from zagg import hive
+from zagg.manifests import manifest_for
+cfg = zagg.load_config(pathlib.Path({str(cfg)!r}))
+probe = {{"grid": cfg.grid.as_dict(), "config": cfg.raw,
+          "dataset": {{"short_name": cfg.output.short_name, "version": cfg.output.version}}}}
+hive.check_manifest(hive.StoreRoot({str(tmp_path / "store")!r}, {{}}), manifest_for(probe))
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+def test_public_names_are_the_functions_even_after_their_modules_load():
+    code = """
+import zagg, zagg.aggregate, zagg.run, sys
+from zagg import *
+assert callable(zagg.aggregate) and zagg.aggregate.__module__ == "zagg.aggregate"
+assert callable(zagg.run) and zagg.run.__module__ == "zagg.run"
+assert sys.modules["zagg.run"].run is zagg.run and run is zagg.run and to_hive
+print(sorted(zagg.__all__))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.replace("'", '"')) == sorted(
+        ["aggregate", "load_config", "ConfigError", "open_hive", "open_leaf", "quantile",
+         "run", "to_hive"])
+    import zagg
+
+    with pytest.raises(AttributeError, match="no_such"):
+        zagg.no_such  # noqa: B018
