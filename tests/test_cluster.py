@@ -112,3 +112,21 @@ print(sorted(zagg.__all__))
 
     with pytest.raises(AttributeError, match="no_such"):
         zagg.no_such  # noqa: B018
+
+
+def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
+    """Before any task runs, each worker has imported what its tasks run and has paid
+    numba's one-time set-up (a compiled kernel's first call), never xarray or dask.array."""
+    from zagg.cluster import client_for
+
+    def state():
+        preload = sys.modules.get("zagg.preload")
+        return {"modules": sorted(m for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf",
+                                              "numba", "xarray", "dask.array")
+                                  if m in sys.modules),
+                "numba ready": bool(preload and preload._first_call.signatures)}
+
+    with client_for(None, workers=1, threads=1) as client:
+        seen = list(client.run(state).values())
+    assert seen == [{"modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.write"],
+                     "numba ready": True}]

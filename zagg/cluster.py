@@ -118,7 +118,7 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
     env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
     with LocalCluster(processes=True, env=env, silence_logs=40,
                       dashboard_address=":8787" if dashboard else ":0",
-                      host="127.0.0.1", **opts) as cluster:
+                      host="127.0.0.1", preload=["zagg.preload"], **opts) as cluster:
         yield cluster
 
 
