@@ -233,10 +233,14 @@ def main() -> int:
     cores = os.cpu_count() or 1
     os.environ["RAYON_NUM_THREADS"] = str(cores)
 
-    # the client's library imports are paid once per process, not per run
+    # the client's library imports are paid once per process, not per run (zagg loads its
+    # own modules on first use: a session's first run would pay them)
     import dask.array  # noqa: F401
     import xarray  # noqa: F401
+    import zarr  # noqa: F401
 
+    import zagg.aggregate  # noqa: F401
+    import zagg.write  # noqa: F401
     from zagg.cluster import client_for
     from zagg.sources.synthetic import DEFAULT_REGION
 
