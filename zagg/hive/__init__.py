@@ -42,29 +42,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_MODULE_OF))
 
 
-__all__ = [
-    "DenseCells",
-    "Geometry",
-    "ManifestConflictError",
-    "RaggedCells",
-    "StoreRoot",
-    "array_digest",
-    "build_manifest",
-    "check_manifest",
-    "combined_digest",
-    "content_hashes",
-    "dggs_attrs",
-    "leaf_path",
-    "read_manifest",
-    "read_root_coverage",
-    "read_stamp",
-    "read_stats",
-    "refresh_root_coverage",
-    "semantic_hash",
-    "update_root_coverage",
-    "walk_leaves",
-    "write_leaf",
-    "write_leaf_cells",
-    "write_manifest",
-    "write_stats",
-]
+__all__ = sorted(_MODULE_OF)
