@@ -101,6 +101,9 @@ from zagg import *
 assert callable(zagg.aggregate) and zagg.aggregate.__module__ == "zagg.aggregate"
 assert callable(zagg.run) and zagg.run.__module__ == "zagg.run"
 assert sys.modules["zagg.run"].run is zagg.run and run is zagg.run and to_hive
+import zagg.sources.write_granules  # the submodule first, then the name it shares
+from zagg.sources import write_granules
+assert callable(write_granules) and write_granules.__module__ == "zagg.sources.write_granules"
 print(sorted(zagg.__all__))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -13,10 +13,9 @@ from .config import Config, ConfigError, load_config
 from .manifests import manifest_for
 
 if TYPE_CHECKING:
-    from .write import RunSummary
-
-if TYPE_CHECKING:
     import xarray as xr
+
+    from .write import RunSummary
 
 
 def open_source(cfg: Config, *, shards=None) -> xr.Dataset:

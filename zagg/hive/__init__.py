@@ -7,9 +7,11 @@ record. Client side, before any leaf: :func:`build_manifest` +
 :func:`update_root_coverage`. Nothing here knows about dask.
 """
 
-import importlib
+from zagg.lazy import lazy_package
 
-_SOURCES = {
+# public names load their modules on first use: checking a store's manifest needs neither
+# numba nor mortie, which the leaf writer and coverage bring in
+lazy_package(__name__, {name: f".{module}" for module, names in {
     "cells": ["DenseCells", "RaggedCells"],
     "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
     "hashes": ["array_digest", "combined_digest", "content_hashes"],
@@ -23,23 +25,4 @@ _SOURCES = {
     "stats": ["read_stats", "write_stats"],
     "storage": ["StoreRoot"],
     "walk": ["walk_leaves"],
-}
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-
-
-def __getattr__(name: str):
-    """Load a public name's module on first use: checking a store's manifest needs neither
-    numba nor mortie, which the leaf writer and coverage bring in."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zagg.hive' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"zagg.hive.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
-
-
-__all__ = sorted(_MODULE_OF)
+}.items() for name in names})
