@@ -200,6 +200,18 @@ def test_dask_and_numpy_inputs_agree_and_southern_northern_shards():
     assert any(s.startswith("-") for s in shards) and any(not s.startswith("-") for s in shards)
 
 
+def test_variables_stored_as_coordinates_are_read_like_data_variables():
+    """CF files and ``set_coords`` put latitude/longitude (or a value) among the
+    coordinates; the result is the same, and unrelated coordinates are left out."""
+    ds = make_points(3_000, seed=13)
+    expected = computed(ds, make_config())
+    labelled = ds.assign_coords(track=("obs", np.arange(ds.sizes["obs"]) % 7))
+    for coords in (["lat", "lon"], ["lat", "lon", "h"]):
+        for data in (labelled, labelled.chunk({"obs": 500})):
+            got = computed(data.set_coords(coords), make_config(), chunk_size=800)
+            xr.testing.assert_identical(got.drop_attrs(), expected.drop_attrs())
+
+
 def test_in_memory_inputs_are_read_in_chunks_and_later_edits_do_not_reach_the_result():
     ds = make_points(5_000, seed=10)
     expected = computed(ds.chunk({"obs": 700}), make_config())

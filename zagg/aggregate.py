@@ -417,7 +417,10 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int, keep_copy: bool)
     if lat.ndim != 1:
         raise ValueError(f"latitude variable {plan.lat!r} must be 1-D, has dims {lat.dims}")
     dim = lat.dims[0]
-    sub = ds[list(plan.inputs)]
+    # variables stored as coordinates (CF ``coordinates``, ``set_coords``) are read like
+    # any other; the Dataset's other coordinates are not carried into the graph
+    sub = ds[list(plan.inputs)].reset_coords()
+    sub = sub.drop_vars([v for v in sub.data_vars if v not in plan.inputs])
     columns = {n: (var, col) for n, var, col in plan.columns}
     two_d = {f.variable for f in plan.filters}
     two_d |= {var for var, col in columns.values() if col is not None}
@@ -431,7 +434,6 @@ def _select_inputs(ds: xr.Dataset, plan: Plan, chunk_size: int, keep_copy: bool)
                 "(data_source.variables: {name: {variable, column}}), a filter column or a "
                 "composition source"
             )
-    sub = sub.drop_vars([c for c in sub.coords if c not in sub.dims])
     held = [getattr(sub[name].variable, "_data", None) for name in plan.inputs]
     if not keep_copy and sub.sizes[dim] and all(
             isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable
