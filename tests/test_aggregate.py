@@ -336,3 +336,27 @@ def test_compacted_partials_combine_exactly_like_full_ones():
         assert packed.states["h"][k].dtype == full.states["h"][k].dtype
         np.testing.assert_array_equal(packed.states["h"][k], full.states["h"][k])
     np.testing.assert_array_equal(full.states["h"]["count"], [1, 6, 8])
+
+
+@pytest.mark.parametrize("function, dtype, value, shown", [
+    ("count", "uint8", 1.0, "300"),
+    ("max", "int16", 1e6, "1000000"),
+    ("sum", "float16", 1e4, "3000000"),
+])
+def test_values_a_declared_dtype_cannot_hold_are_refused_not_wrapped(function, dtype, value,
+                                                                     shown):
+    """300 points in one cell: a count of 300 in uint8, a maximum of 1e6 in int16 or a sum of
+    3e6 in float16 would wrap around or overflow; the field's dtype key is named instead."""
+    n = 300
+    ds = xr.Dataset({"lat": ("obs", np.full(n, -75.5)), "lon": ("obs", np.full(n, -100.0)),
+                     "h": ("obs", np.full(n, value)), "q": ("obs", np.zeros(n, np.int8))})
+    field = {"function": function, "dtype": dtype}
+    if function != "count":
+        field["source"] = "h"
+    with pytest.raises(zagg.ConfigError, match=rf"aggregation.variables.x.dtype': a cell's "
+                                                rf"{function} is {shown}.*wider dtype"):
+        computed(ds, make_config({"x": field}))
+    field["dtype"] = {"count": "uint16", "max": "int32", "sum": "float32"}[function]
+    res = computed(ds, make_config({"x": field, "n": {"function": "count"}}))
+    got = res["x"].values[res["n"].values > 0]
+    assert got.tolist() == [{"count": n, "max": value, "sum": n * value}[function]]

@@ -18,7 +18,7 @@ import numpy as np
 from . import graph, heap, predicate
 from . import grid as G
 from . import progress as progress_
-from .config import Config, FieldSpec, Filter, load_config
+from .config import Config, ConfigError, FieldSpec, Filter, load_config
 from .hive import cells
 from .kernels import composition, located, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
@@ -389,8 +389,39 @@ def shard_contents(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, .
         has = st["count"] > 0 if "count" in st else st["nsig"] > 0
         if red.name != "count" and vals.dtype.kind == "f":
             has &= ~np.isnan(vals)
-        out[f.name] = cells.dense_cells(rank[has], vals[has].astype(dtype), dtype, f.fill_value)
+        out[f.name] = cells.dense_cells(rank[has], stored_values(vals[has], dtype, f), dtype,
+                                        f.fill_value)
     return out
+
+
+def stored_values(vals: np.ndarray, dtype: np.dtype, f: FieldSpec) -> np.ndarray:
+    """``vals`` cast to the field's stored ``dtype``, refusing values the dtype cannot hold
+    (an integer out of its range, a finite float that would become infinite) instead of
+    letting them wrap around or overflow silently."""
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below, not warned about
+        out = vals.astype(dtype)
+    if not vals.size or dtype == vals.dtype:
+        return out
+    bad = None
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = vals.min(), vals.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            limits = f"{info.min}..{info.max}"
+    elif dtype.kind == "f":
+        over = np.isinf(out) & np.isfinite(vals)
+        if over.any():
+            bad = vals[over][0]
+            limits = f"magnitudes up to {np.finfo(dtype).max:.4g}"
+    if bad is None:
+        return out
+    raise ConfigError(
+        f"config key 'aggregation.variables.{f.name}.dtype': a cell's {f.function} is {bad}, "
+        f"which {dtype.name} cannot store ({limits}); choose a wider dtype (the default for "
+        f"{f.function} is {f.reducer.default_dtype}). The dtype is part of the store's "
+        "identity: write the rerun to a new store, or delete this one first"
+    )
 
 
 def finalize_shard(plan: Plan, fields: tuple[FieldSpec, ...], contents: dict):
