@@ -70,6 +70,29 @@ def test_base_config_parses_with_defaults():
     np.testing.assert_array_equal(filt.mask(conf), [True, False])
 
 
+def test_a_loaded_config_is_read_only_and_survives_pickling():
+    """The validated mapping identifies a store (its semantic hash): editing a loaded config
+    in place is refused, and editing ``raw`` changes a copy, never the config."""
+    import pickle
+
+    cfg = load_config(BASE)
+    with pytest.raises(TypeError, match="read-only.*load it again"):
+        cfg.fields.pop("h_mean")
+    with pytest.raises(TypeError, match="read-only"):
+        cfg.fields["h_tdigest"].params["delta"] = 16
+    with pytest.raises(TypeError, match="read-only"):
+        cfg.fields["h_mean"].attrs.update(units="km")
+    edited = cfg.raw
+    edited["output"]["grid"]["child_order"] = 18
+    del edited["aggregation"]["variables"]["h_mean"]
+    assert cfg.raw == BASE and cfg.grid.child_order == 19
+    assert load_config(edited).grid.child_order == 18  # the documented way to change one
+    again = pickle.loads(pickle.dumps(cfg))
+    assert again.raw == BASE and again.fields["h_tdigest"] == cfg.fields["h_tdigest"]
+    with pytest.raises(TypeError, match="read-only"):
+        again.fields.clear()
+
+
 def test_yaml_text_and_packaged_configs_load():
     text = "data_source:\n  coordinates: {latitude: a, longitude: b}\n  variables: [v]\n" \
            "aggregation:\n  variables:\n    n: {function: count}\n" \

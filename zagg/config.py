@@ -65,6 +65,22 @@ def _order(value, path: str) -> int:
     return value
 
 
+class ReadOnlyDict(dict):
+    """A dict that refuses changes. A loaded config was validated as a whole, and its
+    mapping is what identifies a store (the semantic hash), so editing one in place would
+    let the two disagree; edit a copy of ``config.raw`` and load that instead."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a loaded zagg config is read-only: edit a copy of config.raw and "
+                        "load it again with zagg.load_config(mapping)")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (ReadOnlyDict, (dict(self),))
+
+
 @dataclass(frozen=True)
 class Filter:
     """Keep rows where ``variable[column] <op> value`` holds (rows failing any filter drop)."""
@@ -118,6 +134,10 @@ class FieldSpec:
     where: str | None = None  # canonical predicate text selecting the rows this field reads
     stratum: Mapping[str, object] | None = None  # {"name": signal|noise, "threshold": int}
     located: bool = False  # a {name}_locations sibling of per-centroid point/area words
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", ReadOnlyDict(self.params))
+        object.__setattr__(self, "attrs", ReadOnlyDict(self.attrs))
 
     @property
     def locations_name(self) -> str:
@@ -184,10 +204,22 @@ class Output:
 
 @dataclass(frozen=True)
 class Config:
+    """A validated pipeline config. Read-only: ``fields`` refuses edits and ``raw`` is a
+    fresh copy of the validated mapping each time (edit that, then load it again)."""
+
     data_source: DataSource
     fields: Mapping[str, FieldSpec]
     output: Output
-    raw: Mapping[str, object]
+    source_mapping: Mapping[str, object] = field(repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "fields", ReadOnlyDict(self.fields))
+        object.__setattr__(self, "source_mapping", copy.deepcopy(dict(self.source_mapping)))
+
+    @property
+    def raw(self) -> dict:
+        """The validated config mapping (a copy: editing it changes nothing here)."""
+        return copy.deepcopy(self.source_mapping)
 
     @property
     def grid(self) -> Grid:
@@ -605,7 +637,7 @@ def parse_config(raw: Mapping) -> Config:
             _fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
                   f"locations sibling of {f.name!r}; rename the field")
     output = _parse_output(raw["output"], fields)
-    return Config(source, fields, output, copy.deepcopy(dict(raw)))
+    return Config(source, fields, output, raw)
 
 
 def load_config(source) -> Config:
