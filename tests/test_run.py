@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import moczarr
 import numpy as np
@@ -17,6 +18,8 @@ from zagg.read import open_hive
 from zagg.run import run
 from zagg.sources.synthetic import synthetic_photons
 from zagg.write import to_hive
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REGION = (-100.2, -75.6, -99.8, -75.4)  # a few order-8 shards
 
@@ -140,6 +143,59 @@ def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, pho
     with pytest.raises(hive.ManifestConflictError, match="cell_order"):
         run(config(child=12), store=str(store), source=photons, workers=1, progress=False)
     assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+
+
+def test_a_run_without_points_is_refused_before_its_cluster_starts(tmp_path, monkeypatch):
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started for a run with no points to read")
+
+    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    with pytest.raises(zagg.ConfigError, match="'data_source': no input given"):
+        run(config(tmp_path / "s"), progress=False)
+    cfg = config(tmp_path / "s")
+    cfg["data_source"]["input"] = str(tmp_path / "missing.zarr")
+    with pytest.raises(zagg.ConfigError, match="'data_source.input': .*missing.zarr.* does not "
+                                               "exist"):
+        run(cfg, progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_readme_example_config_runs_from_the_shell(tmp_path):
+    """``configs/atl03_synthetic.yaml`` names its points, so the README's first shell
+    command works as written (here with fewer points and one small worker)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "atl03_synthetic.yaml").read_text())
+    assert cfg["data_source"]["synthetic"]["points"] >= 10**6
+    cfg["data_source"]["synthetic"]["points"] = 50_000
+    path = tmp_path / "atl03_synthetic.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--store", str(tmp_path / "atl03-store"), "--workers", "1",
+                 "--threads", "1", "--quiet"]) == 0
+    assert hive.walk_leaves(tmp_path / "atl03-store")
+
+
+def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
+    """``--bbox -100.2,-75.6,-100.0,-75.5`` (values starting with '-') restricts the run to
+    the box's shards, exactly as ``--bbox=...`` does."""
+    import yaml
+
+    from zagg.regions import region_shards
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config(points=60_000)))
+    box = "-100.2,-75.6,-100.05,-75.5"
+    for flag, store in ((["--bbox", box], "a"), ([f"--bbox={box}"], "b")):
+        assert main(["run", str(path), "--store", str(tmp_path / store), *flag, "--workers",
+                     "1", "--threads", "1", "--quiet"]) == 0
+    everywhere = tmp_path / "all"
+    assert main(["run", str(path), "--store", str(everywhere), "--workers", "1", "--threads",
+                 "1", "--quiet"]) == 0
+    inside = set(region_shards(bbox=box, order=8))
+    written = {sid for _, sid in hive.walk_leaves(tmp_path / "a")}
+    assert written and written <= inside
+    assert written == {sid for _, sid in hive.walk_leaves(tmp_path / "b")}
+    assert written < {sid for _, sid in hive.walk_leaves(everywhere)}
 
 
 def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):

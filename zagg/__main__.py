@@ -115,8 +115,25 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (FileNotFoundError, *found)
 
 
+def _joined_negative_values(argv: list[str]) -> list[str]:
+    """``--bbox -102,-76,-98,-75`` as ``--bbox=-102,...``: argparse would take a value that
+    starts with ``-`` (a western or southern box) for an option."""
+    out = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--bbox" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"--bbox={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_joined_negative_values(argv))
     try:
         return args.func(args)
     except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import warnings
 from typing import TYPE_CHECKING
@@ -54,9 +55,25 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
         except (FileNotFoundError, OSError, ValueError) as exc:
             raise ConfigError(f"config key 'data_source.input': cannot open {path!r}: {exc}") \
                 from exc
-    raise ConfigError("config key 'data_source': no input given; set 'input' (a zarr store or "
-                      "netCDF file) or 'synthetic' (the built-in generator), or pass a Dataset "
-                      "to zagg.aggregate yourself")
+    raise ConfigError(_NO_INPUT)
+
+
+_NO_INPUT = ("config key 'data_source': no input given; set 'input' (a zarr store or netCDF "
+             "file) or 'synthetic' (the built-in generator), or pass a Dataset to "
+             "zagg.aggregate (or zagg.run(..., source=ds)) yourself")
+
+
+def check_source(cfg: Config) -> None:
+    """Refuse, before any cluster starts, a config that names no points or a local input
+    that does not exist (remote inputs are checked when opened)."""
+    src = cfg.data_source
+    if src.granules is not None or src.synthetic is not None:
+        return
+    if src.input is None:
+        raise ConfigError(_NO_INPUT)
+    if "://" not in src.input and not os.path.exists(src.input):
+        raise ConfigError(f"config key 'data_source.input': {src.input!r} does not exist; "
+                          "give the path of a zarr store or netCDF file with the points")
 
 
 def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
@@ -87,6 +104,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         from .regions import region_shards
 
         shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
+    if source is None:
+        check_source(cfg)
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
     probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
              "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}
