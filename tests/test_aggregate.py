@@ -360,3 +360,47 @@ def test_values_a_declared_dtype_cannot_hold_are_refused_not_wrapped(function, d
     res = computed(ds, make_config({"x": field, "n": {"function": "count"}}))
     got = res["x"].values[res["n"].values > 0]
     assert got.tolist() == [{"count": n, "max": value, "sum": n * value}[function]]
+
+
+def _with_confidence(n=200):
+    ds = make_points(n, seed=14)
+    conf = np.random.default_rng(14).integers(0, 5, (n, 5)).astype(np.int8)
+    return ds.assign(conf=(("obs", "lane"), conf))
+
+
+@pytest.mark.parametrize("variables, fields, filters, message", [
+    ({"conf": "conf", "c1": {"variable": "conf", "column": 1}},
+     {"m": {"function": "mean", "source": "conf"}}, None,
+     r"'aggregation.variables.m.source': 'conf' is the Dataset variable 'conf' of dims "
+     r"\('obs', 'lane'\).*declare one of its columns"),
+    ({"c7": {"variable": "conf", "column": 7}}, {"s": {"function": "sum", "source": "c7"}},
+     None, r"'data_source.variables.c7.column': column 7 of 'conf', which has 5 columns \(0..4\)"),
+    (["conf", "h"], {"n": {"function": "count"}},
+     [{"variable": "conf", "op": "ge", "value": 2}],
+     r"'data_source.filters\[0\].variable': 'conf' .* one value per point"),
+    (["h"], {"n": {"function": "count"}},
+     [{"variable": "h", "column": 2, "op": "ge", "value": 2}],
+     r"'data_source.filters\[0\].column': column 2 of 'h', which has dims \('obs',\).*drop"),
+])
+def test_variables_of_the_wrong_shape_are_refused_naming_the_key(variables, fields, filters,
+                                                                message):
+    cfg = make_config(fields, filters)
+    cfg["data_source"]["variables"] = variables
+    with pytest.raises(zagg.ConfigError, match=message):
+        zagg.aggregate(_with_confidence(), cfg)
+
+
+def test_a_column_of_a_2d_variable_is_read_like_a_1d_variable():
+    ds = _with_confidence()
+    cfg = make_config({"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
+                      [{"variable": "conf", "column": 1, "op": "ge", "value": 2}])
+    cfg["data_source"]["variables"] = {"conf": "conf", "c3": {"variable": "conf", "column": 3}}
+    flat = ds.assign(c3=("obs", ds["conf"].values[:, 3].astype(np.float64)),
+                     c1=("obs", ds["conf"].values[:, 1]))
+    ref = make_config({"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
+                      [{"variable": "c1", "op": "ge", "value": 2}])
+    ref["data_source"]["variables"] = ["c3", "c1"]
+    got, want = computed(ds, cfg), computed(flat, ref)
+    np.testing.assert_array_equal(got["n"].values, want["n"].values)
+    np.testing.assert_array_equal(got["s"].values, want["s"].values)
+    assert got["n"].values.sum() > 0

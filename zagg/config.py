@@ -247,6 +247,44 @@ class Config:
                     f"config key '{path}': variable {name!r} is not in the Dataset{did}; "
                     f"it has: {', '.join(sorted(map(str, have)))}"
                 )
+        self._check_shapes(ds)
+
+    def _check_shapes(self, ds) -> None:
+        """Refuse a variable whose shape does not fit how the config reads it: a column of
+        a variable that is not 2-D or has no such column, or a 2-D variable read where one
+        value per point is needed."""
+        src = self.data_source
+
+        def column_of(path, var, col):
+            v = ds.variables[var]
+            if v.ndim != 2:
+                _fail(path, f"column {col} of {var!r}, which has dims {v.dims}: only a 2-D "
+                      "(points, columns) variable has columns; drop 'column'")
+            if not 0 <= col < v.shape[1]:
+                _fail(path, f"column {col} of {var!r}, which has {v.shape[1]} columns "
+                      f"(0..{v.shape[1] - 1})")
+
+        def per_point(path, declared):
+            var, col = src.columns.get(declared, (declared, None))
+            v = ds.variables[var]
+            if col is None and v.ndim != 1:
+                _fail(path, f"{declared!r} is the Dataset variable {var!r} of dims {v.dims}, "
+                      "but one value per point is read here; declare one of its columns in "
+                      f"data_source.variables (e.g. {declared}_0: {{variable: {var}, "
+                      "column: 0}) and read that")
+
+        for name, (var, col) in src.columns.items():
+            if col is not None:
+                column_of(f"data_source.variables.{name}.column", var, col)
+        for i, f in enumerate(src.filters):
+            path = f"data_source.filters[{i}]"
+            if f.column is not None:
+                column_of(f"{path}.column", src.dataset_variable(f.variable), f.column)
+            else:
+                per_point(f"{path}.variable", f.variable)
+        for n, f in self.fields.items():
+            if f.source and f.function != "composition":
+                per_point(f"aggregation.variables.{n}.source", f.source)
 
 
 _TOP = ("data_source", "aggregation", "output")
