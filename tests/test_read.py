@@ -171,6 +171,24 @@ def test_quantile_with_the_real_kernel(two_shards):
 
 
 # -- refusals ----------------------------------------------------------------------------
+def test_quantile_refusals_name_the_problem_and_the_digest_fields(two_shards):
+    root, _ = two_shards
+    ds = open_hive(root)
+    with pytest.raises(TypeError, match=r"needs an xarray Dataset, got str '.*'; open the store "
+                                        r"with zagg.open_hive"):
+        quantile(str(root), "h_tdigest", 0.5)
+    with pytest.raises(TypeError, match=r"DataArray 'h_tdigest': pass the Dataset"):
+        quantile(ds["h_tdigest"], "h_tdigest", 0.5)
+    with pytest.raises(KeyError, match=r"'nope' is not a variable.*t-digest fields: h_tdigest"):
+        quantile(ds, "nope", 0.5)
+    with pytest.raises(ValueError, match=r"'count' is not a t-digest field.*fields: h_tdigest"):
+        quantile(ds, "count", 0.5)
+    with pytest.raises(ValueError, match=r"flat list of numbers, got shape \(1, 1\)"):
+        quantile(ds, "h_tdigest", [[0.1]])
+    with pytest.raises(ValueError, match=r"a number or a list of numbers in \[0, 1\], got 'a'"):
+        quantile(ds, "h_tdigest", "a")
+
+
 def edit_json(path, edit):
     doc = json.loads(path.read_text())
     edit(doc)

@@ -198,6 +198,22 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
     assert written < {sid for _, sid in hive.walk_leaves(everywhere)}
 
 
+def test_wrong_arguments_get_a_type_error_that_says_what_to_pass(tmp_path, photons):
+    with pytest.raises(TypeError, match=r"zagg.aggregate needs an xarray Dataset, got str "
+                                        r"'pts.zarr'; open the points first"):
+        zagg.aggregate("pts.zarr", config())
+    with pytest.raises(TypeError, match=r"zagg.run\(source=...\) needs an xarray Dataset"):
+        run(config(tmp_path / "r"), source=str(tmp_path), progress=False)
+    with pytest.raises(TypeError, match=r"to_hive needs an xarray Dataset, got str"):
+        to_hive("leaves", tmp_path / "t")
+    leaves = zagg.aggregate(photons, config())
+    with pytest.raises(ValueError, match=r"lacks 'h_mean', 'h_max', 'h_tdigest'.*declares only"):
+        to_hive(leaves[["count"]], tmp_path / "s")
+    with pytest.raises(ValueError, match=r"without selecting cells.*shards=\[...\]"):
+        to_hive(leaves.isel(cells=slice(0, 10)), tmp_path / "s")
+    assert not any(p.exists() for p in (tmp_path / "r", tmp_path / "t", tmp_path / "s"))
+
+
 def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):
     """The cluster's start (its workers' imports, 2-3 s) overlaps the client's own work:
     here the cluster only comes up once the source has been opened, which would hang a run

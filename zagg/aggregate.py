@@ -18,6 +18,7 @@ import numpy as np
 from . import graph, heap, predicate
 from . import grid as G
 from . import progress as progress_
+from .checks import require_dataset
 from .config import Config, ConfigError, FieldSpec, Filter, load_config
 from .hive import cells
 from .kernels import composition, located, segments, tdigest
@@ -499,6 +500,9 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
     ``ds.attrs["granules"]`` (as :func:`zagg.sources.granules.open_granules` makes) is
     tracked into ``attrs["zagg"]["shard_granules"]`` when discovering.
     """
+    require_dataset(ds, "zagg.aggregate", "open the points first (e.g. xr.open_zarr(path) "
+                    "or xr.open_dataset(path)), or name them in the config's "
+                    "data_source.input and use zagg.run")
     config = load_config(config)
     config.check_dataset(ds)
     granule_ids = list(ds.attrs.get("granules") or [])

@@ -24,6 +24,7 @@ import numpy as np
 import zarr
 
 from zagg import grid as _grid
+from zagg.checks import require_dataset
 from zagg.hive import coverage as _coverage
 from zagg.hive import decode as _decode
 from zagg.hive import paths as _paths
@@ -111,6 +112,12 @@ def decode_digest(payload: bytes | None) -> np.ndarray:
     return np.frombuffer(data, dtype="<f4").reshape(-1, 2).astype(np.float32)
 
 
+def _is_digest(attrs) -> bool:
+    block = attrs.get("ragged")
+    return isinstance(block, dict) and block.get("element") == {"dtype": "float32",
+                                                                "shape": [-1, 2]}
+
+
 def quantile(ds: xr.Dataset, field: str, q) -> xr.DataArray:
     """Quantile(s) ``q`` of a t-digest field per cell, NaN where the cell is empty.
 
@@ -119,17 +126,32 @@ def quantile(ds: xr.Dataset, field: str, q) -> xr.DataArray:
     import dask.array as da
     import xarray as xr
 
-    if field not in ds:
-        raise KeyError(f"{field!r} is not a variable of this dataset")
+    require_dataset(ds, "zagg.quantile", "open the store with zagg.open_hive(path), or pass "
+                    "the Dataset zagg.aggregate returned")
+    digests = [str(n) for n, v in ds.data_vars.items() if _is_digest(v.attrs)]
+    listed = ", ".join(digests) or "none"
+    if field not in ds.data_vars:
+        raise KeyError(f"{field!r} is not a variable of this dataset; its t-digest fields: "
+                       f"{listed}")
     var = ds[field]
+    if "ragged" not in var.attrs:
+        raise ValueError(f"{field!r} is not a t-digest field (it holds one value per cell); "
+                         f"this dataset's t-digest fields: {listed}")
     block = check_ragged_attrs(field, dict(var.attrs))
     if block["element"] != {"dtype": "float32", "shape": [-1, 2]}:
         raise ValueError(
             f"{field!r} is not a t-digest: its element is {block['element']}, expected "
-            "float32 with shape [-1, 2]"
+            f"float32 with shape [-1, 2]; this dataset's t-digest fields: {listed}"
         )
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
+    try:
+        qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"q must be a number or a list of numbers in [0, 1], got {q!r}") \
+            from exc
+    if qs.ndim != 1:
+        raise ValueError(f"q must be a number or a flat list of numbers, got shape "
+                         f"{np.shape(q)}")
+    if np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
         raise ValueError(f"quantiles must lie in [0, 1], got {q!r}")
     data = var.data
     if isinstance(data, da.Array):

@@ -9,6 +9,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from . import hive
+from .checks import require_dataset
 from .cluster import cluster_for, connected, entered_in_background
 from .config import Config, ConfigError, load_config
 from .manifests import manifest_for
@@ -106,6 +107,10 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
     if source is None:
         check_source(cfg)
+    else:
+        require_dataset(source, "zagg.run(source=...)", "open the points first (e.g. "
+                        "xr.open_zarr(path)), or leave source out and name them in the "
+                        "config's data_source.input")
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
     probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
              "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}

@@ -15,6 +15,7 @@ import dask
 
 from . import graph, hive
 from . import progress as progress_
+from .checks import require_dataset
 from .grid import from_decimal
 from .manifests import manifest_for
 
@@ -167,10 +168,17 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
     """Check ``ds`` and the store, write the manifest and build one write task per shard
     (see :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
+    require_dataset(ds, "to_hive", "pass the Dataset zagg.aggregate(points, config) returned")
     z = ds.attrs.get("zagg")
     if not z or "grid" not in z:
         raise ValueError("to_hive needs the Dataset returned by zagg.aggregate "
                          "(its attrs['zagg'] block is missing)")
+    missing = [n for n in z["fields"] if n not in ds.variables]
+    if missing:
+        raise ValueError(f"the Dataset lacks {', '.join(map(repr, missing))}, which its config "
+                         "declares; a store holds every field of its config, so write the whole "
+                         "Dataset zagg.aggregate returned (to store fewer fields, aggregate with "
+                         "a config that declares only those)")
     root = hive.StoreRoot(store, storage_options)
     grid = z["grid"]
     shard_ids = list(z["shards"])
@@ -179,7 +187,10 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
     per_shard = 4 ** (grid["child_order"] - grid["parent_order"])
     if ds.sizes["cells"] != per_shard * len(shard_ids):
         raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
-                         f"of {per_shard} cells need {per_shard * len(shard_ids)}")
+                         f"of {per_shard} cells need {per_shard * len(shard_ids)}: a leaf holds "
+                         "every cell of its shard, so write the Dataset zagg.aggregate returned "
+                         "without selecting cells (to write only some shards, pass "
+                         "shards=[...] to zagg.aggregate)")
     manifest = manifest_for(z)
     semantic = manifest["semantic_hash"]
     hive.check_manifest(root, manifest)
