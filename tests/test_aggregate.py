@@ -404,3 +404,21 @@ def test_a_column_of_a_2d_variable_is_read_like_a_1d_variable():
     np.testing.assert_array_equal(got["n"].values, want["n"].values)
     np.testing.assert_array_equal(got["s"].values, want["s"].values)
     assert got["n"].values.sum() > 0
+
+
+@pytest.mark.parametrize("fields, filters, key", [
+    ({"t_min": {"function": "min", "source": "t"}}, None, "aggregation.variables.t_min.source"),
+    ({"t_td": {"function": "tdigest", "source": "t"}}, None, "aggregation.variables.t_td.source"),
+    ({"n": {"function": "count"}}, [{"variable": "t", "op": "gt", "value": 0}],
+     r"data_source.filters\[0\].variable"),
+])
+def test_dates_are_refused_where_numbers_are_read(fields, filters, key):
+    """A datetime64 variable would reach the kernels as raw integers (a digest of
+    milliseconds) or fail inside numpy; the key is named and a numeric copy suggested."""
+    ds = make_points(100, seed=15)
+    ds["t"] = ("obs", np.datetime64("2020-01-01") + np.arange(100).astype("timedelta64[s]"))
+    cfg = make_config(fields, filters)
+    cfg["data_source"]["variables"] = ["h", "t"]
+    with pytest.raises(zagg.ConfigError, match=rf"'{key}': 't' has dtype datetime64\[s\], "
+                                                r"which zagg cannot read as numbers.*int64"):
+        zagg.aggregate(ds, cfg)

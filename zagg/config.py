@@ -250,9 +250,10 @@ class Config:
         self._check_shapes(ds)
 
     def _check_shapes(self, ds) -> None:
-        """Refuse a variable whose shape does not fit how the config reads it: a column of
-        a variable that is not 2-D or has no such column, or a 2-D variable read where one
-        value per point is needed."""
+        """Refuse a variable whose shape or dtype does not fit how the config reads it: a
+        column of a variable that is not 2-D or has no such column, a 2-D variable read
+        where one value per point is needed, or non-numbers (dates, text) filtered or
+        aggregated."""
         src = self.data_source
 
         def column_of(path, var, col):
@@ -273,6 +274,15 @@ class Config:
                       f"data_source.variables (e.g. {declared}_0: {{variable: {var}, "
                       "column: 0}) and read that")
 
+        def numeric(path, declared):
+            var = src.dataset_variable(declared)
+            dtype = ds.variables[var].dtype
+            if dtype.kind not in "biuf":
+                _fail(path, f"{declared!r} has dtype {dtype}, which zagg cannot read as numbers;"
+                      f" add a numeric copy to the Dataset (e.g. seconds since an epoch: "
+                      f"ds[{var!r}].astype('datetime64[ns]').astype('int64') / 1e9) and "
+                      "read that")
+
         for name, (var, col) in src.columns.items():
             if col is not None:
                 column_of(f"data_source.variables.{name}.column", var, col)
@@ -282,9 +292,11 @@ class Config:
                 column_of(f"{path}.column", src.dataset_variable(f.variable), f.column)
             else:
                 per_point(f"{path}.variable", f.variable)
+            numeric(f"{path}.variable", f.variable)
         for n, f in self.fields.items():
             if f.source and f.function != "composition":
                 per_point(f"aggregation.variables.{n}.source", f.source)
+                numeric(f"aggregation.variables.{n}.source", f.source)
 
 
 _TOP = ("data_source", "aggregation", "output")
