@@ -93,6 +93,14 @@ def test_a_loaded_config_is_read_only_and_survives_pickling():
         again.fields.clear()
 
 
+def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path):
+    with pytest.raises(ConfigError, match=r"'configs/atl03_synthetic' is neither an existing "
+                                          r"\.yaml/\.yml file nor YAML text.*ending in \.yaml"):
+        load_config("configs/atl03_synthetic")
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_config(str(tmp_path / "missing.yaml"))
+
+
 def test_yaml_text_and_packaged_configs_load():
     text = "data_source:\n  coordinates: {latitude: a, longitude: b}\n  variables: [v]\n" \
            "aggregation:\n  variables:\n    n: {function: count}\n" \
@@ -157,6 +165,8 @@ BAD = [
      r"'aggregation.variables.h_mean.fill_value': 'none' is not representable in dtype float32"),
     ("bad dtype name", variant("aggregation.variables.h_mean.dtype", "float33"),
      r"'aggregation.variables.h_mean.dtype': 'float33' is not a numpy dtype name"),
+    ("misspelt dtype", variant("aggregation.variables.h_mean.dtype", "flaot32"),
+     r"'flaot32' is not a numpy dtype name \(did you mean 'float32'\?\)"),
     ("integer mean", variant("aggregation.variables.h_mean.dtype", "int32"),
      r"'aggregation.variables.h_mean.dtype': 'int32' is not valid for 'mean'; use float16/32/64"),
     ("digest dtype", variant("aggregation.variables.h_tdigest.dtype", "float64"),

@@ -463,7 +463,11 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     try:
         dtype = np.dtype(dtype_raw)
     except TypeError:
-        _fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name")
+        names = [f"{k}{b}" for k, bits in (("float", (16, 32, 64)), ("int", (8, 16, 32, 64)),
+                                          ("uint", (8, 16, 32, 64))) for b in bits]
+        hint = difflib.get_close_matches(str(dtype_raw), names, n=1)
+        did = f" (did you mean '{hint[0]}'?)" if hint else ""
+        _fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name{did}")
     if dtype.kind not in red.dtype_kinds or dtype.itemsize > 8:
         kinds = {"f": "float16/32/64", "i": "int8..int64", "u": "uint8..uint64"}
         valid = " or ".join(kinds[k] for k in red.dtype_kinds)
@@ -712,5 +716,9 @@ def load_config(source) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(f"config is not valid YAML: {exc}") from exc
     if not isinstance(raw, Mapping):
+        if isinstance(source, str) and "\n" not in source and not isinstance(raw, list):
+            raise ConfigError(f"config {source!r} is neither an existing .yaml/.yml file nor "
+                              "YAML text of a mapping; give the path of the config file "
+                              "(ending in .yaml or .yml)")
         raise ConfigError(f"config must be a YAML mapping at the top level, got {raw!r}")
     return parse_config(raw)
