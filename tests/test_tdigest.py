@@ -272,6 +272,31 @@ def test_merge_runs_equals_merge_of_gathered_runs(declaration, delta):
             assert w is None and np.all(got[1] == 1)
 
 
+@pytest.mark.parametrize("runs_per_cell", [3, 8, 40, 130])
+def test_merge_runs_of_many_short_runs_sorts_every_cell(runs_per_cell):
+    """A cell seen by many chunks (a few values from each, some none) comes out as its
+    values sorted: cells of 0 to 520 values from 3 to 130 runs, ties and -0.0 included."""
+    rng = np.random.default_rng(runs_per_cell)
+    n_cells = 300
+    sizes = rng.choice([0, 1, 1, 2, 4], size=n_cells * runs_per_cell)
+    values = np.round(rng.normal(size=int(sizes.sum())) * 4) / 4
+    values[rng.random(values.size) < 0.05] = -0.0
+    starts = _offsets(sizes)[:-1]
+    means = np.concatenate([np.sort(values[a : a + k]) for a, k in zip(starts, sizes,
+                                                                       strict=True)])
+    means = means.astype(np.float32)
+    perm = rng.permutation(sizes.size)
+    cell_runs = np.arange(0, sizes.size + 1, runs_per_cell, dtype=np.int64)
+    m, w, o = td.merge_runs(means, None, starts[perm], sizes[perm], cell_runs, 10**6)
+    assert w is None
+    for j in range(n_cells):
+        runs = perm[cell_runs[j] : cell_runs[j + 1]]
+        want = np.sort(np.concatenate([means[starts[r] : starts[r] + sizes[r]] for r in runs]))
+        got = m[o[j] : o[j + 1]]
+        np.testing.assert_array_equal(got, want + np.float32(0))
+        assert not np.signbit(got[got == 0]).any()
+
+
 # --- compressed regime ----------------------------------------------------------------
 
 _QS = np.array([1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 0.9999])
