@@ -214,6 +214,41 @@ def test_wrong_arguments_get_a_type_error_that_says_what_to_pass(tmp_path, photo
     assert not any(p.exists() for p in (tmp_path / "r", tmp_path / "t", tmp_path / "s"))
 
 
+def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_work(
+        tmp_path, photons, monkeypatch):
+    """A file, another dataset's directory (here the input zarr itself) and a hive store
+    whose manifest was removed are refused up front; nothing in them changes."""
+    import yaml
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started for a store that is refused")
+
+    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    afile = tmp_path / "afile"
+    afile.write_text("not a store")
+    other = tmp_path / "points.zarr"
+    photons.isel(photon=slice(0, 100)).to_zarr(other, consolidated=False)
+    unmanifested = tmp_path / "unmanifested"
+    to_hive(zagg.aggregate(photons, config()), unmanifested)
+    (unmanifested / "morton_hive.json").unlink()
+    cases = [(afile, r"is a file, not a directory"),
+             (other, r"is not empty \(.*\) but holds no morton_hive.json"),
+             (unmanifested, r"not a hive store \(or its manifest was removed\)")]
+    for store, message in cases:
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        with pytest.raises(hive.StoreRootError, match=message):
+            run(config(), store=str(store), source=photons, progress=False)
+        with pytest.raises(hive.StoreRootError, match=message):
+            to_hive(zagg.aggregate(photons, config()), store)
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config(points=1_000)))
+    code = subprocess.run([sys.executable, "-m", "zagg", "run", str(path), "--store", str(afile)],
+                          capture_output=True, text=True)
+    assert code.returncode == 2 and "Traceback" not in code.stderr
+    assert "is a file, not a directory" in code.stderr
+
+
 def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):
     """The cluster's start (its workers' imports, 2-3 s) overlaps the client's own work:
     here the cluster only comes up once the source has been opened, which would hang a run

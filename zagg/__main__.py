@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: exceptions that report bad input (printed as one line, exit status 2), by module
 USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
-               "zagg.regions": "RegionError", "zagg.sources.granules": "GranuleError"}
+               "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
+               "zagg.sources.granules": "GranuleError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -17,6 +17,7 @@ from . import graph, hive
 from . import progress as progress_
 from .checks import require_dataset
 from .grid import from_decimal
+from .hive.paths import MANIFEST_KEY
 from .manifests import manifest_for
 
 if TYPE_CHECKING:
@@ -193,6 +194,7 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
                          "shards=[...] to zagg.aggregate)")
     manifest = manifest_for(z)
     semantic = manifest["semantic_hash"]
+    hive.check_store_root(root, MANIFEST_KEY)
     hive.check_manifest(root, manifest)
     hive.write_manifest(root, manifest)
 

@@ -23,6 +23,6 @@ lazy_package(__name__, {name: f".{module}" for module, names in {
     "semantic": ["semantic_hash"],
     "stamp": ["read_stamp"],
     "stats": ["read_stats", "write_stats"],
-    "storage": ["StoreRoot"],
+    "storage": ["StoreRoot", "StoreRootError", "check_store_root"],
     "walk": ["walk_leaves"],
 }.items() for name in names})

@@ -160,6 +160,38 @@ class StoreRoot:
         )
 
 
+class StoreRootError(ValueError):
+    """A store location that cannot take a hive store: a file, a directory that cannot be
+    written, or one that already holds something other than a hive store."""
+
+
+def check_store_root(root: StoreRoot, manifest_key: str) -> None:
+    """Refuse, before any work, a root that a run could not write or would mix into: a
+    local path that is a file or not writable, or a non-empty location without a manifest
+    (another dataset, or a hive store whose manifest was removed). Hidden entries (names
+    starting with '.') are ignored."""
+    if root.is_local:
+        path = root.path
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreRootError(f"store {root.url!r} is a file, not a directory; give a new or "
+                                 "empty directory, or an existing hive store")
+        probe = path
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe) or "."
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise StoreRootError(f"cannot write the store {root.url!r}: {probe!r} is not "
+                                 "writable; check its permissions or choose another location")
+    dirs, files = root.list_dir("")
+    if manifest_key in files:
+        return
+    others = [n for n in dirs + files if not n.startswith(".")]
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise StoreRootError(f"store {root.url!r} is not empty ({shown}) but holds no "
+                             f"{manifest_key}: it is not a hive store (or its manifest was "
+                             "removed); give a new or empty location")
+
+
 def as_root(root: str | StoreRoot, storage_options: dict[str, Any] | None = None) -> StoreRoot:
     """Accept a path/URL or an existing :class:`StoreRoot`."""
     if isinstance(root, StoreRoot) and storage_options is None:
