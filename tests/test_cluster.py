@@ -133,3 +133,46 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
         seen = list(client.run(state).values())
     assert seen == [{"modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.write"],
                      "numba ready": True}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "-1"], "argument --workers: expected a whole number >= 1, got '-1'"),
+    (["--workers", "0"], "argument --workers: expected a whole number >= 1, got '0'"),
+    (["--threads", "two"], "argument --threads: expected a whole number >= 1, got 'two'"),
+    (["--memory-limit", "lots"], "memory limit 'lots' is not a size; use e.g. '4GiB'"),
+])
+def test_cli_refuses_cluster_settings_that_would_hang_or_fail(args, message):
+    """A cluster of -1 workers used to wait forever for one; these stop at once."""
+    out = subprocess.run([sys.executable, "-m", "zagg", "run", "configs/atl03_synthetic.yaml",
+                          *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_python_api_refuses_the_same_settings_before_starting_a_cluster():
+    from zagg.cluster import ClusterError, check_knobs, cluster_for
+
+    for knobs in ({"workers": 0}, {"threads": -2}, {"workers": 1.5}, {"memory_limit": "x"},
+                  {"memory_limit": 1.5}):
+        with pytest.raises(ClusterError), cluster_for(None, **knobs):
+            pass
+    check_knobs(workers=1, threads=2, memory_limit="2GiB")
+    check_knobs(memory_limit=0.5)
+    check_knobs(memory_limit="auto")
+
+
+def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
+    import socket
+
+    import zagg.cluster as cluster
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "2s")
+    for address, why in ((f"tcp://127.0.0.1:{port}", "Timed out"),
+                         ("notanaddress", "missing port")):
+        with pytest.raises(cluster.ClusterError, match=rf"cannot reach a dask scheduler at "
+                                                       rf"'{address}' \(.*{why}.*leave "
+                                                       r"--scheduler out"):
+            with cluster.connected(address):
+                pass

@@ -99,6 +99,12 @@ def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path
         load_config("configs/atl03_synthetic")
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_config(str(tmp_path / "missing.yaml"))
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"dir.yaml' is a directory"):
+        load_config(str(tmp_path / "dir.yaml"))
+    (tmp_path / "bin.yaml").write_bytes(bytes(range(256)))
+    with pytest.raises(ConfigError, match=r"bin.yaml' is not a readable UTF-8 text file"):
+        load_config(str(tmp_path / "bin.yaml"))
 
 
 def test_yaml_text_and_packaged_configs_load():

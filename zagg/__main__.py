@@ -58,6 +58,29 @@ def _cmd_verify(args) -> int:
     return 0 if ok else 1
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of worker, thread and point counts."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _memory_limit(text: str):
+    """argparse type of --memory-limit: a size, a fraction of the machine's memory or auto."""
+    from .cluster import ClusterError, check_knobs
+
+    try:
+        value = float(text) if text.replace(".", "", 1).isdigit() and "." in text else text
+        check_knobs(memory_limit=value)
+    except ClusterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m zagg", description="Aggregate point "
                                  "observations onto HEALPix morton cells as a morton-hive store.")
@@ -67,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="pipeline config (YAML)")
     r.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     r.add_argument("--scheduler", help="address of an existing dask scheduler")
-    r.add_argument("--workers", type=int, help="local cluster workers (default: cores / 2)")
-    r.add_argument("--threads", type=int, help="threads per local worker (default 2)")
-    r.add_argument("--memory-limit", help="memory limit per local worker, e.g. 4GiB")
+    r.add_argument("--workers", type=_at_least_one,
+                   help="local cluster workers (default: cores / 2)")
+    r.add_argument("--threads", type=_at_least_one, help="threads per local worker (default 2)")
+    r.add_argument("--memory-limit", type=_memory_limit,
+                   help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto")
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
     r.add_argument("--region", help="GeoJSON polygon file: only the shards it covers")
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
@@ -78,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="aggregate synthetic ATL03-like photons into ./demo-store")
     d.add_argument("--store", default="demo-store")
-    d.add_argument("--points", type=int, default=4_000_000)
+    d.add_argument("--points", type=_at_least_one, default=4_000_000)
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--workers", type=int)
+    d.add_argument("--workers", type=_at_least_one)
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
     d.set_defaults(func=_cmd_demo)
 
@@ -105,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: exceptions that report bad input (printed as one line, exit status 2), by module
 USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
-               "zagg.sources.granules": "GranuleError"}
+               "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -113,7 +138,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     a module cannot raise its errors, and importing them all would cost the CLI a second)."""
     found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS.items()
              if m in sys.modules]
-    return (FileNotFoundError, *found)
+    return (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+            PermissionError, *found)
 
 
 def _joined_negative_values(argv: list[str]) -> list[str]:

@@ -97,6 +97,36 @@ def entered_in_background(manager):
             manager.__exit__(None, None, None)
 
 
+class ClusterError(ValueError):
+    """Cluster settings zagg refuses, or a scheduler it cannot reach."""
+
+
+#: how long a client waits for a scheduler given by address before giving up
+CONNECT_TIMEOUT = "15s"
+
+
+def check_knobs(workers=None, threads=None, memory_limit=None) -> None:
+    """Refuse local-cluster settings that would hang or fail inside distributed: worker and
+    thread counts below 1, and memory limits that are neither a size, a fraction of the
+    machine's memory (0 < f <= 1) nor "auto"."""
+    for name, value in (("workers", workers), ("threads", threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ClusterError(f"{name} must be a whole number >= 1, got {value!r}")
+    if memory_limit is None or memory_limit == "auto":
+        return
+    from .config import ConfigError, _parse_bytes
+
+    if isinstance(memory_limit, float) and 0 < memory_limit <= 1:
+        return
+    try:
+        _parse_bytes(memory_limit, "memory_limit")
+    except ConfigError:
+        raise ClusterError(f"memory limit {memory_limit!r} is not a size; use e.g. '4GiB', "
+                           "'512MiB', a fraction of the machine's memory such as 0.5, or "
+                           "'auto'") from None
+
+
 @contextlib.contextmanager
 def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
                 threads: int | None = None, memory_limit: str | int | None = None,
@@ -106,14 +136,15 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
     if scheduler:
         yield scheduler
         return
+    check_knobs(workers, threads, memory_limit)
     from distributed import LocalCluster
 
     opts = machine_defaults()
-    if workers:
+    if workers is not None:
         opts["n_workers"] = int(workers)
-    if threads:
+    if threads is not None:
         opts["threads_per_worker"] = int(threads)
-    if memory_limit:
+    if memory_limit is not None:
         opts["memory_limit"] = memory_limit
     env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
     with LocalCluster(processes=True, env=env, silence_logs=40,
@@ -129,7 +160,16 @@ def connected(target):
     that thread's current one."""
     from distributed import Client
 
-    with Client(target) as client:
+    try:
+        client = Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
+            else Client(target)
+    except (OSError, ValueError, TypeError) as exc:
+        if not isinstance(target, str):
+            raise
+        raise ClusterError(f"cannot reach a dask scheduler at {target!r} ({exc}); check the "
+                           "address (e.g. tcp://10.0.0.5:8786) and that its scheduler is "
+                           "running, or leave --scheduler out for a local cluster") from exc
+    with client:
         _register(client)
         yield client
 

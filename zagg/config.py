@@ -706,7 +706,12 @@ def load_config(source) -> Config:
         path = Path(source)
         if not path.exists():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            what = "a directory" if path.is_dir() else "not a readable UTF-8 text file"
+            raise ConfigError(f"config file {str(path)!r} is {what} ({exc}); give the path "
+                              "of a YAML file") from exc
     elif isinstance(source, str):
         text = source
     else:
