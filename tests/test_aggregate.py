@@ -422,3 +422,34 @@ def test_dates_are_refused_where_numbers_are_read(fields, filters, key):
     with pytest.raises(zagg.ConfigError, match=rf"'{key}': 't' has dtype datetime64\[s\], "
                                                 r"which zagg cannot read as numbers.*int64"):
         zagg.aggregate(ds, cfg)
+
+
+def test_boolean_flags_aggregate_as_zero_and_one():
+    ds = make_points(2_000, seed=16, nan_frac=0.0)
+    flag = ds["h"].values > 1500
+    fields = {"f_mean": {"function": "mean", "source": "f", "dtype": "float64"},
+              "f_sum": {"function": "sum", "source": "f"}, "n": {"function": "count"}}
+    cfg = make_config(fields)
+    cfg["data_source"]["variables"] = ["f"]
+    got = computed(ds.assign(f=("obs", flag)), cfg)
+    want = computed(ds.assign(f=("obs", flag.astype(np.float64))), cfg)
+    for k in fields:
+        np.testing.assert_array_equal(got[k].values, want[k].values)
+    assert 0 < np.nansum(got["f_sum"].values) < 2_000
+
+
+@pytest.mark.parametrize("field, where, message", [
+    ({"function": "composition", "source": "h", "params": {"of": "td"}}, None,
+     r"'aggregation.variables.c.source': a composition reads the \(points, 5\) integer"),
+    ({"function": "tdigest", "source": "h"}, "conf >= 2",
+     r"'aggregation.variables.c.where': 'conf' is the Dataset variable 'conf' of dims"),
+])
+def test_composition_and_where_read_variables_of_the_right_shape(field, where, message):
+    ds = _with_confidence()
+    fields = {"td": {"function": "tdigest", "source": "h"}, "c": dict(field)}
+    if where:
+        fields["c"]["where"] = where
+    cfg = make_config(fields)
+    cfg["data_source"]["variables"] = ["h", "conf"]
+    with pytest.raises(zagg.ConfigError, match=message):
+        zagg.aggregate(ds, cfg)

@@ -3,6 +3,7 @@ the key path, the bad value and what would be valid."""
 
 import copy
 import math
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,21 @@ BAD = [
      r"'aggregation.variables.h_mean.fill_value': 'none' is not representable in dtype float32"),
     ("bad dtype name", variant("aggregation.variables.h_mean.dtype", "float33"),
      r"'aggregation.variables.h_mean.dtype': 'float33' is not a numpy dtype name"),
+    ("fill beyond float32", variant("aggregation.variables.h_mean.fill_value", 1e40),
+     r"'aggregation.variables.h_mean.fill_value': 1e\+40 is not representable in dtype float32"),
+    ("params on a function without any", variant("aggregation.variables.count.params",
+                                                 {"delta": 3}),
+     r"'aggregation.variables.count.params': 'count' takes no params; remove this key"),
+    ("date attr", variant("aggregation.variables.h_mean.attrs", {"created": date(2024, 1, 1)}),
+     r"'aggregation.variables.h_mean.attrs.created': datetime.date\(2024, 1, 1\) \(date\) "
+     r"cannot be stored as a JSON attribute; quote it"),
+    ("nan attr", variant("aggregation.variables.h_mean.attrs", {"valid_max": math.nan}),
+     r"'aggregation.variables.h_mean.attrs.valid_max': nan cannot be stored: attrs are JSON"),
+    ("nan filter value", variant("data_source.filters.0.value", math.inf),
+     r"'data_source.filters\[0\].value': filter values must be finite numbers"),
+    ("unquoted version", variant("output.dataset.version", 7),
+     r"'output.dataset.version': got the number 7; write the version as text, quoted "
+     r"\(version: '007' or '7'\)"),
     ("misspelt dtype", variant("aggregation.variables.h_mean.dtype", "flaot32"),
      r"'flaot32' is not a numpy dtype name \(did you mean 'float32'\?\)"),
     ("integer mean", variant("aggregation.variables.h_mean.dtype", "int32"),
@@ -222,8 +238,12 @@ BAD = [
 
 @pytest.mark.parametrize("desc,cfg,message", BAD, ids=[b[0] for b in BAD])
 def test_bad_config_is_refused_with_a_named_message(desc, cfg, message):
-    with pytest.raises(ConfigError, match=message):
-        load_config(cfg)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the message is the whole report: no numpy warnings
+        with pytest.raises(ConfigError, match=message):
+            load_config(cfg)
 
 
 def test_the_bad_table_is_large_enough():

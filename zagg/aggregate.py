@@ -224,6 +224,8 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[np.ndarray, object, dict]:
             v = v[:, col]
         if keep is not None:
             v = v[keep]
+        if v.dtype == np.bool_:  # flags aggregate as 0/1 (a mean is the fraction set)
+            v = v.view(np.uint8)
         return v if all_sel else v[sel]
 
     point_words = words if all_sel or words is None else words[sel]

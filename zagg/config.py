@@ -294,9 +294,22 @@ class Config:
                 per_point(f"{path}.variable", f.variable)
             numeric(f"{path}.variable", f.variable)
         for n, f in self.fields.items():
-            if f.source and f.function != "composition":
-                per_point(f"aggregation.variables.{n}.source", f.source)
-                numeric(f"aggregation.variables.{n}.source", f.source)
+            path = f"aggregation.variables.{n}"
+            if f.function == "composition":
+                var, col = src.columns.get(f.source, (f.source, None))
+                v = ds.variables[var]
+                if col is not None or v.ndim != 2 or v.shape[1] != 5 or v.dtype.kind not in "iu":
+                    _fail(f"{path}.source", f"a composition reads the (points, 5) integer "
+                          f"signal confidence (ATL03 signal_conf_ph); {f.source!r} is "
+                          f"{v.dtype} of dims {v.dims}" + (f", column {col}" if col is not None
+                                                            else ""))
+            elif f.source:
+                per_point(f"{path}.source", f.source)
+                numeric(f"{path}.source", f.source)
+            if f.where:
+                for name in predicate.parse(f.where, src.variables).variables:
+                    per_point(f"{path}.where", name)
+                    numeric(f"{path}.where", name)
 
 
 _TOP = ("data_source", "aggregation", "output")
@@ -335,6 +348,11 @@ def _parse_filters(raw, variables, path) -> tuple[Filter, ...]:
             bad = [value] if isinstance(value, bool) or not isinstance(value, int | float) else []
         if bad:
             _fail(f"{p}.value", f"filter values must be numbers, got {bad[0]!r}")
+        values = value if isinstance(value, list) else [value]
+        if not all(math.isfinite(v) for v in values):
+            _fail(f"{p}.value", f"filter values must be finite numbers, got {value!r} (NaN "
+                  "compares false with everything; to drop NaN rows use a range, e.g. "
+                  "op: ge with the smallest valid value)")
         column = f.get("column")
         if column is not None and (isinstance(column, bool) or not isinstance(column, int)
                                    or column < 0):
@@ -424,11 +442,31 @@ def _parse_synthetic(raw) -> dict | None:
     return out
 
 
+def _check_json(value, path: str) -> None:
+    """Refuse attrs that JSON (zarr's attribute format) cannot hold exactly: YAML dates and
+    timestamps, NaN and infinities, non-text mapping keys."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                _fail(f"{path}.{k}", f"attribute names must be text, got {k!r}")
+            _check_json(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_json(v, f"{path}[{i}]")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            _fail(path, f"{value!r} cannot be stored: attrs are JSON, which has no NaN or "
+                  "infinity; use null or a number")
+    elif not (value is None or isinstance(value, str | int | bool)):
+        _fail(path, f"{value!r} ({type(value).__name__}) cannot be stored as a JSON attribute; "
+              "quote it to store it as text (e.g. '2024-01-01')")
+
+
 def _representable(value, dtype: np.dtype) -> bool:
     if dtype.kind == "f":
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        return math.isnan(value) or math.isinf(value) or abs(value) <= np.finfo(dtype).max
+        return math.isnan(value) or math.isinf(value) or abs(value) <= float(np.finfo(dtype).max)
     if dtype.kind in "iu":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -492,6 +530,8 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         else:
             fill = float(fill)
     params_raw = raw.get("params") or {}
+    if params_raw and not red.params:
+        _fail(f"{path}.params", f"{function!r} takes no params; remove this key")
     _check_keys(params_raw, tuple(red.params), f"{path}.params")
     params = {}
     for key, spec in red.params.items():
@@ -507,6 +547,7 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     attrs = raw.get("attrs") or {}
     if not isinstance(attrs, Mapping):
         _fail(f"{path}.attrs", f"expected a mapping of attribute names to values, got {attrs!r}")
+    _check_json(attrs, f"{path}.attrs")
     for key in attrs:
         if key in SPEC_OWNED_ATTRS:
             _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
@@ -653,7 +694,11 @@ def _parse_output(raw, fields) -> Output:
     if not isinstance(short_name, str) or not short_name:
         _fail("output.dataset.short_name", f"expected a non-empty string, got {short_name!r}")
     version = ds["version"]
-    if isinstance(version, bool) or not isinstance(version, str | int):
+    if isinstance(version, int) and not isinstance(version, bool):
+        _fail("output.dataset.version", f"got the number {version!r}; write the version as "
+              f"text, quoted (version: '{version:03d}' or '{version}'): unquoted, 007 reads "
+              "as the number 7")
+    if not isinstance(version, str) or not version:
         _fail("output.dataset.version", f"expected a string such as '007', got {version!r}")
     grid = _parse_grid(raw["grid"])
     limit = _parse_bytes(raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY),
