@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import warnings
 from typing import TYPE_CHECKING
 
 from . import hive
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
     """The points Dataset a config names: HDF5 granules (only those a catalog says touch
     ``shards``, when given), the built-in generator, or a zarr/netCDF input."""
-    import xarray as xr
 
     src = cfg.data_source
     if src.granules is not None:
@@ -45,71 +43,9 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
             noise_fraction=float(s.get("noise_fraction", 0.2)),
         )
     if src.input is not None:
-        path = src.input
-        remote = "://" in path
-        where = f"config key 'data_source.input': cannot open {path!r}"
-        magic = None  # the first bytes of a local file (not read for a directory or URL)
-        try:
-            if not remote and os.path.isfile(path):
-                with open(path, "rb") as f:
-                    magic = f.read(8)
-        except OSError as exc:
-            raise ConfigError(f"{where}: {exc}; check the file's permissions") from exc
-        # The engine is picked by the file's magic bytes, not by trying h5netcdf then scipy:
-        # a damaged file would then be reported by whichever engine failed last (h5py's "file
-        # signature not found" for a cut-short netCDF3 file, scipy's "not a valid NetCDF 3
-        # file" for a netCDF4 one), and the bytes say which error is the real one. HDF5
-        # (netCDF4) goes to h5netcdf, classic/64-bit-offset netCDF3 ("CDF\x01", "CDF\x02")
-        # to scipy, which h5py cannot read; a remote file (never read here) to h5netcdf.
-        hdf5 = magic is not None and magic.startswith(b"\x89HDF\r\n\x1a\n")
-        cdf = magic is not None and magic.startswith(b"CDF")
-        netcdf = hdf5 or cdf or path.lower().endswith((".nc", ".nc4", ".h5", ".hdf5", ".cdf"))
-        fix = ("if the file is cut short or corrupt, download or export it again; or convert "
-               "it to a zarr store")
-        if remote:
-            fix = f"check the URL and your credentials; {fix}"
-        try:
-            if netcdf and cdf:
-                what = "reading it as netCDF3 (scipy) failed"
-                if magic[3:4] not in (b"\x01", b"\x02"):
-                    fix = "convert it to netCDF4 (nccopy -k nc4 IN OUT) or to a zarr store"
-                    raise ValueError(f"netCDF3 format byte {magic[3:4]!r} (CDF5, 64-bit data) "
-                                     "is not supported")
-                return xr.open_dataset(path, engine="scipy", chunks={}, decode_times=False)
-            if netcdf:
-                what = "reading it as netCDF4/HDF5 (h5netcdf) failed"
-                if magic == b"":
-                    what = "there is nothing to read"
-                    raise ValueError("the file is empty")
-                if magic is not None and not hdf5:
-                    # HDF5 also allows a user block before its signature: let h5py look
-                    what = (f"it is neither netCDF3 nor netCDF4/HDF5 (it begins {magic!r}) and "
-                            "reading it as HDF5 failed")
-                # phony_dims: plain HDF5 datasets (no dimension scales) get phony_dim_N
-                # dimensions, as h5netcdf does by default, but without its warning
-                return xr.open_dataset(path, engine="h5netcdf", phony_dims="access",
-                                       chunks={}, decode_times=False)
-            what = "reading it as a zarr store failed"
-            fix = ("give a zarr store (a directory holding zarr.json or .zgroup"
-                   + (", and check the URL and your credentials" if remote else "")
-                   + ") or a netCDF file ending in .nc, .nc4, .h5 or .hdf5")
-            with warnings.catch_warnings():
-                # zarr v3 does not define consolidated metadata; a store without it is normal
-                warnings.filterwarnings("ignore", message="Failed to open Zarr store with "
-                                        "consolidated metadata")
-                return xr.open_zarr(path, decode_times=False)
-        except Exception as exc:  # any backend error: OSError, ValueError, IndexError, ...
-            if not remote and not os.path.exists(path):
-                raise ConfigError(f"{where}: it does not exist; give the path of a zarr "
-                                  "store or netCDF file with the points") from exc
-            detail = " ".join(str(exc).split()) or "no detail given"
-            if isinstance(exc, ImportError) or "unrecognized engine" in detail:
-                # xarray's own message only points at its install docs
-                engine = "scipy" if cdf else "h5netcdf" if netcdf else "zarr"
-                detail = f"the {engine} package is not installed"
-                fix = f"pip install {engine} (a zagg dependency: reinstalling zagg brings it)"
-            raise ConfigError(f"{where}: {what} ({type(exc).__name__}: {detail}); {fix}") \
-                from exc
+        from .sources.inputs import open_input
+
+        return open_input(src.input)
     raise ConfigError(_NO_INPUT)
 
 
