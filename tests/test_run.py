@@ -299,6 +299,36 @@ def test_empty_run_writes_only_the_manifest(tmp_path, photons):
     summary = to_hive(zagg.aggregate(photons, cfg), tmp_path / "e")
     assert summary.leaves_written == 0
     assert [p.name for p in (tmp_path / "e").iterdir()] == ["morton_hive.json"]
+    lines = summary.lines()
+    n = photons.sizes["photon"]
+    assert f"  of read       {n:,}" in lines
+    assert f"  dropped       {n:,} removed by data_source.filters" in lines
+    assert any(x.startswith("warning: no point was aggregated") for x in lines)
+
+
+def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons):
+    """Swapped or broken coordinates must not look like a quiet success."""
+    holed = photons.copy()
+    lat = holed["lat_ph"].values.copy()
+    lat[:1000] = np.nan
+    lat[1000:1500] = 120.0
+    holed["lat_ph"] = ("photon", lat)
+    summary = run(config(tmp_path / "h"), source=holed, workers=1, threads=1, progress=False)
+    lines = summary.lines()
+    kept = holed["signal_conf_ph"].values[:, 3] >= 2  # the config's filter runs first
+    lon = holed["lon_ph"].values
+    bad = ~np.isfinite(lat) | ~np.isfinite(lon) | (np.abs(lat) > 90)
+    invalid = int((kept & bad).sum())
+    assert invalid >= int(kept[:1500].sum()) > 0
+    filtered = int((~kept).sum())
+    assert f"  dropped       {invalid:,} with invalid coordinates (NaN or |latitude| > 90)" \
+        in lines and f"  dropped       {filtered:,} removed by data_source.filters" in lines
+    assert summary.points == summary.point_counts["keyed"] > 0
+    assert not any(x.startswith("warning") for x in lines)
+    swapped = photons.rename({"lat_ph": "lon_ph", "lon_ph": "lat_ph"})
+    lines = run(config(tmp_path / "w"), source=swapped, workers=1, threads=1,
+                progress=False).lines()
+    assert any(x.startswith("warning: no point was aggregated") for x in lines)
 
 
 def test_cli_run_inspect_verify(tmp_path):

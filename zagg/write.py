@@ -38,12 +38,31 @@ class RunSummary:
     bytes_written: int = 0
     wall_seconds: float = 0.0
     records: list = field(default_factory=list, repr=False)
+    #: the point accounting (read, filtered, invalid_coordinates, outside_shards, keyed)
+    point_counts: dict | None = None
 
     @property
     def points_per_second(self) -> float | None:
         if not self.points or not self.wall_seconds:
             return None
         return self.points / self.wall_seconds
+
+    def _dropped_lines(self) -> list[str]:
+        """Where the points that were read but not aggregated went, and a warning when none
+        was aggregated (coordinates swapped or out of range, a filter that drops all)."""
+        c = self.point_counts or {}
+        read = c.get("points_in") or 0
+        why = [(c.get("invalid_coordinates", 0), "with invalid coordinates (NaN or |latitude| "
+                "> 90)"), (c.get("filtered", 0), "removed by data_source.filters"),
+               (c.get("outside_shards", 0), "outside the run's shards")]
+        lines = [f"  dropped       {n:,} {what}" for n, what in why if n]
+        if lines:
+            lines.insert(0, f"  of read       {read:,}")
+        if read and not c.get("keyed"):
+            lines.append("warning: no point was aggregated, so the store holds no leaves; "
+                         "check data_source.coordinates (latitude and longitude swapped?) and "
+                         "data_source.filters")
+        return lines
 
     def lines(self) -> list[str]:
         rate = self.points_per_second
@@ -53,6 +72,7 @@ class RunSummary:
             f"shards          {self.shards:,} ({self.leaves_written:,} leaves written)",
             f"cells with data {self.cells_with_data:,}",
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
+            *self._dropped_lines(),
             *([f"granules        {self.granules:,} read, {len(self.failed_granules)} failed"]
               if self.granules is not None else []),
             *[f"  failed        {f.get('granule')}: {f.get('error')}"
@@ -161,6 +181,7 @@ class HiveWrite:
             bytes_written=sum(r["bytes_written"] for r in written),
             wall_seconds=time.perf_counter() - self.t0,
             records=written,
+            point_counts=self.info.get("point_counts"),
         )
 
 
@@ -215,6 +236,6 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
         keys = [a.__dask_keys__() for a in arrays]
         args = [(sid, *[k[i] for k in keys]) for i, sid in enumerate(shard_ids)]
         tasks = graph.shard_tasks("zagg-write", LeafWriter.from_arrays, writer, args, arrays)
-    info = {"points": (z.get("points") or {}).get("keyed"),
+    info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shard_ids, grid["parent_order"], tasks, info, t0)
