@@ -1,15 +1,19 @@
 """Human-readable store reports: ``inspect`` (what is there) and ``verify`` (is it intact).
 
-Verification recomputes every leaf's §5 content hashes from the decoded arrays and compares
-them with the leaf's commit stamp, array by array, reporting each outcome separately:
-match, mismatch (a shared array whose digest differs), extra array (present, not recorded),
-missing array (recorded, not present) and unverifiable (no recorded hashes).
+Verification checks the manifest, then recomputes every leaf's §5 content hashes from the
+decoded arrays and compares them with the leaf's commit stamp, array by array, reporting
+each outcome separately: match, mismatch (a shared array whose digest differs), extra array
+(present, not recorded), missing array (recorded, not present), unreadable (present, but
+its metadata or chunks do not decode: corrupt or truncated) and unverifiable (no recorded
+hashes). One damaged leaf never stops the check of the others. A leaf whose root
+``zarr.json`` does not parse is debris (its stamp, the last write, never landed whole) and
+is reported with a warning; a run that stopped before its end-of-run root coverage is
+reported with a warning too.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 from collections import Counter
 
 import numpy as np
@@ -18,89 +22,253 @@ import zarr
 from . import hive
 from .hive import coverage as hcov
 from .hive.hashes import array_digest, combined_digest
-from .hive.stamp import read_stamp
+from .hive.paths import MANIFEST_KEY, ROOT_COVERAGE_KEY
+from .hive.stamp import read_stamp_or_debris
+from .hive.storage import StoreRootError
+
+#: outcomes that are not failures of integrity
+PASSING = ("ok", "debris", "unverifiable")
+_REASON_CHARS = 160
 
 
-def _leaf_arrays(root: hive.StoreRoot, leaf: str) -> dict[str, np.ndarray]:
-    """Every named array under a leaf, decoded, keyed by its path relative to the leaf."""
-    group = zarr.open_group(root.zarr_store(leaf, read_only=True), mode="r", zarr_format=3)
-    out = {}
-    with warnings.catch_warnings():  # the leaf's coverage.moc sidecar is not a zarr node
-        warnings.filterwarnings("ignore", message=r"Object at .* is not recognized as a "
-                                "component of a Zarr hierarchy")
-        members = list(group.members(max_depth=None))
-    for path, member in members:
-        if isinstance(member, zarr.Array):
-            out[path] = member[...]
-    return out
+def _reason(exc: BaseException) -> str:
+    """One short line for an exception: its type and the first line of its message."""
+    text = str(exc).strip()
+    if "checksum do not match" in text:  # zarr's crc32c codec (shard index)
+        return "a shard index fails its crc32c checksum: the object is corrupt or truncated"
+    text = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
+
+
+def _require_store(root: hive.StoreRoot) -> None:
+    """Raise ``FileNotFoundError`` when nothing is at the store's path or URL."""
+    if not root.exists(""):
+        raise FileNotFoundError(f"{root.url} does not exist")
+
+
+def _leaf_nodes(root: hive.StoreRoot, leaf: str) -> tuple[list[str], dict[str, str]]:
+    """The named arrays under a leaf (keys relative to it), plus the nodes whose
+    ``zarr.json`` cannot be read, with the reason.
+
+    Found node by node from the ``zarr.json`` objects: on an intact leaf this is the set
+    ``group.members(max_depth=None)`` enumerates (a directory without ``zarr.json`` is not a
+    node, and nothing below an array is), but a damaged node is reported, not fatal to the
+    enumeration of the others.
+    """
+    arrays: list[str] = []
+    unreadable: dict[str, str] = {}
+    groups = [""]
+    while groups:
+        group = groups.pop()
+        for name in root.list_dir(f"{leaf}/{group}" if group else leaf)[0]:
+            key = f"{group}/{name}" if group else name
+            try:
+                meta = root.read_json(f"{leaf}/{key}/zarr.json")
+            except ValueError as exc:
+                unreadable[key] = f"zarr.json does not parse ({_reason(exc.__cause__ or exc)})"
+                continue
+            if meta is None:
+                continue  # not a zarr node: zarr skips it too
+            kind = meta.get("node_type") if isinstance(meta, dict) else None
+            if kind == "array":
+                arrays.append(key)
+            elif kind == "group":
+                groups.append(key)
+            else:
+                unreadable[key] = f"zarr.json is not zarr node metadata (node_type {kind!r})"
+    return arrays, unreadable
 
 
 def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
-    """Outcome of one leaf: status plus the arrays in each outcome class."""
-    stamp = read_stamp(root, leaf)
+    """Outcome of one leaf: status plus the arrays in each outcome class.
+
+    ``unreadable`` maps each array (or group) that could not be decoded to the reason; the
+    arrays below an unreadable group are not also reported missing.
+    """
+    stamp, stamp_problem = read_stamp_or_debris(root, leaf)
     if stamp is None:
-        return {"leaf": leaf, "status": "debris"}
-    recorded = (stamp.get("content_hashes") or {})
-    arrays_rec = recorded.get("arrays") if "arrays" in recorded else {
-        k: v for k, v in recorded.items() if k != "combined"}
+        out = {"leaf": leaf, "status": "debris"}
+        if stamp_problem:
+            out["stamp_unreadable"] = stamp_problem
+        return out
+    recorded = stamp.get("content_hashes") or {}
+    arrays_rec = recorded.get("arrays") if isinstance(recorded, dict) and "arrays" in recorded \
+        else recorded
+    if not isinstance(recorded, dict) or not isinstance(arrays_rec, dict):
+        return {"leaf": leaf, "status": "unreadable",
+                "unreadable": {"content_hashes": "the stamp's record is not a JSON object"}}
+    arrays_rec = {k: v for k, v in arrays_rec.items() if k != "combined"}
     if not arrays_rec:
         return {"leaf": leaf, "status": "unverifiable"}
-    actual = {k: array_digest(v) for k, v in _leaf_arrays(root, leaf).items()}
+    keys, unreadable = _leaf_nodes(root, leaf)
+    store = root.zarr_store(leaf, read_only=True)
+    actual = {}
+    for key in keys:
+        try:
+            values = zarr.open_array(store, path=key, mode="r", zarr_format=3)[...]
+            actual[key] = array_digest(values)
+        except Exception as exc:  # corrupt chunks, bad metadata, no hash recipe
+            unreadable[key] = _reason(exc)
+    hidden = tuple(f"{k}/" for k in unreadable)  # below an unreadable group
     out = {
         "leaf": leaf,
         "match": sorted(k for k in actual if arrays_rec.get(k) == actual[k]),
         "mismatch": sorted(k for k in actual if k in arrays_rec and arrays_rec[k] != actual[k]),
         "extra": sorted(set(actual) - set(arrays_rec)),
-        "missing": sorted(set(arrays_rec) - set(actual)),
+        "missing": sorted(k for k in set(arrays_rec) - set(actual)
+                          if k not in unreadable and not k.startswith(hidden)),
+        "unreadable": dict(sorted(unreadable.items())),
     }
-    combined_ok = recorded.get("combined") in (None, combined_digest(list(actual.values())))
-    bad = out["mismatch"] or out["extra"] or out["missing"] or not combined_ok
-    out["status"] = "ok" if not bad else (
-        "mismatch" if out["mismatch"] else "extra array" if out["extra"]
-        else "missing array" if out["missing"] else "combined mismatch")
+    combined_ok = bool(unreadable) or recorded.get("combined") in (
+        None, combined_digest(list(actual.values())))
+    out["status"] = (
+        "unreadable" if unreadable else "mismatch" if out["mismatch"]
+        else "extra array" if out["extra"] else "missing array" if out["missing"]
+        else "ok" if combined_ok else "combined mismatch")
     return out
 
 
+def _detail(r: dict) -> str:
+    """The parenthesised detail of one leaf's outcome line."""
+    if r["status"] == "debris":
+        if r.get("stamp_unreadable"):
+            return (f"warning: {r['stamp_unreadable']}; read as unstamped debris, which the "
+                    "next run of this shard rewrites")
+        return "no commit stamp: an unfinished write, which the next run of this shard rewrites"
+    parts = [f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing") if r.get(k)]
+    parts += [f"unreadable: {k} ({why})" for k, why in (r.get("unreadable") or {}).items()]
+    if r.get("error"):
+        parts.append(f"unreadable: {r['error']}")
+    return "; ".join(parts)
+
+
+def _leaves(n: int) -> str:
+    return f"{n} leaf" if n == 1 else f"{n} leaves"
+
+
+def _manifest_problem(root: hive.StoreRoot, has_leaves: bool) -> str | None:
+    """Why the store's manifest cannot be used, or None when it reads."""
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError as exc:
+        return f"UNREADABLE: {exc}"
+    if manifest is None and not has_leaves:
+        return f"MISSING: {root.url} holds no {MANIFEST_KEY} and no leaf: not a hive store"
+    if manifest is None:
+        return (f"MISSING: {root.url_of(MANIFEST_KEY)} does not exist; readers refuse a store "
+                "without it and a run will not write into one (restore it, or rebuild the "
+                "store into a new root)")
+    return None
+
+
+def _coverage_warnings(root: hive.StoreRoot, stamped: list[str]) -> list[str]:
+    """Warnings when the root coverage MOC does not account for the stamped leaves: the
+    client writes it after all leaves, so a gap means a run that did not finish."""
+    if not stamped:
+        return []
+    rerun = ("         the last run into this store probably did not finish (or one is still "
+             "writing): rerun the same config to complete it")
+    envelope = hcov.read_root_coverage(root)
+    listed = None
+    if envelope is not None:
+        try:
+            listed = set(hcov.expand_ranges(envelope))
+        except ValueError:
+            listed = None
+    if listed is None:
+        what = "is unreadable" if root.exists(ROOT_COVERAGE_KEY) else "is missing"
+        return [f"WARNING: the root {ROOT_COVERAGE_KEY} {what}, although "
+                f"{_leaves(len(stamped))} {'is' if len(stamped) == 1 else 'are'} stamped;",
+                rerun]
+    absent = [sid for sid in stamped if sid not in listed]
+    if not absent:
+        return []
+    return [f"WARNING: the root {ROOT_COVERAGE_KEY} does not list {len(absent)} of the "
+            f"{_leaves(len(stamped))} stamped (e.g. shard {absent[0]});", rerun]
+
+
 def verify_store(store, storage_options=None) -> tuple[str, bool]:
-    """Verify every leaf; returns (report text, all leaves intact)."""
+    """Check the manifest and every leaf; returns (report text, store intact).
+
+    A store with a manifest and no leaf yet (a run that found no points) is reported as
+    such and passes: there is nothing to be damaged.
+    """
     root = hive.StoreRoot(store, storage_options)
-    results = [verify_leaf(root, leaf) for leaf, _ in hive.walk_leaves(root)]
+    _require_store(root)
+    found = hive.walk_leaves(root)
+    manifest_problem = _manifest_problem(root, bool(found))
+    results = []
+    for leaf, sid in found:
+        try:
+            r = verify_leaf(root, leaf)
+        except Exception as exc:  # whatever breaks one leaf is that leaf's outcome
+            r = {"leaf": leaf, "status": "unreadable", "error": _reason(exc)}
+        results.append({**r, "shard_id": sid})
     counts = Counter(r["status"] for r in results)
-    lines = [f"verify {root.url}: {len(results)} leaves"]
+    lines = [f"verify {root.url}: {_leaves(len(results))}"]
+    if manifest_problem:
+        lines.append(f"  {'manifest':<14} {manifest_problem}")
     for r in results:
-        if r["status"] == "ok":
-            continue
-        detail = ", ".join(f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing") if r.get(k))
-        lines.append(f"  {r['status']:<14} {r['leaf']}" + (f"  ({detail})" if detail else ""))
-    lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    ok = all(r["status"] in ("ok", "debris", "unverifiable") for r in results) and bool(results)
-    if ok and counts.get("unverifiable"):
-        lines.append(f"verified, but {counts['unverifiable']} leaves record no content hashes "
-                     "(nothing to compare: unverifiable, not tampered)")
+        if r["status"] != "ok":
+            detail = _detail(r)
+            lines.append(f"  {r['status']:<14} {r['leaf']}" + (f"  ({detail})" if detail else ""))
+    if results:
+        lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    failed = [r for r in results if r["status"] not in PASSING]
+    stamped = [r["shard_id"] for r in results if r["status"] != "debris"]
+    ok = not manifest_problem and not failed
+    if not ok:
+        why = (["the manifest is " + manifest_problem.split(":")[0].lower()]
+               if manifest_problem else [])
+        why += [f"{len(failed)} of {_leaves(len(results))} damaged"] if failed else []
+        lines.append("verification FAILED: " + "; ".join(why))
+    elif not results:
+        lines.append("no leaves yet: the store holds only its manifest (a run that found no "
+                     "points writes no leaf). Nothing to verify, which is not a failure: "
+                     "exit status 0")
+    elif not stamped:
+        lines.append(f"no committed leaves yet: {_leaves(len(results))}, all debris "
+                     "(unfinished writes, not damage to a committed leaf: exit status 0); rerun "
+                     "the config to complete the store")
+    elif counts.get("unverifiable"):
+        n = counts["unverifiable"]
+        lines.append(f"verified, but {_leaves(n)} {'records' if n == 1 else 'record'} no "
+                     "content hashes (nothing to compare: unverifiable, not tampered)")
     else:
-        lines.append("verified: all stamped leaves intact" if ok else "verification FAILED")
+        lines.append("verified: all stamped leaves intact")
+    lines += _coverage_warnings(root, stamped)
     return "\n".join(lines), ok
 
 
 def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     """Manifest, leaf list with stamps, root coverage and sample quantiles of one leaf."""
     root = hive.StoreRoot(store, storage_options)
-    manifest = hive.read_manifest(root)
+    _require_store(root)
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError as exc:
+        raise StoreRootError(f"cannot inspect {root.url}: its manifest is unusable: {exc}") \
+            from exc
     if manifest is None:
-        raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
+        raise FileNotFoundError(f"{root.url} holds no {MANIFEST_KEY}: not a hive store")
     lines = [f"store {root.url}", "manifest:"]
     lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
     found = hive.walk_leaves(root)
-    stamps = [(leaf, sid, read_stamp(root, leaf)) for leaf, sid in found]
+    stamps = [(leaf, sid, *read_stamp_or_debris(root, leaf)) for leaf, sid in found]
     stamped = [s for s in stamps if s[2] is not None]
-    lines.append(f"leaves: {len(stamped)} stamped, {len(stamps) - len(stamped)} debris")
-    for leaf, _sid, st in stamps[:leaves]:
-        if st is None:
+    torn = sum(1 for s in stamps if s[3] is not None)
+    lines.append(f"leaves: {len(stamped)} stamped, {len(stamps) - len(stamped)} debris"
+                 + (f" ({torn} with an unreadable stamp)" if torn else ""))
+    for leaf, _sid, st, problem in stamps[:leaves]:
+        if problem is not None:
+            lines.append(f"  {leaf}  DEBRIS (warning: {problem}; read as unstamped, which the "
+                         "next run of this shard rewrites)")
+        elif st is None:
             lines.append(f"  {leaf}  DEBRIS (no commit stamp)")
-            continue
-        box = [b for b in (st.get("coverage") or {}).get("box", []) if b]
-        lines.append(f"  {leaf}  cells_with_data={st.get('cells_with_data')} "
-                     f"written_at={st.get('written_at')} box={box}")
+        else:
+            box = [b for b in (st.get("coverage") or {}).get("box", []) if b]
+            lines.append(f"  {leaf}  cells_with_data={st.get('cells_with_data')} "
+                         f"written_at={st.get('written_at')} box={box}")
     if len(stamps) > leaves:
         lines.append(f"  … {len(stamps) - leaves} more")
     cov = hcov.read_root_coverage(root)
@@ -109,8 +277,13 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
                      f"ranges, source {cov.get('source')}, generated {cov.get('generated_at')}")
     else:
         lines.append("root coverage: absent (readers fall back to the walk)")
+    lines += _coverage_warnings(root, [s[1] for s in stamped])
     if stamped:
-        lines += _sample_quantiles(root, stamped[0][1])
+        try:
+            lines += _sample_quantiles(root, stamped[0][1])
+        except Exception as exc:  # a damaged leaf must not hide the report above
+            lines.append(f"sample quantiles: leaf {stamped[0][0]} does not read "
+                         f"({_reason(exc)}); python -m zagg verify names the damaged arrays")
     return "\n".join(lines)
 
 

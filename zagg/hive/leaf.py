@@ -5,8 +5,9 @@ write tasks hand it); :func:`write_leaf` takes dense per-cell arrays and writes 
 bytes. Everything is validated before the first byte is written (bad ids, wrong lengths or dtypes, malformed
 ragged declarations raise with nothing on the store). A retry clears the prefix and writes
 the whole leaf again, so a crash at any point leaves either the previous state or an
-unstamped prefix (debris) that the next write heals. The stamp is always the last write of
-the leaf prefix; the granule and stats siblings follow it.
+unstamped prefix (debris) that the next write heals — a root ``zarr.json`` torn while the
+stamp was being written included. The stamp is always the last write of the leaf prefix;
+the granule and stats siblings follow it.
 """
 
 from __future__ import annotations
@@ -94,13 +95,7 @@ def write_leaf_cells(
     morton_attrs = dict((attrs or {}).get(MORTON) or {})
     t_prepared = time.perf_counter()
 
-    previous = stamp.read_stamp(root, rel)
-    if previous is not None and "current" in previous:
-        raise ValueError(
-            f"leaf {rel} is a versioned leaf (its stamp names current={previous['current']!r}); "
-            "clearing it would delete every version. Write this store with a versioned writer "
-            "or to a new root"
-        )
+    _check_clearable(root, rel)
     root.delete_prefix(rel)
     template = template_documents(geometry, specs, morton_attrs)
     sizes = {  # final size of every object of the leaf, by key
@@ -167,6 +162,31 @@ def write_leaf_cells(
         except Exception as exc:  # the sidecar is telemetry, never truth
             warnings.warn(f"stats sidecar for leaf {rel} was not written: {exc}", stacklevel=2)
     return record
+
+
+def _check_clearable(root: StoreRoot, rel: str) -> None:
+    """Raise if the leaf at ``rel`` must not be cleared: a versioned leaf (its stamp names
+    ``current``), which clearing would delete with every version.
+
+    An unparsable root ``zarr.json`` is a stamp that never landed (a torn last write), so
+    the leaf is debris and cleared like any other, unless version prefixes (``run-…``)
+    sit under it: then it may be a damaged versioned leaf, and it is refused.
+    """
+    previous, unreadable = stamp.read_stamp_or_debris(root, rel)
+    if previous is not None and "current" in previous:
+        raise ValueError(
+            f"leaf {rel} is a versioned leaf (its stamp names current={previous['current']!r}); "
+            "clearing it would delete every version. Write this store with a versioned writer "
+            "or to a new root"
+        )
+    if unreadable is not None:
+        versions = [d for d in root.list_dir(rel)[0] if d.startswith("run-")]
+        if versions:
+            raise ValueError(
+                f"{unreadable}; the leaf holds version prefixes {versions[:3]}, so it may be a "
+                "versioned leaf and is not cleared. Restore its root zarr.json or write to a "
+                "new root"
+            )
 
 
 def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Geometry):

@@ -66,7 +66,8 @@ def read_stamp(root: StoreRoot, leaf: str) -> dict | None:
     """The stamp of the leaf at ``leaf`` (a key prefix), or None for debris or absence.
 
     A present but unparsable root ``zarr.json`` raises: that leaf claims to exist and
-    cannot be half-trusted.
+    cannot be half-trusted (readers refuse it). :func:`read_stamp_or_debris` reads it as
+    debris instead, for the writer and the store audits.
     """
     meta = root.read_json(f"{leaf}/zarr.json")
     if not isinstance(meta, dict):
@@ -74,6 +75,21 @@ def read_stamp(root: StoreRoot, leaf: str) -> dict | None:
     attrs = meta.get("attributes")
     stamp = attrs.get(COMMIT_ATTR) if isinstance(attrs, dict) else None
     return dict(stamp) if isinstance(stamp, dict) else None
+
+
+def read_stamp_or_debris(root: StoreRoot, leaf: str) -> tuple[dict | None, str | None]:
+    """``(stamp, None)`` as :func:`read_stamp` gives it, or ``(None, why)`` when the leaf's
+    root ``zarr.json`` is present but unparsable.
+
+    For writers and store audits, which must not stop at one damaged leaf: the stamp is
+    the leaf's last write, so a torn or truncated root object means the stamp did not
+    land, and the leaf is debris that the next write of its shard clears. ``why`` names
+    the object and the parse error, so the caller can say which leaf it set aside.
+    """
+    try:
+        return read_stamp(root, leaf), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def check_stamp(stamp: dict, leaf: str) -> dict:
