@@ -147,7 +147,9 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
     if memory_limit is not None:
         opts["memory_limit"] = memory_limit
     env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
-    with LocalCluster(processes=True, env=env, silence_logs=40,
+    # CRITICAL: a task error reaches the client as its exception (with the remote
+    # traceback); the worker need not also log a "Compute Failed" block on stderr
+    with LocalCluster(processes=True, env=env, silence_logs=50,
                       dashboard_address=":8787" if dashboard else ":0",
                       host="127.0.0.1", preload=["zagg.preload"], **opts) as cluster:
         yield cluster
