@@ -104,6 +104,7 @@ def test_frozen_key_change_refused_once_leaves_exist(tmp_path):
         message = str(err.value)
         assert "cell_order (existing 6, new 7)" in message
         assert "semantic_hash (existing '9f1c', new 'other')" in message
+        assert "covers the config's data_source, aggregation, output.dataset" in message
         assert "shard_order" not in message and "['1']" in message
         assert "new one" in message
     assert read_manifest(root)["cell_order"] == 6

@@ -133,10 +133,15 @@ def check_manifest(root: str | StoreRoot, manifest: dict) -> dict | None:
             detail = ", ".join(
                 f"{k} (existing {existing.get(k)!r}, new {manifest.get(k)!r})" for k in diffs
             )
+            meaning = ""
+            if "semantic_hash" in diffs:
+                meaning = (" The semantic hash covers the config's data_source, aggregation, "
+                           "output.dataset and output.grid.sharded: one of them differs from "
+                           "the config this store was made with.")
             raise ManifestConflictError(
                 f"refusing to write leaves into {root.url}: frozen manifest keys differ from the "
-                f"existing store: {detail}. The store already holds leaves under {children}; "
-                "clear the root or choose a new one"
+                f"existing store: {detail}.{meaning} The store already holds leaves under "
+                f"{children}; clear the root or choose a new one"
             )
     return existing
 
