@@ -8,16 +8,26 @@ from __future__ import annotations
 
 from . import hive
 
+#: data_source keys that say where and how points are fetched, not what they are: a store
+#: filled region by region may read granules from another place, with other credentials
+#: or another error policy, and its leaves do not change
+PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error")
+
 
 def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
     """The part of a run's configuration that decides leaf contents (hashed into the store).
 
     Included: the data source (what is read and filtered), every aggregation field, the
-    product identity and the leaf-shaping ``grid.sharded``. Excluded as packaging: the
-    orders (recorded and frozen separately), the store location and options, memory limits.
+    product identity and the leaf-shaping ``grid.sharded``. Excluded as packaging: where
+    the points are fetched from and how (:data:`PACKAGING_SOURCE_KEYS`, credentials
+    included), the orders (recorded and frozen separately), the store location and
+    options, memory limits.
     """
+    source = config_raw.get("data_source")
+    if isinstance(source, dict):
+        source = {k: v for k, v in source.items() if k not in PACKAGING_SOURCE_KEYS}
     return {
-        "data_source": config_raw.get("data_source"),
+        "data_source": source,
         "aggregation": config_raw.get("aggregation"),
         "dataset": dataset,
         "grid": {"sharded": bool(sharded)},
