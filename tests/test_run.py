@@ -249,6 +249,29 @@ def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_wo
     assert "is a file, not a directory" in code.stderr
 
 
+def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
+    """A notebook on a dask-gateway cluster holds a Client: the run goes through it (no
+    LocalCluster of its own) and the client is still usable afterwards."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        summary = run(config(tmp_path / "c"), source=photons, scheduler=client, progress=False)
+        assert summary.leaves_written >= 2
+        assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
+        tasks = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.task_groups))
+        assert tasks > 0  # the run's tasks went through this scheduler
+    expected = to_hive(zagg.aggregate(photons, config()), tmp_path / "d")
+    assert _hashes(tmp_path / "c") == _hashes(tmp_path / "d") and expected.leaves_written
+
+
+def test_region_and_bbox_together_are_refused(tmp_path, photons):
+    with pytest.raises(zagg.ConfigError, match="--region or --bbox, not both"):
+        run(config(tmp_path / "s"), source=photons, region="regions/x.geojson",
+            bbox="-100,-76,-99,-75", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):
     """The cluster's start (its workers' imports, 2-3 s) overlaps the client's own work:
     here the cluster only comes up once the source has been opened, which would hang a run

@@ -157,11 +157,17 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
 
 @contextlib.contextmanager
 def connected(target):
-    """Yield a ``distributed.Client`` of ``target`` (an address or a cluster) with zagg's
-    worker plugins registered. Enter it in the thread that computes: the client becomes
-    that thread's current one."""
+    """Yield a ``distributed.Client`` of ``target`` (an address, a cluster, or a client of
+    one, e.g. a dask-gateway notebook's) with zagg's worker plugins registered. Enter it in
+    the thread that computes: the client becomes that thread's current one. A client
+    passed in stays open afterwards: it is the caller's."""
     from distributed import Client
 
+    if isinstance(target, Client):
+        _register(target)
+        with target.as_current():
+            yield target
+        return
     try:
         client = Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
             else Client(target)

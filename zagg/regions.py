@@ -50,10 +50,12 @@ def _polygons(geo) -> list[list]:
         return [p for f in geo.get("features", []) for p in _polygons(f)]
     if kind == "Feature":
         return _polygons(geo.get("geometry") or {})
-    if kind == "Polygon":
-        return [geo["coordinates"]]
-    if kind == "MultiPolygon":
-        return list(geo["coordinates"])
+    if kind in ("Polygon", "MultiPolygon"):
+        coords = geo.get("coordinates")
+        if not isinstance(coords, list) or not coords:
+            raise RegionError(f"a GeoJSON {kind} needs a non-empty 'coordinates' list of "
+                              "rings of [lon, lat] positions")
+        return [coords] if kind == "Polygon" else list(coords)
     raise RegionError(f"GeoJSON of type {kind!r} has no polygons; use a Polygon, MultiPolygon, "
                       "Feature or FeatureCollection")
 
@@ -61,8 +63,14 @@ def _polygons(geo) -> list[list]:
 def cover_rings(rings, order: int) -> np.ndarray:
     """Shard words at ``order`` covering one polygon (outer ring + holes, [lon, lat] pairs)."""
     lats, lons = [], []
+    if not isinstance(rings, list) or not rings:
+        raise RegionError("a polygon needs a list of rings of [lon, lat] positions")
     for ring in rings:
-        arr = np.asarray(ring, dtype=np.float64)
+        try:
+            arr = np.asarray(ring, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise RegionError(f"a polygon ring holds something other than [lon, lat] numbers: "
+                              f"{str(ring)[:80]}") from None
         if arr.ndim != 2 or arr.shape[0] < 4 or arr.shape[1] < 2:
             raise RegionError("a polygon ring needs at least 4 [lon, lat] positions")
         lons.append(arr[:, 0])
@@ -83,8 +91,11 @@ def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -
             raise RegionError(f"--region {path}: cannot read it ({exc})") from exc
         except json.JSONDecodeError as exc:
             raise RegionError(f"--region {path}: not valid JSON ({exc})") from exc
-        for poly in _polygons(geo):
-            words.append(cover_rings(poly, order))
+        try:
+            for poly in _polygons(geo):
+                words.append(cover_rings(poly, order))
+        except RegionError as exc:
+            raise RegionError(f"--region {path}: {exc}") from None
     if bbox is not None:
         lats, lons = box_ring(parse_bbox(bbox) if isinstance(bbox, str) else bbox)
         words.append(np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64))

@@ -68,12 +68,15 @@ def check_source(cfg: Config) -> None:
 
 
 def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
-        scheduler: str | None = None, workers: int | None = None, threads: int | None = None,
+        scheduler=None, workers: int | None = None, threads: int | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
         shards=None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
+    ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
+    ``threads`` and ``memory_limit``; a scheduler address; a cluster object; or a
+    ``distributed.Client`` (a dask-gateway notebook's, say), which is used and left open.
     ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
     GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` restrict the
     run to the covering shards at the shard order, and with a catalog only granules that
@@ -91,6 +94,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
+    if region is not None and bbox is not None:
+        raise ConfigError("give --region or --bbox, not both: a run covers one region")
     if region is not None or bbox is not None:
         from .regions import region_shards
 
