@@ -174,3 +174,23 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
         assert moczarr.hash_arrays(root, leaf) == stamp["content_hashes"]["arrays"]
     mz = moczarr.open_hive(root)
     assert int(mz["count"].values.sum()) == sum(truth.values())
+
+
+def test_cli_verifies_and_inspects_an_s3_store(tmp_path, granules, s3, monkeypatch, capsys):
+    """Credentials from the AWS_* environment, the endpoint as a --storage-option."""
+    from zagg.__main__ import main
+
+    options, fs = s3
+    cfg = atl03_config("s3://granules-in/atl03/", "s3://zagg-out/cli", storage_options=options)
+    cfg["output"]["storage_options"] = options
+    run(cfg, workers=1, threads=1, progress=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
+    endpoint = f"endpoint_url={options['endpoint_url']}"
+    assert main(["verify", "s3://zagg-out/cli", "--storage-option", endpoint]) == 0
+    assert "all stamped leaves intact" in capsys.readouterr().out
+    assert main(["inspect", "s3://zagg-out/cli", "--storage-option", endpoint]) == 0
+    out = capsys.readouterr().out
+    assert '"spec": "morton-hive/1"' in out and options["secret"] not in out
+    assert main(["verify", "s3://zagg-out/cli", "--storage-option", "endpoint_url"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -43,17 +43,32 @@ def _cmd_catalog(args) -> int:
     return 0
 
 
+def _storage_options(pairs) -> dict | None:
+    """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--storage-option {pair!r}: expected KEY=VALUE, "
+                                             "e.g. endpoint_url=http://127.0.0.1:9000")
+        out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return out
+
+
 def _cmd_inspect(args) -> int:
     from .inspect import inspect_store
 
-    print(inspect_store(args.store, leaves=args.leaves))
+    print(inspect_store(args.store, leaves=args.leaves,
+                        storage_options=_storage_options(args.storage_option)))
     return 0
 
 
 def _cmd_verify(args) -> int:
     from .inspect import verify_store
 
-    report, ok = verify_store(args.store)
+    report, ok = verify_store(args.store, storage_options=_storage_options(args.storage_option))
     print(report)
     return 0 if ok else 1
 
@@ -124,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute every leaf's content hashes")
     v.add_argument("store")
     v.set_defaults(func=_cmd_verify)
+    for p in (i, v):
+        p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                       help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
+                            "profile=...; repeatable (credentials are better left to the "
+                            "AWS_* environment variables or a profile)")
     return ap
 
 
@@ -163,6 +183,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(_joined_negative_values(argv))
     try:
         return args.func(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"zagg: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
