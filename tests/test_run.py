@@ -351,7 +351,15 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
     swapped = photons.rename({"lat_ph": "lon_ph", "lon_ph": "lat_ph"})
     lines = run(config(tmp_path / "w"), source=swapped, workers=1, threads=1,
                 progress=False).lines()
-    assert any(x.startswith("warning: no point was aggregated") for x in lines)
+    assert any(x.startswith("warning: no point was aggregated") and "swapped?" in x
+               for x in lines)
+    elsewhere = run(config(tmp_path / "b"), source=photons, bbox="10,10,11,11", workers=1,
+                    threads=1, progress=False).lines()
+    assert any("the region (--region, --bbox or shards) holds none of these points" in x
+               for x in elsewhere)
+    nothing = run(config(tmp_path / "n"), source=photons.isel(photon=slice(0, 0)), workers=1,
+                  threads=1, progress=False).lines()
+    assert any(x.startswith("warning: no point was read") for x in nothing)
 
 
 def test_cli_run_inspect_verify(tmp_path):

@@ -59,9 +59,18 @@ class RunSummary:
         if lines:
             lines.insert(0, f"  of read       {read:,}")
         if read and not c.get("keyed"):
-            lines.append("warning: no point was aggregated, so the store holds no leaves; "
-                         "check data_source.coordinates (latitude and longitude swapped?) and "
-                         "data_source.filters")
+            hints = {  # the commonest reason decides what to check first
+                "outside_shards": "the region (--region, --bbox or shards) holds none of "
+                                  "these points",
+                "invalid_coordinates": "check data_source.coordinates (latitude and longitude "
+                                       "swapped?)",
+                "filtered": "check data_source.filters",
+            }
+            hint = hints[max(hints, key=lambda k: c.get(k) or 0)]
+            lines.append(f"warning: no point was aggregated, so no leaf was written; {hint}")
+        elif self.point_counts is not None and not read and self.leaves_written == 0:
+            lines.append("warning: no point was read, so no leaf was written; check the "
+                         "source (granules, catalog and region, or input)")
         return lines
 
     def lines(self) -> list[str]:
