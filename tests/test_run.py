@@ -532,3 +532,13 @@ def test_workers_run_a_store_run_without_xarray_or_dask_array(tmp_path):
                                            if m in sys.modules))
     assert summary.shards >= 2
     assert list(loaded.values()) == [["zagg.aggregate", "zagg.write"]]
+
+
+def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons):
+    """``python -m zagg inspect STORE | head``: no BrokenPipeError traceback."""
+    to_hive(zagg.aggregate(photons, config()), tmp_path / "s")
+    p = subprocess.Popen([sys.executable, "-m", "zagg", "inspect", str(tmp_path / "s")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141 and err == ""

@@ -193,8 +193,22 @@ def main(argv=None) -> int:
         return 2
 
 
+def _reader_gone() -> int:
+    """The output's reader closed the pipe (``python -m zagg inspect S | head``): stop
+    quietly, as command-line tools do, with stdout pointed at /dev/null so the
+    interpreter's final flush cannot fail again."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+
+
 if __name__ == "__main__":
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
     from .cluster import fast_exit
 
     fast_exit()  # the command is done: skip the interpreter's final garbage walk
