@@ -255,3 +255,230 @@ def test_catalog_on_s3(granules, tmp_path, moto_s3):
     assert opts["secret"] not in text and opts["key"] not in text
     ds = open_granules(block("s3://cat/catalog.json", storage_options=opts))
     assert ds.attrs["granules"] == [p.name for p in granules[:2]]
+
+
+# --------------------------------------------------------------------------- QA fixes
+
+
+def cli_config(tmp_path, location, **extra):
+    """A whole pipeline config file (JSON is YAML) around ``block(location)``."""
+    cfg = {"data_source": block(location, **extra),
+           "aggregation": {"variables": {"count": {"function": "count"}}},
+           "output": {"store": str(tmp_path / "store"),
+                      "dataset": {"short_name": "ATL03", "version": "006"},
+                      "grid": {"parent_order": ORDER, "child_order": 13}}}
+    path = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*.yaml')))}.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def copy_granules(granules, d, n=None):
+    d.mkdir(parents=True, exist_ok=True)
+    for p in granules[:n]:
+        shutil.copy(p, d / p.name)
+    return sorted(d.glob("*.h5"))
+
+
+def test_hrefs_are_stored_against_the_catalog_not_the_working_directory(
+        granules, tmp_path, monkeypatch):
+    from zagg.__main__ import main
+
+    work = tmp_path / "work"
+    copies = copy_granules(granules, work / "g" / "ATL03", 3)
+    monkeypatch.chdir(work)
+    cfg = cli_config(tmp_path, "unused")
+    # the QA command: granules and catalog both given relative to the working directory
+    assert main(["catalog", "g/ATL03", "sub/cat.json", "--config", str(cfg)]) == 0
+    stored = [g["href"] for g in json.loads((work / "sub" / "cat.json").read_text())["granules"]]
+    # not below the catalog's folder: absolute, so the catalog alone can move
+    assert stored == [str(p) for p in copies]
+    with dask.config.set(scheduler="sync"):
+        cat = build_catalog(block("g/ATL03"), order=ORDER)
+    assert [e.href for e in cat] == [str(p) for p in copies]  # absolute in memory
+    write_catalog(cat, "g/cat.parquet")  # beside the granules: relative to its folder
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(work / "g" / "cat.parquet")
+    assert table.column("href").to_pylist() == [f"ATL03/{p.name}" for p in copies]
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for rel in ("../work/sub/cat.json", "../work/g/cat.parquet"):
+        back = read_catalog(rel)
+        assert [e.href for e in back] == [str(p) for p in copies]
+        ds = open_granules(block(rel))
+        assert ds.attrs["granules"] == [p.name for p in copies]
+        assert ds.sizes["obs"] == sum(e.rows for e in back)
+    # as `zagg run --catalog` does it: the config's source with the catalog swapped in
+    from zagg.config import load_config
+    from zagg.run import open_source
+
+    conf = load_config(str(cli_config(tmp_path, "../work/sub/cat.json")))
+    assert open_source(conf).attrs["granules"] == [p.name for p in copies]
+
+    # the granule tree moves as a whole: the in-tree catalog still opens
+    shutil.move(work / "g", tmp_path / "moved")
+    moved = read_catalog(tmp_path / "moved" / "cat.parquet")
+    assert [e.href for e in moved] == [str(tmp_path / "moved" / "ATL03" / p.name)
+                                       for p in copies]
+    assert open_granules(block(tmp_path / "moved" / "cat.parquet")).attrs["granules"] == \
+        [p.name for p in copies]
+
+
+def test_relative_hrefs_of_a_hand_written_catalog_with_dots(granules, catalog, tmp_path):
+    copies = copy_granules(granules, tmp_path / "data", 2)
+    (tmp_path / "cats").mkdir()
+    doc = {**catalog.header(),
+           "granules": [{**e.as_dict(), "href": f"../data/{e.id}"} for e in catalog][:2]}
+    (tmp_path / "cats" / "c.json").write_text(json.dumps(doc))
+    assert [e.href for e in read_catalog(tmp_path / "cats" / "c.json")] == \
+        [str(p) for p in copies]
+
+
+@pytest.mark.parametrize("order", [40, -1, True, 9.0, "9"])
+def test_bad_order_is_refused_before_scanning(granules, order, monkeypatch):
+    scanned = []
+    monkeypatch.setattr(C, "_entry", lambda *a: scanned.append(a))
+    monkeypatch.setattr(C, "list_granules", lambda *a: scanned.append(a))
+    with pytest.raises(CatalogError, match=r"integer in 0\.\.29, got .*grid\.parent_order"):
+        build_catalog(block(granules[0].parent), order=order)
+    with pytest.raises(CatalogError, match=r"integer in 0\.\.29"):
+        C.check_order(order)
+    assert scanned == []
+    assert C.check_order(0) == 0 and C.check_order(29) == 29 and C.check_order(np.int64(9)) == 9
+
+
+def test_catalog_path_is_checked_before_scanning(catalog, tmp_path):
+    assert C.check_catalog_path("cat.JSON") == "json"
+    assert C.check_catalog_path("s3://b/cat.parquet") == "parquet"
+    for bad in ("cat.txt", "cat", "s3://b/cat.csv", tmp_path / "cat.json.gz"):
+        with pytest.raises(CatalogError, match=r"must end in \.json or \.parquet"):
+            C.check_catalog_path(bad)
+    with pytest.raises(CatalogError, match=r"must end in \.json or \.parquet"):
+        write_catalog(catalog, tmp_path / "cat.txt")
+    assert not (tmp_path / "cat.txt").exists()
+
+
+def test_skipped_granules_are_carried_and_an_empty_catalog_is_refused(granules, tmp_path):
+    d = tmp_path / "some"
+    bad, *good = copy_granules(granules, d, 3)
+    bad.write_bytes(b"not an hdf5 file at all")
+    with dask.config.set(scheduler="sync"):
+        cat = build_catalog(block(d, on_error="skip"), order=ORDER)
+    assert cat.ids == [p.name for p in good]
+    assert len(cat.failed) == 1
+    assert cat.failed[0]["granule"] == bad.name
+    assert "cannot read for the catalog" in cat.failed[0]["error"]
+    for suffix in (".json", ".parquet"):
+        back = read_catalog(write_catalog(cat, tmp_path / f"some{suffix}"))
+        assert back.failed == cat.failed and back.ids == cat.ids
+
+    none = tmp_path / "none"
+    for p in copy_granules(granules, none, 2):
+        p.write_bytes(b"garbage")
+    with dask.config.set(scheduler="sync"), \
+            pytest.raises(CatalogError, match=r"none of the 2 granule\(s\).*nothing to "
+                                              r"aggregate.*cannot read for the catalog"):
+        build_catalog(block(none, on_error="skip"), order=ORDER)
+    # an empty selection is not written either
+    empty = select(cat, ["1" + "1" * ORDER])
+    assert len(empty) == 0
+    with pytest.raises(CatalogError, match="no granules.*nothing to aggregate"):
+        write_catalog(empty, tmp_path / "empty.json")
+    assert not (tmp_path / "empty.json").exists()
+
+
+def test_sizes_are_recorded_and_a_replaced_granule_is_refused(granules, tmp_path, monkeypatch):
+    d = tmp_path / "sized"
+    copies = copy_granules(granules, d, 3)
+    with dask.config.set(scheduler="sync"):
+        cat = build_catalog(block(d), order=ORDER)
+    assert [e.size for e in cat] == [p.stat().st_size for p in copies]
+    path = write_catalog(cat, d / "cat.parquet")
+    assert [e.size for e in read_catalog(write_catalog(cat, d / "cat.json"))] == \
+        [e.size for e in cat]
+    assert read_catalog(path) == cat
+
+    # replace the second granule by another product file of a different size
+    victim = copies[1]
+    shutil.copy(granules[4], victim)
+    assert victim.stat().st_size != cat.entries[1].size
+    for on_error in ("fail", "skip"):
+        with pytest.raises(CatalogError, match=f"{victim.name}.*is {victim.stat().st_size} "
+                                               f"bytes but the catalog .* recorded "
+                                               f"{cat.entries[1].size}.*rebuild the catalog"):
+            open_granules(block(path, on_error=on_error))
+    # a run whose shards do not touch the replaced granule does not open it
+    first = cat.entries[0]
+    only_first = [i for i in first.footprint
+                  if not any(i in e.footprint for e in cat.entries[1:])]
+    ds = open_granules(block(path), shards=only_first[:1])
+    assert ds.attrs["granules"] == [first.id]
+
+    # rebuilding with reuse rescans exactly the replaced granule
+    scanned = []
+    original = C._entry
+
+    def spy(source, href, order):
+        scanned.append(href.rsplit("/", 1)[-1])
+        return original(source, href, order)
+
+    monkeypatch.setattr(C, "_entry", spy)
+    with dask.config.set(scheduler="sync"):
+        fresh = build_catalog(block(d), order=ORDER, reuse=read_catalog(path))
+    assert scanned == [victim.name]
+    assert fresh.entries[1].size == victim.stat().st_size
+    assert fresh.entries[0] == cat.entries[0]
+    write_catalog(fresh, path)
+    assert open_granules(block(path)).attrs["granules"] == [p.name for p in copies]
+
+    # catalogs without sizes (written before sizes were recorded) still open, unchecked
+    doc = json.loads((d / "cat.json").read_text())
+    for g in doc["granules"]:
+        del g["size"]
+    (d / "old.json").write_text(json.dumps(doc))
+    old = read_catalog(d / "old.json")
+    assert [e.size for e in old] == [None] * 3
+    assert open_granules(block(d / "old.json")).attrs["granules"] == [p.name for p in copies]
+    doc["granules"][0]["size"] = -5
+    (d / "neg.json").write_text(json.dumps(doc))
+    with pytest.raises(CatalogError, match="entry 0 has size -5"):
+        read_catalog(d / "neg.json")
+
+
+def test_s3_catalogs_use_the_sources_storage_options(granules, tmp_path, moto_s3):
+    from zagg.__main__ import main
+    from zagg.config import load_config
+    from zagg.run import open_source
+
+    opts, fs = moto_s3
+    fs.mkdir("qa3")
+    for p in granules[:2]:
+        fs.put(str(p), f"qa3/in/{p.name}")
+    cfg = cli_config(tmp_path, "s3://qa3/in/", storage_options=opts)
+    # the CLI passes no storage options to write_catalog: the catalog carries the source's
+    assert main(["catalog", "s3://qa3/in/", "s3://qa3/cat.parquet", "--config", str(cfg)]) == 0
+    cat = read_catalog("s3://qa3/cat.parquet", storage_options=opts)
+    assert cat.ids == [p.name for p in granules[:2]]
+    assert [e.size for e in cat] == [p.stat().st_size for p in granules[:2]]
+    assert opts["secret"] not in fs.cat("qa3/cat.parquet").decode(errors="replace")
+    assert "secret" not in repr(cat) and opts["secret"] not in repr(cat)
+    # reading the catalog from S3 (run --catalog) takes the data_source's storage options
+    conf = load_config(str(cli_config(tmp_path, "s3://qa3/cat.parquet", storage_options=opts)))
+    assert open_source(conf).attrs["granules"] == cat.ids
+    # local granules in an S3 catalog are stored absolute
+    with dask.config.set(scheduler="sync"):
+        local = build_catalog(block(granules[0].parent), order=ORDER)
+    write_catalog(local, "s3://qa3/local.json", storage_options=opts)
+    doc = json.loads(fs.cat("qa3/local.json"))
+    assert [g["href"] for g in doc["granules"]] == [str(p) for p in granules]
+    # a hand-written relative href resolves against the catalog's S3 folder
+    doc = {**cat.header(), "granules": [{**e.as_dict(), "href": f"../in/{e.id}"} for e in cat]}
+    fs.pipe("qa3/sub/rel.json", json.dumps(doc).encode())
+    rel = read_catalog("s3://qa3/sub/rel.json", storage_options=opts)
+    assert [e.href for e in rel] == [f"s3://qa3/in/{p.name}" for p in granules[:2]]
+    # an object replaced after cataloguing is refused by its size
+    fs.put(str(granules[3]), f"qa3/in/{granules[1].name}")
+    with pytest.raises(CatalogError, match=f"{granules[1].name}.*rebuild the catalog"):
+        open_source(conf)

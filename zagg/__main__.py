@@ -28,18 +28,24 @@ def _cmd_demo(args) -> int:
 
 def _cmd_catalog(args) -> int:
     from .config import ConfigError, load_config
-    from .sources.catalog import build_catalog, write_catalog
+    from .sources.catalog import build_catalog, check_catalog_path, check_order, write_catalog
 
     if not args.config:
         raise ConfigError("zagg catalog needs --config: its data_source says which HDF5 paths "
                           "hold the coordinates")
+    check_catalog_path(args.output)  # refuse a bad suffix or order before scanning anything
+    order = check_order(args.order)
     cfg = load_config(args.config)
     if cfg.data_source.granules is None:
         raise ConfigError("the config's data_source has no 'granules' block")
     source = dataclasses.replace(cfg.data_source.granules, granules=args.granules)
-    catalog = build_catalog(source, order=args.order)
-    write_catalog(catalog, args.output)
-    print(f"catalog {args.output}: {len(catalog)} granules, footprints at order {args.order}")
+    catalog = build_catalog(source, order=order)
+    write_catalog(catalog, args.output, storage_options=source.storage_options)
+    skipped = f", {len(catalog.failed)} skipped (unreadable)" if catalog.failed else ""
+    print(f"catalog {args.output}: {len(catalog)} granules{skipped}, footprints at order "
+          f"{order}")
+    for f in catalog.failed:
+        print(f"  skipped {f['granule']}: {f['error']}")
     return 0
 
 
@@ -150,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: exceptions that report bad input (printed as one line, exit status 2), by module
 USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
-               "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError"}
+               "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError",
+               "zagg.sources.catalog": "CatalogError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -6,7 +6,14 @@ exactly as aggregation keys points, stored as decimal ids), and its UTC time ran
 result is written and read back as JSON or parquet (:func:`write_catalog`,
 :func:`read_catalog`), so later runs pick granules for a set of shards with :func:`select`
 without opening any file; a catalog file is also a valid ``data_source.granules`` location.
-Rebuilding with ``reuse=`` an older catalog only scans granules it does not list yet.
+Rebuilding with ``reuse=`` an older catalog only scans granules it does not list yet (or
+whose file size changed).
+
+Hrefs: a local granule at or below the catalog's own directory is stored relative to that
+directory, any other local granule as an absolute path, and URLs (``s3://``) as they are;
+relative hrefs are resolved against the catalog's directory when read, so a catalog opens
+from any working directory. Each entry records the granule's size in bytes, and opening a
+granule whose size differs from its entry is refused (the catalog is stale).
 
 Time: ICESat-2 ``delta_time`` is GPS seconds since the ATLAS SDP epoch, whose GPS time
 (``/ancillary_data/atlas_sdp_gps_epoch``, 1198800018 s) is 2018-01-01T00:00:00Z. UTC is the
@@ -20,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,8 +41,11 @@ from .granules import (
     GranuleError,
     GranuleSource,
     StorageOptions,
+    _local,
     _open_with_stamp,
+    _s3,
     _scan_file,
+    _stamp_size,
     granule_id,
     hdf5_path,
     list_granules,
@@ -49,6 +61,8 @@ __all__ = [
     "DEFAULT_ORDER",
     "GPS_UTC_LEAP_SECONDS",
     "build_catalog",
+    "check_catalog_path",
+    "check_order",
     "delta_time_to_utc",
     "read_catalog",
     "select",
@@ -62,7 +76,7 @@ GPS_UTC_LEAP_SECONDS = 18  # GPS - UTC since 2017-01-01
 ATLAS_SDP_GPS_EPOCH = 1198800018.0  # GPS seconds of 2018-01-01T00:00:00Z
 READ_ROWS = 4_000_000  # coordinate rows read at once while building
 _FIELDS = ("id", "href", "rows", "footprint", "time_start", "time_end", "delta_time_min",
-           "delta_time_max")
+           "delta_time_max")  # required in every entry; "size" is optional (older catalogs)
 
 
 class CatalogError(ValueError):
@@ -71,7 +85,8 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One granule: ``rows`` observations over its groups, ``footprint`` decimal cell ids."""
+    """One granule: ``rows`` observations over its groups, ``footprint`` decimal cell ids,
+    ``size`` the file's size in bytes when catalogued (None in catalogs without sizes)."""
 
     id: str
     href: str
@@ -81,6 +96,7 @@ class CatalogEntry:
     time_end: str | None = None
     delta_time_min: float | None = None
     delta_time_max: float | None = None
+    size: int | None = None
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -91,12 +107,17 @@ class CatalogEntry:
 @dataclass(frozen=True)
 class Catalog:
     """Granule entries with footprints at ``order``; ``source`` says what was scanned and
-    ``failed`` lists granules that could not be read ({granule, error})."""
+    ``failed`` lists granules that were skipped because they could not be read ({granule,
+    error}, with ``on_error: skip``). ``storage_options`` are the s3 options the granules
+    (or the catalog file) were read with; :func:`write_catalog` uses them unless given
+    others. They are never written, shown or compared."""
 
     order: int
     entries: tuple[CatalogEntry, ...]
     source: Mapping = dataclasses.field(default_factory=dict)
     failed: tuple[Mapping, ...] = ()
+    storage_options: StorageOptions = dataclasses.field(
+        default_factory=StorageOptions, repr=False, compare=False)
 
     def __iter__(self):
         return iter(self.entries)
@@ -127,36 +148,60 @@ def delta_time_to_utc(delta_time: float, epoch: float = ATLAS_SDP_GPS_EPOCH) -> 
 # --------------------------------------------------------------------------- building
 
 
+def check_order(order) -> int:
+    """``order`` if it is a valid footprint order (0..MAX_ORDER), else a CatalogError."""
+    if isinstance(order, bool) or not isinstance(order, int | np.integer) \
+            or not 0 <= order <= MAX_ORDER:
+        raise CatalogError(f"catalog order must be an integer in 0..{MAX_ORDER}, got "
+                           f"{order!r}; give the run's shard order (grid.parent_order, "
+                           f"{DEFAULT_ORDER} in the example configs) or any finer order")
+    return int(order)
+
+
+def check_catalog_path(path) -> str:
+    """The kind ('json' or 'parquet') of catalog file ``path`` names, refusing any other
+    suffix (and parquet without pyarrow) with a CatalogError; cheap, so call it before
+    :func:`build_catalog` scans anything."""
+    kind = _kind(str(path))
+    if kind == "parquet":
+        _pyarrow()
+    return kind
+
+
 def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None = None) -> Catalog:
     """Scan the granules of ``source`` (a :class:`GranuleSource` or a raw ``data_source``
     mapping) into a catalog with footprints at ``order``.
 
     Only the coordinates and ``delta_time`` paths are read (all rows, ``READ_ROWS`` at a
     time); granules are scanned in parallel as dask tasks. Entries of ``reuse`` with the same
-    href and order are kept without reading (granule files are immutable products). With
-    ``on_error: skip`` unreadable granules are left out and listed in ``failed``.
+    href, order and file size are kept without reading (only the size is looked up). With
+    ``on_error: skip`` unreadable granules are left out and listed in ``failed``; if no
+    granule can be read the catalog is refused (a CatalogError: nothing to aggregate).
+    Local hrefs are absolute in the returned catalog.
     """
+    order = check_order(order)
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
-    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= MAX_ORDER:
-        raise ValueError(f"order must be an integer in 0..{MAX_ORDER}, got {order!r}")
     scan_source = dataclasses.replace(source, variables=(), filters=())
     known = {}
     if reuse is not None and reuse.order == order:
-        known = {e.href: e for e in reuse}
-    hrefs = list_granules(source)
-    todo = [h for h in hrefs if h not in known]
+        known = {_absolute(e.href): e for e in reuse}
+    hrefs = [_absolute(h) for h in list_granules(source)]
+    opts = source.storage_options
 
     def safe(href):
         try:
+            old = known.get(_absolute(href))
+            if old is not None and old.size is not None \
+                    and _current_size(href, opts) == old.size:
+                return dataclasses.replace(old, href=href)
             return _entry(scan_source, href, order)
         except GranuleError as exc:
             return exc
 
-    results = dict(zip(todo, dask.compute(*[dask.delayed(safe)(h) for h in todo]), strict=True))
+    results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs])
     entries, failed = [], []
-    for href in hrefs:
-        res = known[href] if href in known else results[href]
+    for href, res in zip(hrefs, results, strict=True):
         if isinstance(res, GranuleError):
             if source.on_error == "fail":
                 raise res
@@ -164,10 +209,37 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
         else:
             entries.append(res)
     where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    if not entries:
+        raise CatalogError(
+            f"none of the {len(hrefs)} granule(s) at {where!r} could be read, so the catalog "
+            f"would be empty and a run would have nothing to aggregate; fix or replace the "
+            f"granules (first error: {failed[0]['error'] if failed else 'none'})")
     described = {"granules": where, "groups": list(source.groups or []),
                  "coordinates": {"latitude": source.latitude, "longitude": source.longitude},
                  "delta_time": source.delta_time}
-    return Catalog(order, tuple(entries), described, tuple(failed))
+    return Catalog(order, tuple(entries), described, tuple(failed), opts)
+
+
+def _is_url(href: str) -> bool:
+    return "://" in href and not href.startswith("file://")
+
+
+def _absolute(href: str) -> str:
+    """A local href as a normalised absolute path; URLs unchanged."""
+    return href if _is_url(href) else os.path.abspath(_local(href))
+
+
+def _current_size(href: str, options: Mapping) -> int | None:
+    """The granule file's size now (a stat, or one HEAD request on S3)."""
+    try:
+        if href.startswith("s3://"):
+            size = _s3(options).info(href).get("size")
+            return None if size is None else int(size)
+        return os.path.getsize(_local(href))
+    except Exception as exc:
+        msg = StorageOptions(options).redact(f"{type(exc).__name__}: {exc}")
+        raise GranuleError(f"granule {granule_id(href)!r} ({href}): cannot read its size: "
+                           f"{msg}") from None
 
 
 def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
@@ -205,30 +277,65 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
         gid, href, int(sum(g.rows for g in scan.groups)), tuple(G.to_decimal(cells)),
         delta_time_to_utc(t_min, epoch) if times else None,
         delta_time_to_utc(t_max, epoch) if times else None,
-        t_min, t_max)
+        t_min, t_max, _stamp_size(href, scan.stamp))
 
 
 # --------------------------------------------------------------------------- files
 
 
 def write_catalog(catalog: Catalog, path, *, storage_options: Mapping | None = None) -> str:
-    """Write ``catalog`` to ``path`` (local or s3://) as JSON or parquet, by suffix."""
+    """Write ``catalog`` to ``path`` (local or s3://) as JSON or parquet, by suffix.
+
+    ``storage_options`` default to the catalog's own (those of the granule source it was
+    built from). Local granules at or below the catalog's directory are stored relative to
+    it, other local granules as absolute paths, URLs as they are. A catalog without
+    granules is refused: a run from it would have nothing to aggregate.
+    """
     path = str(path)
-    kind = _kind(path)
-    opts = dict(storage_options or {})
+    kind = check_catalog_path(path)
+    if not catalog.entries:
+        failed = f" ({len(catalog.failed)} skipped as unreadable)" if catalog.failed else ""
+        raise CatalogError(f"catalog {path!r} would list no granules{failed}: a run from it "
+                           "would have nothing to aggregate; build it from readable granules")
+    opts = dict(catalog.storage_options if storage_options is None else storage_options)
+    base = _catalog_dir(path)
+    entries = [dataclasses.replace(e, href=_stored_href(e.href, base)) for e in catalog]
     try:
-        _write(catalog, path, kind, opts)
+        if base is not None:
+            os.makedirs(base, exist_ok=True)
+        _write(catalog, entries, path, kind, opts)
     except OSError as exc:
         msg = StorageOptions(opts).redact(f"{type(exc).__name__}: {exc}")
         raise CatalogError(f"catalog {path!r} cannot be written: {msg}") from None
     return path
 
 
-def _write(catalog: Catalog, path: str, kind: str, opts: dict) -> None:
+def _catalog_dir(path: str) -> str | None:
+    """The absolute directory of a local catalog file; None for a URL."""
+    if _is_url(path):
+        return None
+    return os.path.dirname(os.path.abspath(_local(path)))
+
+
+def _stored_href(href: str, base: str | None) -> str:
+    """How ``href`` is written into a catalog whose local directory is ``base`` (None:
+    the catalog is remote, so every local href is written absolute)."""
+    if _is_url(href):
+        return href
+    full = _absolute(href)
+    if base is not None:
+        rel = os.path.relpath(full, base)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            return rel.replace(os.sep, "/")
+    return full
+
+
+def _write(catalog: Catalog, entries: list[CatalogEntry], path: str, kind: str,
+           opts: dict) -> None:
     import fsspec
 
     if kind == "json":
-        doc = {**catalog.header(), "granules": [e.as_dict() for e in catalog]}
+        doc = {**catalog.header(), "granules": [e.as_dict() for e in entries]}
         with fsspec.open(path, "w", **opts) as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
@@ -236,14 +343,15 @@ def _write(catalog: Catalog, path: str, kind: str, opts: dict) -> None:
     pa, pq = _pyarrow()
     table = pa.table(
         {
-            "id": pa.array([e.id for e in catalog], pa.string()),
-            "href": pa.array([e.href for e in catalog], pa.string()),
-            "rows": pa.array([e.rows for e in catalog], pa.int64()),
-            "footprint": pa.array([list(e.footprint) for e in catalog], pa.list_(pa.string())),
-            "time_start": pa.array([e.time_start for e in catalog], pa.string()),
-            "time_end": pa.array([e.time_end for e in catalog], pa.string()),
-            "delta_time_min": pa.array([e.delta_time_min for e in catalog], pa.float64()),
-            "delta_time_max": pa.array([e.delta_time_max for e in catalog], pa.float64()),
+            "id": pa.array([e.id for e in entries], pa.string()),
+            "href": pa.array([e.href for e in entries], pa.string()),
+            "rows": pa.array([e.rows for e in entries], pa.int64()),
+            "footprint": pa.array([list(e.footprint) for e in entries], pa.list_(pa.string())),
+            "time_start": pa.array([e.time_start for e in entries], pa.string()),
+            "time_end": pa.array([e.time_end for e in entries], pa.string()),
+            "delta_time_min": pa.array([e.delta_time_min for e in entries], pa.float64()),
+            "delta_time_max": pa.array([e.delta_time_max for e in entries], pa.float64()),
+            "size": pa.array([e.size for e in entries], pa.int64()),
         },
         metadata={"zagg_catalog": json.dumps(catalog.header())},
     )
@@ -253,13 +361,13 @@ def _write(catalog: Catalog, path: str, kind: str, opts: dict) -> None:
 
 def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
     """Read a catalog written by :func:`write_catalog`; relative hrefs are taken relative
-    to the catalog file's directory."""
+    to the catalog file's directory (local ones become absolute paths)."""
     import fsspec
 
     path = str(path)
     kind = _kind(path)
-    opts = dict(storage_options or {})
-    redact = StorageOptions(opts).redact
+    opts = StorageOptions(storage_options or {})
+    redact = opts.redact
     try:
         if kind == "json":
             with fsspec.open(path, "r", **opts) as f:
@@ -287,20 +395,34 @@ def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
         raise CatalogError(f"catalog {path!r}: order {order!r} is not in 0..{MAX_ORDER}")
     if not isinstance(rows, list):
         raise CatalogError(f"catalog {path!r}: no 'granules' list")
-    base = path.rsplit("/", 1)[0] if "/" in path else "."
     entries = []
     for i, r in enumerate(rows):
         if not isinstance(r, dict) or any(k not in r for k in _FIELDS):
             raise CatalogError(f"catalog {path!r}: granule entry {i} lacks one of "
                                f"{', '.join(_FIELDS)}")
-        href = r["href"]
-        if not (href.startswith(("/", "s3://", "file://")) or ":" in href[:3]):
-            href = f"{base}/{href}"
-        entries.append(CatalogEntry(r["id"], href, int(r["rows"]),
+        size = r.get("size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 0):
+            raise CatalogError(f"catalog {path!r}: granule entry {i} has size {size!r}; "
+                               "rebuild the catalog")
+        entries.append(CatalogEntry(r["id"], _resolved_href(r["href"], path), int(r["rows"]),
                                     tuple(r["footprint"] or ()), r["time_start"], r["time_end"],
-                                    r["delta_time_min"], r["delta_time_max"]))
+                                    r["delta_time_min"], r["delta_time_max"], size))
     return Catalog(order, tuple(entries), header.get("source") or {},
-                   tuple(header.get("failed") or ()))
+                   tuple(header.get("failed") or ()), opts)
+
+
+def _resolved_href(href: str, path: str) -> str:
+    """A stored href as an openable one: relative hrefs against the catalog's directory."""
+    if _is_url(href) or href.startswith("file://") or os.path.isabs(href) \
+            or ":" in href[:3]:
+        return href
+    base = _catalog_dir(path)
+    if base is not None:
+        return os.path.normpath(os.path.join(base, href))
+    scheme, rest = path.split("://", 1)
+    folder = posixpath.dirname(rest)
+    return f"{scheme}://{posixpath.normpath(posixpath.join(folder, href))}"
 
 
 def _kind(path: str) -> str:

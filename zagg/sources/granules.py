@@ -449,6 +449,12 @@ def _open_with_stamp(href: str, storage_options: Mapping | None, block_size: int
             yield f, (st.st_size, st.st_mtime_ns)
 
 
+def _stamp_size(href: str, stamp) -> int | None:
+    """The file size in bytes inside a stamp of :func:`_open_with_stamp`."""
+    size = stamp[1] if href.startswith("s3://") else stamp[0]
+    return None if size is None else int(size)
+
+
 # --------------------------------------------------------------------------- scanning
 
 
@@ -627,13 +633,16 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
     the configured order); every dask chunk holds at most ``chunk_size`` rows of one granule
     and group, and is read in its own task. ``shards`` (decimal ids or words, all at
     ``shard_order`` if given) keeps only granules whose catalog footprint touches them, which
-    needs ``granules`` to be a catalog file.
+    needs ``granules`` to be a catalog file. A catalogued granule whose file size differs
+    from its entry's is refused with a ``CatalogError`` (rebuild the catalog), whatever
+    ``on_error`` says.
     """
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     failed: list[dict] = []
+    sizes: dict[str, int] = {}  # href -> bytes, as the catalog recorded them
     if source.is_catalog:
         from .catalog import select
 
@@ -642,6 +651,7 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
             catalog = select(catalog, shards, shard_order=shard_order)
         failed += [dict(f) for f in catalog.failed]
         hrefs = []
+        sizes = {e.href: e.size for e in catalog if e.size is not None}
         for e in catalog:
             if e.rows and not e.footprint:
                 msg = (f"granule {e.id!r}: its coordinates ({source.latitude}, "
@@ -660,7 +670,23 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
         hrefs = list_granules(source)
 
     scans = _scan_all(source, hrefs, failed)
+    _check_sizes(source, scans, sizes)
     return _dataset(source, scans, failed, chunk_size)
+
+
+def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, int]) -> None:
+    """Refuse a granule whose file size is not the one its catalog entry records: it was
+    replaced after the catalog was built, so its footprint (and times) may be wrong."""
+    from .catalog import CatalogError
+
+    for s in scans:
+        want, got = sizes.get(s.href), _stamp_size(s.href, s.stamp)
+        if want is not None and got is not None and want != got:
+            raise CatalogError(
+                f"granule {granule_id(s.href)!r} ({s.href}) is {got} bytes but the catalog "
+                f"{source.granules!r} recorded {want}: the file changed after the catalog was "
+                "built, so its footprint and times may be wrong; rebuild the catalog "
+                "(python -m zagg catalog ..., or build_catalog and write_catalog)")
 
 
 def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> list[_Scan]:
