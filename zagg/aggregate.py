@@ -20,6 +20,7 @@ from . import grid as G
 from . import progress as progress_
 from .checks import require_dataset
 from .config import Config, ConfigError, FieldSpec, Filter, load_config
+from .credentials import redacted
 from .hive import cells
 from .kernels import composition, located, segments, tdigest
 from .partials import Digests, DigestSpec, Partial, combine, group_key
@@ -599,7 +600,7 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
         "observation_dim": dim,
         "points": counts,
         "discovery_seconds": round(t_discover, 3),
-        "config": config.raw,
+        "config": redacted(config.raw),  # credentials masked: attrs show in notebooks
         # how the leaf writer finds each shard's occupied cells in this Dataset's graph
         # (used only while every array still has the name recorded here)
         "contents": {"layer": built.chain_layer, "key": built.contents,

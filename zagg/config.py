@@ -115,6 +115,8 @@ class DataSource:
     #: declared name → (Dataset variable, column or None); a column picks one of a 2-D one
     columns: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
     granules: object | None = None  # a zagg.sources.granules.GranuleSource when reading HDF5
+    #: s3fs options of an ``input`` URL (credentials masked in every repr)
+    storage_options: Mapping[str, object] = field(default_factory=dict, repr=False)
 
     def dataset_variable(self, name: str) -> str:
         return self.columns.get(name, (name, None))[0]
@@ -313,7 +315,8 @@ class Config:
 
 
 _TOP = ("data_source", "aggregation", "output")
-_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic")
+_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic",
+           "storage_options")
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
           "located")
@@ -385,7 +388,14 @@ def _parse_source(raw) -> DataSource:
     synthetic = _parse_synthetic(raw.get("synthetic"))
     if inp is not None and synthetic is not None:
         _fail("data_source", "give either 'input' or 'synthetic', not both")
-    return DataSource(lat, lon, variables, time, filters, inp, synthetic, columns)
+    from .credentials import parse_storage_options  # (it imports this module)
+
+    options = parse_storage_options(raw.get("storage_options"), "data_source.storage_options")
+    if options and (inp is None or "://" not in inp):
+        _fail("data_source.storage_options", "only an input URL (s3://...) takes storage "
+              "options; remove them or give data_source.input as a URL")
+    return DataSource(lat, lon, variables, time, filters, inp, synthetic, columns,
+                      storage_options=options)
 
 
 def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
@@ -709,10 +719,10 @@ def _parse_output(raw, fields) -> Output:
               f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
               f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
               "shards) or lower child_order, or raise output.shard_memory_limit")
-    options = raw.get("storage_options") or {}
-    if not isinstance(options, Mapping):
-        _fail("output.storage_options", f"expected a mapping, got {options!r}")
-    return Output(store, short_name, str(version), grid, layout, limit, dict(options))
+    from .credentials import parse_storage_options  # (it imports this module)
+
+    options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
+    return Output(store, short_name, str(version), grid, layout, limit, options)
 
 
 def parse_config(raw: Mapping) -> Config:

@@ -45,7 +45,7 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
     if src.input is not None:
         from .sources.inputs import open_input
 
-        return open_input(src.input)
+        return open_input(src.input, src.storage_options)
     raise ConfigError(_NO_INPUT)
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 from ..config import ConfigError, DataSource, Filter, _check_keys, _fail, _parse_filters
+from ..credentials import StorageOptions, parse_storage_options
 
 __all__ = [
     "CATALOG_SUFFIXES",
@@ -68,57 +69,12 @@ TIME_ATTRS = {
 _KEYS = ("granules", "groups", "coordinates", "variables", "filters", "delta_time",
          "on_error", "storage_options")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_KEYS = ("key", "secret", "token")
-_STORAGE_KEYS = {  # s3fs options accepted here, with the type each must have
-    "anon": bool, "key": str, "secret": str, "token": str, "profile": str,
-    "endpoint_url": str, "requester_pays": bool, "use_ssl": bool,
-    "client_kwargs": Mapping, "config_kwargs": Mapping,
-}
 _SCAN_BLOCK = 1 << 20  # s3 read block while reading metadata
 _READ_BLOCK = 8 << 20  # s3 read block while reading data
 
 
 class GranuleError(ValueError):
     """A granule that cannot be read as configured; the message names the file and path."""
-
-
-class StorageOptions(dict):
-    """s3fs options whose repr hides credentials, so they never reach a log or a message.
-
-    A credential is ``key``, ``secret``, ``token`` or any option (also inside
-    ``client_kwargs``/``config_kwargs``) whose name mentions a secret, token, password or
-    access key.
-    """
-
-    def __repr__(self) -> str:
-        return f"StorageOptions({_masked(self)!r})"
-
-    __str__ = __repr__
-
-    def redact(self, text: str) -> str:
-        """``text`` with every credential value replaced by ``***``."""
-        for value in sorted(_secret_values(self), key=len, reverse=True):
-            text = text.replace(value, "***")
-        return text
-
-
-def _is_secret(name) -> bool:
-    name = str(name).lower()
-    return name in _SECRET_KEYS or any(w in name for w in ("secret", "token", "password",
-                                                           "access_key", "credential"))
-
-
-def _masked(options: Mapping) -> dict:
-    return {k: "***" if _is_secret(k) else _masked(v) if isinstance(v, Mapping) else v
-            for k, v in options.items()}
-
-
-def _secret_values(options: Mapping):
-    for k, v in options.items():
-        if isinstance(v, Mapping):
-            yield from _secret_values(v)
-        elif _is_secret(k) and isinstance(v, str) and v:
-            yield v
 
 
 @dataclass(frozen=True)
@@ -203,7 +159,7 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
     if on_error not in ON_ERROR:
         _fail(f"{path}.on_error", f"{on_error!r} is not valid; use 'fail' (stop at the first "
               "unreadable granule) or 'skip' (leave it out and record it)")
-    options = _parse_storage_options(raw.get("storage_options"), f"{path}.storage_options")
+    options = parse_storage_options(raw.get("storage_options"), f"{path}.storage_options")
     return GranuleSource(granules, groups, lat, lon, variables, filters, delta_time, on_error,
                          options, path)
 
@@ -310,30 +266,6 @@ def _parse_granule_filters(value, declared, path: str) -> tuple[Filter, ...]:
             _check_keys(f, ("variable", "op", "value"), f"{path}[{i}]",
                         ("variable", "op", "value"))
     return _parse_filters(value, tuple(declared), path)
-
-
-def _parse_storage_options(value, path: str) -> StorageOptions:
-    if value is None:
-        return StorageOptions()
-    _check_keys(value, tuple(_STORAGE_KEYS), path)
-    for key, kind in _STORAGE_KEYS.items():
-        if key not in value:
-            continue
-        v = value[key]
-        ok = isinstance(v, kind) and (kind is not str or v.strip())
-        if not ok:
-            shown = "(value not shown)" if _is_secret(key) or kind is Mapping else f"got {v!r}"
-            _fail(f"{path}.{key}", f"expected {_kind_name(kind)}, {shown}")
-    if ("key" in value) != ("secret" in value):
-        _fail(path, "'key' and 'secret' go together; give both or neither (or use 'profile')")
-    url = value.get("endpoint_url")
-    if url is not None and not url.startswith(("http://", "https://")):
-        _fail(f"{path}.endpoint_url", f"expected an http:// or https:// URL, got {url!r}")
-    return StorageOptions(value)
-
-
-def _kind_name(kind) -> str:
-    return {bool: "true or false", str: "a non-empty string", Mapping: "a mapping"}[kind]
 
 
 # --------------------------------------------------------------------------- locations

@@ -8,13 +8,15 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError
+from ..credentials import StorageOptions
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
-def open_input(path: str) -> xr.Dataset:
-    """The lazy Dataset of the zarr store or netCDF file at ``path`` (local or URL)."""
+def open_input(path: str, storage_options=None) -> xr.Dataset:
+    """The lazy Dataset of the zarr store or netCDF file at ``path`` (local, or a URL read
+    with ``storage_options``)."""
     import xarray as xr
 
     remote = "://" in path
@@ -68,7 +70,8 @@ def open_input(path: str) -> xr.Dataset:
             # zarr v3 does not define consolidated metadata; a store without it is normal
             warnings.filterwarnings("ignore", message="Failed to open Zarr store with "
                                     "consolidated metadata")
-            return xr.open_zarr(path, decode_times=False)
+            return xr.open_zarr(path, decode_times=False,
+                                storage_options=dict(storage_options or {}) or None)
     except Exception as exc:  # any backend error: OSError, ValueError, IndexError, ...
         if not remote and not os.path.exists(path):
             raise ConfigError(f"{where}: it does not exist; give the path of a zarr "
@@ -84,6 +87,7 @@ def open_input(path: str) -> xr.Dataset:
                 traceback.clear_frames(exc.__traceback__)  # its frames hold the file
                 gc.collect()
         detail = " ".join(str(exc).split()) or "no detail given"
+        detail = StorageOptions(storage_options or {}).redact(detail)
         if isinstance(exc, ImportError) or "unrecognized engine" in detail:
             # xarray's own message only points at its install docs
             engine = "scipy" if cdf else "h5netcdf" if netcdf else "zarr"
