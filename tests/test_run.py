@@ -261,6 +261,9 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
         assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
         tasks = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.task_groups))
         assert tasks > 0  # the run's tasks went through this scheduler
+    from zagg import heap
+
+    assert heap._tuned is False  # the in-process workers left this process's heap alone
     expected = to_hive(zagg.aggregate(photons, config()), tmp_path / "d")
     assert _hashes(tmp_path / "c") == _hashes(tmp_path / "d") and expected.leaves_written
 

@@ -46,12 +46,15 @@ def _worker_plugins():
     from distributed import WorkerPlugin
 
     class HeapReuse(WorkerPlugin):
-        """Runs :func:`tune_heap` in every worker, current and future."""
+        """Runs :func:`tune_heap` in every worker process, current and future (one a nanny
+        started): never in a process the worker shares, such as a notebook running an
+        in-process cluster, whose heap is not zagg's to tune."""
 
         name = "zagg-heap-reuse"
 
         def setup(self, worker):
-            tune_heap()
+            if worker.nanny:
+                tune_heap()
 
     class FastExit(WorkerPlugin):
         """Runs :func:`fast_exit` as a worker process closes (one a nanny started, so
