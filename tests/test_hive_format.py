@@ -245,3 +245,32 @@ def test_coarse_shard_leaf_follows_the_cell_law(tmp_path):
     first = struct.unpack_from("<Q", blob, index[0][0])[0]
     last = struct.unpack_from("<Q", blob, index[255][0])[0]
     assert last - first == 255 * 2 ** (60 - 12)
+
+
+def test_one_store_root_takes_leaf_writes_from_many_threads(tmp_path):
+    """Leaf-write tasks on one worker share the StoreRoot: clearing a prefix while other
+    threads create directories must not trip over its set of known directories."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zagg.hive.storage import StoreRoot
+
+    root = StoreRoot(str(tmp_path / "store"))
+
+    def writer(t):
+        for i in range(200):
+            leaf = f"t{t}/leaf{i}"
+            root.delete_prefix(leaf)  # as a leaf write does first
+            for k in range(4):
+                root.write_bytes(f"{leaf}/a{k}/c/0", b"x")
+        return t
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, as a busy worker may
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            assert sorted(pool.map(writer, range(6))) == list(range(6))
+    finally:
+        sys.setswitchinterval(interval)
+    assert sum(1 for _ in (tmp_path / "store").rglob("0")) == 6 * 200 * 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import threading
 from typing import Any
 
 import fsspec
@@ -35,6 +36,7 @@ class StoreRoot:
         self._fs = None
         self._path = None
         self._dirs: set[str] = set()  # local directories known to exist
+        self._dirs_lock = threading.Lock()  # leaf writes of one run share this root
 
     # -- identity -----------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -88,9 +90,12 @@ class StoreRoot:
         full = self._full(key)
         if self.is_local:
             parent = posixpath.dirname(full)
-            if parent not in self._dirs:  # one makedirs per directory, not per object
+            with self._dirs_lock:
+                known = parent in self._dirs
+            if not known:  # one makedirs per directory, not per object
                 os.makedirs(parent, exist_ok=True)
-                self._dirs.add(parent)
+                with self._dirs_lock:
+                    self._dirs.add(parent)
             with open(full, "wb") as f:
                 return f.write(data)
         self.fs.pipe_file(full, data if isinstance(data, bytes) else bytes(data))
@@ -136,7 +141,8 @@ class StoreRoot:
         if not _clean_key(prefix):
             raise ValueError("refusing to delete the whole store root")
         full = self._full(prefix)
-        self._dirs = {d for d in self._dirs if d != full and not d.startswith(full + "/")}
+        with self._dirs_lock:
+            self._dirs = {d for d in self._dirs if d != full and not d.startswith(full + "/")}
         try:
             if self.fs.exists(full):
                 self.fs.rm(full, recursive=True)
