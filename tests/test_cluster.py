@@ -176,3 +176,41 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
                                                        r"--scheduler out"):
             with cluster.connected(address):
                 pass
+
+
+def test_a_run_imports_dask_and_distributed_before_its_cluster_starts_in_the_background(
+        tmp_path):
+    """Two threads importing one package at once can see each other's half-initialised
+    modules (``ImportError: ... partially initialized module 'dask.base'``, seen in about
+    half of fresh-process runs): the start thread must find them loaded already."""
+    code = f"""
+import sys, contextlib
+import numpy as np, xarray as xr
+import zagg.run
+R = sys.modules["zagg.run"]  # (zagg.run the name is the function)
+seen = {{}}
+real = R.cluster_for
+
+@contextlib.contextmanager
+def watched(*args, **kwargs):
+    seen["loaded"] = all(m in sys.modules for m in ("dask.base", "distributed"))
+    with real(*args, **kwargs) as target:
+        yield target
+
+R.cluster_for = watched
+n = 500
+ds = xr.Dataset({{"lat": ("obs", np.linspace(-60, -59.9, n)),
+                 "lon": ("obs", np.linspace(10, 10.1, n)), "h": ("obs", np.ones(n))}})
+cfg = {{"data_source": {{"coordinates": {{"latitude": "lat", "longitude": "lon"}},
+                         "variables": ["h"]}},
+        "aggregation": {{"variables": {{"count": {{"function": "count"}}}}}},
+        "output": {{"dataset": {{"short_name": "T", "version": "1"}},
+                    "grid": {{"parent_order": 4, "child_order": 8}}}}}}
+summary = R.run(cfg, store={str(tmp_path / "s")!r}, source=ds, workers=1, threads=1,
+                progress=False)
+print(seen["loaded"], summary.points)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "500"]

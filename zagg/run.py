@@ -113,7 +113,13 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     hive.check_store_root(root, MANIFEST_KEY)
     hive.check_manifest(root, manifest_for(probe))
     # the cluster starts in the background: its workers import their modules while this
-    # process opens the source and imports dask, numba and xarray
+    # process opens the source and imports numba and xarray. dask and distributed are
+    # imported here first: two threads importing one package at once can each see the
+    # other's half-initialised modules (ImportError: partially initialized module), and
+    # the start needs distributed loaded before it can begin anyway
+    import dask.base  # noqa: F401
+    import distributed  # noqa: F401
+
     with entered_in_background(cluster_for(scheduler, workers=workers, threads=threads,
                                            memory_limit=memory_limit)) as cluster:
         ds = open_source(cfg, shards=shards) if source is None else source
