@@ -545,3 +545,13 @@ def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons):
     p.stdout.close()  # the reader is gone before the first line
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and err == ""
+
+
+def test_the_morton_coordinate_keeps_its_attrs_in_the_store(tmp_path, photons):
+    leaves = zagg.aggregate(photons, config())
+    assert leaves["morton"].attrs["long_name"] == "morton cell word"
+    to_hive(leaves, tmp_path / "lazy")
+    to_hive(leaves.compute(), tmp_path / "computed")
+    for store in ("lazy", "computed"):
+        assert open_hive(tmp_path / store)["morton"].attrs == leaves["morton"].attrs
+    assert _hashes(tmp_path / "lazy") == _hashes(tmp_path / "computed")

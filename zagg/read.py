@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import dask
 import numpy as np
 import zarr
 
@@ -380,7 +379,10 @@ def _dataset(root: StoreRoot, manifest: dict, leaves: list[tuple[str, str, dict]
 
     p, c = manifest["shard_order"], manifest["cell_order"]
     group = str(c)
-    schema = geometry = group_attrs = None
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    schema = geometry = group_attrs = morton_attrs = None
     columns: dict[str, list] = {}
     mortons = []
     with ThreadPoolExecutor(max_workers=_METADATA_READERS) as pool:
@@ -399,25 +401,31 @@ def _dataset(root: StoreRoot, manifest: dict, leaves: list[tuple[str, str, dict]
                 f"{_describe(schema)}: one store holds one schema"
             )
         prefix = data_prefix(rel, stamp)
-        n = geometry.n_cells
-        mortons.append(
-            da.from_delayed(
-                dask.delayed(_load_morton, pure=True)(root, prefix, f"{group}/{MORTON}", sid, p, c,
-                                                      _layout_of(arrays[MORTON])),
-                shape=(n,),
-                dtype=np.uint64,
-            )
-        )
-        for name, (kind, dtype, _fill, _attrs) in schema.items():
-            loader = dask.delayed(_load_field, pure=True)(
-                root, prefix, f"{group}/{name}", kind == "ragged", _layout_of(arrays[name])
-            )
-            columns.setdefault(name, []).append(da.from_delayed(loader, shape=(n,), dtype=dtype))
+        if morton_attrs is None:
+            morton_attrs = dict(arrays[MORTON].attrs)
+        # one plain task tuple per leaf and array: dask.delayed would tokenize every
+        # argument of every call (~20 ms a leaf), minutes of graph building for big stores
+        mortons.append((_load_morton, root, prefix, f"{group}/{MORTON}", sid, p, c,
+                        _layout_of(arrays[MORTON])))
+        for name, (kind, _dtype, _fill, _attrs) in schema.items():
+            columns.setdefault(name, []).append(
+                (_load_field, root, prefix, f"{group}/{name}", kind == "ragged",
+                 _layout_of(arrays[name])))
+    token = tokenize(root.url, [(rel, sid, stamp) for rel, sid, stamp in leaves])
+    chunks = ((geometry.n_cells,) * len(leaves),)
+
+    def array(label, tasks, dtype):
+        name = f"zagg-read-{label}-{token}"
+        graph = HighLevelGraph.from_collections(
+            name, {(name, i): task for i, task in enumerate(tasks)}, dependencies=[])
+        return da.Array(graph, name, chunks, dtype=dtype)
+
     data_vars = {
-        name: ((CELL_DIM,), da.concatenate(parts), schema[name][3])
-        for name, parts in sorted(columns.items())
+        name: ((CELL_DIM,), array(name, tasks, schema[name][1]), schema[name][3])
+        for name, tasks in sorted(columns.items())
     }
-    ds = xr.Dataset(data_vars, coords={MORTON: ((CELL_DIM,), da.concatenate(mortons))})
+    morton = xr.Variable((CELL_DIM,), array(MORTON, mortons, np.uint64), morton_attrs)
+    ds = xr.Dataset(data_vars, coords={MORTON: morton})
     ds.attrs = dict(group_attrs or {})
     ds.attrs["zagg"] = {
         "grid": geometry.as_grid(),

@@ -231,6 +231,8 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
     if any(ds[n].chunks is None for n in names):
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
     attrs = {n: dict(ds[n].attrs) for n in names}
+    if "morton" in ds.coords:  # the cell coordinate's attrs are stored with it too
+        attrs["morton"] = dict(ds["morton"].attrs)
     fields = {n: dict(z["fields"][n]) for n in names}
     failed = z.get("failed_granules") or []
     writer = LeafWriter(root, tuple(names), fields, grid, attrs, semantic,
