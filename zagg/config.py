@@ -24,6 +24,9 @@ from .orders import MAX_ORDER
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
+#: CF attributes that make readers decode stored values (scale, offset, masking, times)
+CF_ENCODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned",
+                     "calendar")
 FILTER_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in")
 DEFAULT_SHARD_MEMORY = 2 * 1024**3
 
@@ -559,6 +562,10 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         _fail(f"{path}.attrs", f"expected a mapping of attribute names to values, got {attrs!r}")
     _check_json(attrs, f"{path}.attrs")
     for key in attrs:
+        if key in CF_ENCODING_ATTRS or (key == "units" and " since " in str(attrs[key])):
+            _fail(f"{path}.attrs.{key}", f"'{key}' tells CF readers (xarray, moczarr) to "
+                  "transform the stored values when they read them, so they would see other "
+                  "numbers than zagg stored; remove it (the field's fill is set by fill_value)")
         if key in SPEC_OWNED_ATTRS:
             _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
                   "by zagg itself; remove it (spec-owned keys: "
