@@ -61,6 +61,19 @@ def catalog(granules):
         return build_catalog(block(granules[0].parent), order=ORDER)
 
 
+
+def _scans(monkeypatch) -> list[str]:
+    """The granule file names build_catalog scans from now on (a spy on its entry reader)."""
+    scanned = []
+    original = C._entry
+
+    def spy(source, href, order):
+        scanned.append(href.rsplit("/", 1)[-1])
+        return original(source, href, order)
+
+    monkeypatch.setattr(C, "_entry", spy)
+    return scanned
+
 def test_entries_hold_ids_hrefs_footprints_and_times(granules, catalog):
     assert catalog.order == ORDER
     assert catalog.ids == [p.name for p in granules]
@@ -175,14 +188,7 @@ def test_reuse_scans_only_new_granules(granules, catalog, tmp_path, monkeypatch)
         old = build_catalog(block(d), order=ORDER)
     for p in granules[3:]:
         shutil.copy(p, d / p.name)
-    scanned = []
-    original = C._entry
-
-    def spy(source, href, order):
-        scanned.append(href.rsplit("/", 1)[-1])
-        return original(source, href, order)
-
-    monkeypatch.setattr(C, "_entry", spy)
+    scanned = _scans(monkeypatch)
     with dask.config.set(scheduler="sync"):
         new = build_catalog(block(d), order=ORDER, reuse=old)
     assert sorted(scanned) == sorted(p.name for p in granules[3:])
@@ -417,14 +423,7 @@ def test_sizes_are_recorded_and_a_replaced_granule_is_refused(granules, tmp_path
     assert ds.attrs["granules"] == [first.id]
 
     # rebuilding with reuse rescans exactly the replaced granule
-    scanned = []
-    original = C._entry
-
-    def spy(source, href, order):
-        scanned.append(href.rsplit("/", 1)[-1])
-        return original(source, href, order)
-
-    monkeypatch.setattr(C, "_entry", spy)
+    scanned = _scans(monkeypatch)
     with dask.config.set(scheduler="sync"):
         fresh = build_catalog(block(d), order=ORDER, reuse=read_catalog(path))
     assert scanned == [victim.name]
