@@ -61,7 +61,6 @@ def catalog(granules):
         return build_catalog(block(granules[0].parent), order=ORDER)
 
 
-
 def _scans(monkeypatch) -> list[str]:
     """The granule file names build_catalog scans from now on (a spy on its entry reader)."""
     scanned = []
