@@ -252,15 +252,20 @@ def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_wo
 def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
     """A notebook on a dask-gateway cluster holds a Client: the run goes through it (no
     LocalCluster of its own) and the client is still usable afterwards."""
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        summary = run(config(tmp_path / "c"), source=photons, scheduler=client, progress=False)
+        with get_task_stream(client) as stream:
+            summary = run(config(tmp_path / "c"), source=photons, scheduler=client,
+                          progress=False)
         assert summary.leaves_written >= 2
+        # the run's own tasks (reductions, leaf writes) ran on this client's workers
+        keys = [r["key"] for r in stream.data if isinstance(r["key"], tuple)]
+        assert any(k[0].startswith("zagg-reduce") for k in keys)
+        writes = [k for k in keys if k[0].startswith("zagg-write")]
+        assert len(writes) == summary.shards  # one write task per shard
         assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
-        tasks = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.task_groups))
-        assert tasks > 0  # the run's tasks went through this scheduler
     from zagg import heap
 
     assert heap._tuned is False  # the in-process workers left this process's heap alone
