@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 
+import dask
+import dask.array
 import pytest
 
 from zagg.cluster import entered_in_background
@@ -173,9 +175,15 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
                          ("notanaddress", "missing port")):
         with pytest.raises(cluster.ClusterError, match=rf"cannot reach a dask scheduler at "
                                                        rf"'{address}' \(.*{why}.*leave "
-                                                       r"--scheduler out"):
+                                                       r"--scheduler out") as caught:
             with cluster.connected(address):
                 pass
+        # the failed client is closed even while its error is kept (as a notebook keeps
+        # the last one): it must not stay the default every later computation waits on
+        assert caught.value.__cause__ is not None
+        assert cluster._default_client() is None
+        assert dask.config.get("scheduler", None) is None
+        assert int(dask.array.ones(4).sum().compute()) == 4
 
 
 def test_a_run_imports_dask_and_distributed_before_its_cluster_starts_in_the_background(

@@ -171,10 +171,12 @@ def connected(target):
         with target.as_current():
             yield target
         return
+    before = _default_client()
     try:
         client = Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
             else Client(target)
     except (OSError, ValueError, TypeError) as exc:
+        _close_half_made(before)
         if not isinstance(target, str):
             raise
         raise ClusterError(f"cannot reach a dask scheduler at {target!r} ({exc}); check the "
@@ -183,6 +185,24 @@ def connected(target):
     with client:
         _register(client)
         yield client
+
+
+def _default_client():
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _close_half_made(before) -> None:
+    """Close the client a failed ``Client(...)`` left behind: it registers itself as the
+    process's default before connecting, so while its error is referenced (a notebook
+    keeps the last one) every later dask computation would wait on it forever."""
+    left = _default_client()
+    if left is not None and left is not before and left.status != "running":
+        left.close()
 
 
 @contextlib.contextmanager
