@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
-from test_aggregate import make_config, make_points
+import xarray as xr
+from test_aggregate import P, make_config, make_points
 
 import zagg
 from zagg import graph
+from zagg import grid as G
 from zagg.aggregate import Plan
 
 
@@ -32,12 +34,39 @@ def test_chain_holds_plan_once_and_one_task_per_piece_combine_contents_finalize(
     assert "combine" in kinds  # six chunks: shards touched by several chunks are combined
 
 
-def test_every_shard_task_carries_its_shard_priority():
-    ds = make_points(6000, seed=4)
+def _clusters(sizes, seed=0):
+    """``sizes[i]`` points spread over one whole shard (order P) near the i-th of some
+    far-apart places."""
+    rng = np.random.default_rng(seed)
+    places = [(-75.5, -99.0), (-60.0, 10.0), (45.0, 120.0), (10.0, -40.0)]
+    lat, lon = [], []
+    for (y, x), n in zip(places[: len(sizes)], sizes, strict=True):
+        cy, cx = y + rng.uniform(-1, 1, 40 * n + 400), x + rng.uniform(-1, 1, 40 * n + 400)
+        shard = G.cell_words(cy, cx, P)[0]
+        words, inverse = np.unique(shard, return_inverse=True)
+        keep = shard == words[np.bincount(inverse).argmax()]
+        lat.append(cy[keep][:n])
+        lon.append(cx[keep][:n])
+        assert lat[-1].size == n
+    lat, lon = np.concatenate(lat), np.concatenate(lon)
+    h = rng.normal(100.0, 5.0, lat.size).astype(np.float32)
+    q = np.zeros(lat.size, np.int8)
+    return xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", h), "q": ("obs", q)})
+
+
+def test_every_shard_task_carries_its_shard_priority_heaviest_shard_first():
+    sizes = [300, 4000, 50, 1200]
+    ds = _clusters(sizes)
     res = zagg.aggregate(ds, make_config(), chunk_size=1000)
     hlg, _ = _chain_layer(res)
-    n = len(res.attrs["zagg"]["shards"])
-    assert n > 1
+    shards = res.attrs["zagg"]["shards"]
+    n = len(shards)
+    assert n == 4
+    words = G.cell_words(ds["lat"].values, ds["lon"].values, P)[0]
+    points = {s: int(np.sum(words == G.from_decimal([s])[0])) for s in shards}
+    assert sorted(points.values()) == sorted(sizes)
+    by_weight = sorted(range(n), key=lambda i: -points[shards[i]])
+    expected = {i: n - rank for rank, i in enumerate(by_weight)}
     seen = set()
     for name in [res.attrs["zagg"]["contents"]["layer"], res["count"].data.name,
                  res["morton"].data.name]:
@@ -45,11 +74,26 @@ def test_every_shard_task_carries_its_shard_priority():
         prio = layer.annotations["priority"]
         for key in layer:
             if isinstance(key, tuple):
-                assert prio(key) == n - key[1]
+                stage = key[0].split("-")[1] if key[0].split("-")[1] in graph.STAGES else "output"
+                assert prio(key) == expected[key[1]] * len(graph.STAGES) + graph.STAGES.index(stage)
                 seen.add(key[1])
-            else:
-                assert prio(key) == n + 1  # the shared job: needed before any shard
+            else:  # the shared job: needed before any shard
+                assert prio(key) == (n + 1) * len(graph.STAGES)
     assert seen == set(range(n))
+
+
+def test_given_shards_are_prioritised_in_shard_order():
+    ds = make_points(3000, seed=4)
+    shards = zagg.aggregate(ds, make_config(), chunk_size=1000).attrs["zagg"]["shards"]
+    res = zagg.aggregate(ds, make_config(), shards=shards, chunk_size=1000)
+    hlg, layer = _chain_layer(res)
+    n = len(shards)
+    assert {
+        layer.annotations["priority"](k) // len(graph.STAGES)
+        for k in layer
+        if isinstance(k, tuple) and k[1] == 0
+    } == {n}
+    assert res.attrs["zagg"]["contents"]["blocks"] == [1] * n
 
 
 def test_write_tasks_carry_priorities_and_share_one_writer(tmp_path):
@@ -62,7 +106,11 @@ def test_write_tasks_carry_priorities_and_share_one_writer(tmp_path):
     writers = [v for v in dict(layer).values() if isinstance(v, LeafWriter)]
     assert len(writers) == 1
     n = len(w.shards)
-    assert sorted(layer.annotations["priority"](t.key) for t in w.tasks) == list(range(1, n + 1))
+    last = len(graph.STAGES) - 1  # a write goes before any other task of its shard
+    assert [layer.annotations["priority"](t.key) for t in w.tasks] == [
+        p * len(graph.STAGES) + last for p in res.attrs["zagg"]["contents"]["priority"]
+    ]
+    assert sorted(res.attrs["zagg"]["contents"]["priority"]) == list(range(1, n + 1))
     summary = w.execute()
     assert summary.leaves_written == n
 
@@ -75,7 +123,7 @@ def test_results_do_not_depend_on_the_combine_tree_shape(monkeypatch, fan_in):
     monkeypatch.setattr(graph, "FAN_IN", fan_in)
     deep = zagg.aggregate(ds, cfg, chunk_size=500)
     tasks = dict(_chain_layer(deep)[1])
-    depths = {k[2] for k in tasks if isinstance(k, tuple) and "-combine-" in k[0]}
+    depths = {k[3] for k in tasks if isinstance(k, tuple) and "-combine-" in k[0]}
     assert max(depths) >= 1  # 16 chunks at fan-in 2 or 3: at least two combine levels
     deep = deep.compute()
     for name in flat.data_vars:
@@ -84,3 +132,55 @@ def test_results_do_not_depend_on_the_combine_tree_shape(monkeypatch, fan_in):
             assert all(x == y for x, y in zip(a, b, strict=True)), name
         else:
             np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _objects(root):
+    """Every chunk object of a store, by path (stamps and sidecars carry times)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "/c/" in str(p.relative_to(root))
+    }
+
+
+@pytest.mark.parametrize("sharded", [True, False])
+def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
+    monkeypatch, tmp_path, sharded
+):
+    ds = _clusters([6000, 900, 40], seed=7)
+    cfg = make_config(sharded=sharded)
+    whole = zagg.aggregate(ds, cfg, chunk_size=1000)
+    assert whole.attrs["zagg"]["contents"]["blocks"] == [1, 1, 1]
+    monkeypatch.setattr(graph, "BLOCK_ROWS", 1000)
+    split = zagg.aggregate(ds, cfg, chunk_size=1000)
+    blocks = split.attrs["zagg"]["contents"]["blocks"]
+    order = np.argsort(split.attrs["zagg"]["contents"]["priority"])[::-1]
+    # the heaviest shard (about 6000 points and their cells) in 8 or 16 blocks, the
+    # lightest whole; every block count divides the leaf's 256 inner chunks
+    assert blocks[order[0]] in (8, 16) and blocks[order[-1]] == 1
+    tasks = dict(_chain_layer(split)[1])
+    block_keys = {k[1:] for k in tasks if isinstance(k, tuple) and "-blockcontents-" in k[0]}
+    assert block_keys == {(i, b) for i, nb in enumerate(blocks) if nb > 1 for b in range(nb)}
+
+    a, b = whole.compute(), split.compute()
+    for name in a.variables:
+        x, y = a[name].values, b[name].values
+        if x.dtype == object:
+            assert all(p == q for p, q in zip(x, y, strict=True)), name
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+    s1 = zagg.to_hive(whole, tmp_path / "whole")
+    s2 = zagg.to_hive(split, tmp_path / "split")
+    assert s1.leaves_written == s2.leaves_written == 3
+    h1 = {r["shard_id"]: r["content_hashes"] for r in s1.records}
+    h2 = {r["shard_id"]: r["content_hashes"] for r in s2.records}
+    assert h1 == h2
+    o1, o2 = _objects(tmp_path / "whole"), _objects(tmp_path / "split")
+    assert o1.keys() == o2.keys() and all(o1[k] == o2[k] for k in o1)
+    from zagg.write import prepare_write
+
+    w = prepare_write(split, tmp_path / "again")
+    layer = dict(w.tasks[0].__dask_graph__().layers[w.tasks[0].__dask_layers__()[0]])
+    encodes = [k for k in layer if isinstance(k, tuple) and "-encode-" in k[0]]
+    assert len(encodes) == sum(nb for nb in blocks if nb > 1)

@@ -84,12 +84,26 @@ class ChunkResult:
     counts: dict[str, int]
     granules: dict[int, list[int]] | None = None  # shard word → granule indices it holds
 
-    def piece(self, shard_word: int) -> Partial:
-        """The rows of one shard (views of this chunk's arrays)."""
+    def piece(self, shard_word: int, words: tuple[int, int] | None = None) -> Partial:
+        """The rows of one shard (views of this chunk's arrays); with ``words = (lo, hi)``
+        only its cells with ``lo <= word < hi`` (one block of the shard)."""
         i = np.searchsorted(self.shards, np.uint64(shard_word))
         if i == len(self.shards) or self.shards[i] != np.uint64(shard_word):
             return self.partial.take(0, 0)
-        return self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
+        a, b = int(self.bounds[i]), int(self.bounds[i + 1])
+        if words is not None:
+            cells = self.partial.cells[a:b]
+            lo, hi = np.searchsorted(cells, np.array(words, dtype=np.uint64))
+            a, b = a + int(lo), a + int(hi)
+        return self.partial.take(a, b)
+
+    def shard_rows(self) -> np.ndarray:
+        """Per shard of :attr:`shards`, the rows its piece holds (cells plus digest
+        centroids): what combining and encoding that shard will cost, roughly."""
+        rows = np.diff(self.bounds)
+        for d in self.partial.digests.values():
+            rows = rows + np.diff(d.offsets[self.bounds])
+        return rows.astype(np.int64)
 
 
 def state_key(f: FieldSpec, config: Config) -> str:
@@ -358,7 +372,7 @@ def _combine(plan: Plan, *parts: Partial) -> Partial:
 
 
 def _summary(result: ChunkResult):
-    return result.shards, result.counts, result.granules
+    return result.shards, result.counts, result.granules, result.shard_rows()
 
 
 def shard_contents(plan: Plan, fields: tuple[FieldSpec, ...], keys: tuple[str, ...],
@@ -518,21 +532,24 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
     t0 = time.perf_counter()
     counts = None
     shard_granules = None
+    rows = None
     if discover:
         results = progress_.persist(results, progress=progress,
                                     label="keying and reducing input chunks")
         summaries = progress_.compute(graph.summary_tasks(results, _summary))
-        shard_words = np.unique(np.concatenate([s for s, _, _ in summaries]
+        shard_words = np.unique(np.concatenate([s for s, _, _, _ in summaries]
                                                + [np.zeros(0, np.uint64)]))
         members = {int(w): [] for w in shard_words}
-        for r, (ws, _, _) in zip(results, summaries, strict=True):
-            for w in ws:
-                members[int(w)].append(r)
-        counts = ({k: int(sum(c[k] for _, c, _ in summaries)) for k in summaries[0][1]}
+        rows = dict.fromkeys(members, 0)
+        for r, (ws, _, _, n) in zip(results, summaries, strict=True):
+            for w, k in zip(ws.tolist(), n.tolist(), strict=True):
+                members[w].append(r)
+                rows[w] += k
+        counts = ({k: int(sum(c[k] for _, c, _, _ in summaries)) for k in summaries[0][1]}
                   if summaries else {})
         if granule_var:
             per_shard: dict[int, set] = {}
-            for _, _, g in summaries:
+            for _, _, g, _ in summaries:
                 for w, idx in (g or {}).items():
                     per_shard.setdefault(w, set()).update(idx)
             shard_granules = {
@@ -543,7 +560,7 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
         shard_words = np.asarray(plan.shard_set, dtype=np.uint64)
         members = {int(w): results for w in shard_words}
     out = _build_dataset(config, plan, shard_words, members, counts, dim,
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, rows)
     if granule_var:
         out.attrs["zagg"]["granules"] = granule_ids
         out.attrs["zagg"]["shard_granules"] = shard_granules
@@ -568,7 +585,9 @@ def _fields_block(fields) -> dict:
     return out
 
 
-def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim, t_discover):
+def _build_dataset(
+    config: Config, plan: Plan, shard_words, members, counts, dim, t_discover, rows=None
+):
     """The lazy leaf Dataset: per shard, tree-combine → :func:`shard_contents` →
     :func:`finalize_shard` (:func:`zagg.graph.shard_chains`), one chunk per shard along
     ``cells``."""
@@ -582,7 +601,7 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
         if f.located:
             outputs[f.locations_name] = object
     built = graph.shard_chains(graph.ShardJob(plan, fields, keys), shard_words, members,
-                               outputs)
+                               outputs, rows, config.grid.inner_chunks)
     data_vars = {}
     for f in fields:
         data_vars[f.name] = xr.Variable("cells", built.arrays[f.name], f.array_attrs())
@@ -604,6 +623,8 @@ def _build_dataset(config: Config, plan: Plan, shard_words, members, counts, dim
         # how the leaf writer finds each shard's occupied cells in this Dataset's graph
         # (used only while every array still has the name recorded here)
         "contents": {"layer": built.chain_layer, "key": built.contents,
+                     "block_key": built.block_contents, "blocks": built.blocks,
+                     "priority": built.priorities,
                      "arrays": {name: ds[name].data.name for name in ds.variables}},
     }
     return ds

@@ -116,6 +116,17 @@ class LeafWriter:
         return hive.write_leaf_cells(self.root, shard_id, contents, self.fields, self.grid,
                                      **self._kwargs(shard_id))
 
+    def encode_block(self, contents: dict, block: int, blocks: int) -> dict:
+        """The compressed chunk objects of one block of a leaf's ragged arrays (see
+        :func:`zagg.hive.encode_block`), made beside the other blocks' before the write."""
+        return hive.encode_block(contents, self.fields, self.grid, block, blocks, attrs=self.attrs)
+
+    def from_blocks(self, shard_id: str, blocks: list, encoded: list) -> dict | None:
+        """Write one leaf from its blocks' occupied cells and their compressed chunks."""
+        return hive.write_leaf_blocks(
+            self.root, shard_id, blocks, encoded, self.fields, self.grid, **self._kwargs(shard_id)
+        )
+
     def from_arrays(self, shard_id: str, *blocks) -> dict | None:
         """Write one leaf from its dense per-cell blocks (a Dataset computed or changed
         since :func:`zagg.aggregate` made it)."""
@@ -124,10 +135,11 @@ class LeafWriter:
                                **self._kwargs(shard_id))
 
 
-def contents_tasks(ds: xr.Dataset) -> list | None:
-    """Per shard, the graph task holding its occupied cells, while ``ds`` is exactly the
-    lazy Dataset :func:`zagg.aggregate` returned (every array's graph name unchanged and
-    the tasks still in its graph); None otherwise (computed, persisted or edited)."""
+def contents_tasks(ds: xr.Dataset) -> tuple[list, list] | None:
+    """Per shard, the graph key holding its occupied cells (or the list of its blocks'),
+    and those keys as dependencies, while ``ds`` is exactly the lazy Dataset
+    :func:`zagg.aggregate` returned (every array's graph name unchanged and the tasks still
+    in its graph); None otherwise (computed, persisted or edited)."""
     info = (ds.attrs.get("zagg") or {}).get("contents")
     if not info:
         return None
@@ -137,8 +149,11 @@ def contents_tasks(ds: xr.Dataset) -> list | None:
             return None
     if set(info["arrays"]) != set(ds.variables):
         return None
-    return graph.contents_delayed(ds.__dask_graph__(), info["layer"], info["key"],
-                                  len(ds.attrs["zagg"]["shards"]))
+    hlg = ds.__dask_graph__()
+    sources = graph.contents_sources(hlg, info, len(ds.attrs["zagg"]["shards"]))
+    if sources is None:
+        return None
+    return sources, graph.source_delayed(hlg, info["layer"], sources)
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
@@ -239,14 +254,26 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
                         {"failed_granules": failed} if failed else None)
     contents = contents_tasks(ds)
+    priorities = (z.get("contents") or {}).get("priority")
     if contents is not None:
-        args = [(sid, c.key) for sid, c in zip(shard_ids, contents, strict=True)]
-        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_cells, writer, args, contents)
+        sources, deps = contents
+        tasks = graph.blocked_write_tasks(
+            "zagg-write",
+            writer,
+            LeafWriter.from_cells,
+            LeafWriter.encode_block,
+            LeafWriter.from_blocks,
+            shard_ids,
+            sources,
+            deps,
+            priorities,
+        )
     else:
         arrays = [ds[n].data for n in names]
         keys = [a.__dask_keys__() for a in arrays]
         args = [(sid, *[k[i] for k in keys]) for i, sid in enumerate(shard_ids)]
-        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_arrays, writer, args, arrays)
+        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_arrays, writer, args, arrays,
+                                  priorities)
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shard_ids, grid["parent_order"], tasks, info, t0)

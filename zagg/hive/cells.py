@@ -286,3 +286,59 @@ def occupied_ranks(arrays, n: int) -> np.ndarray:
     for p in parts:
         mask[p] = True
     return np.flatnonzero(mask)
+
+
+class BlockedRagged(RaggedCells):
+    """A vlen array written from blocks (runs of whole inner chunks, ascending) whose chunk
+    objects were compressed beforehand, one block per task: ``blocks`` are the blocks'
+    cells (all :class:`RaggedCells` or all :class:`DigestRows`), ``chunks`` the compressed
+    chunk objects ``(inner chunk index, bytes)`` of them all. The payloads stay in their
+    blocks; ``ranks`` and ``offsets`` describe the whole array for checks and coverage."""
+
+    def __init__(self, blocks: list, chunks: list):
+        self.blocks = [b for b in blocks if len(b)]
+        self.chunks = sorted(chunks, key=lambda kc: kc[0])
+        self.ranks = (
+            np.concatenate([b.ranks for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
+        )
+        lengths = [np.diff(b.offsets) for b in self.blocks]
+        self.offsets = np.concatenate(
+            ([0], np.cumsum(np.concatenate(lengths))) if lengths else ([0],)
+        ).astype(np.int64)
+
+    @property
+    def data(self) -> np.ndarray:
+        return (
+            np.concatenate([b.data for b in self.blocks]) if self.blocks else np.zeros(0, np.uint8)
+        )
+
+
+def join_cells(blocks: list):
+    """One array's cells from its blocks' (ascending, disjoint ranks), as one object of the
+    blocks' own kind."""
+    blocks = list(blocks)
+    if len(blocks) == 1:
+        return blocks[0]
+    ranks = np.concatenate([b.ranks for b in blocks])
+    if isinstance(blocks[0], DenseCells):
+        return DenseCells(ranks, np.concatenate([b.values for b in blocks]))
+    lengths = np.concatenate([np.diff(b.offsets) for b in blocks])
+    if isinstance(blocks[0], DigestRows):
+        rows = np.concatenate(([0], np.cumsum(lengths // 8))).astype(np.int64)
+        means = np.concatenate([b.means[: b.offsets[-1] // 8] for b in blocks])
+        unit = all(b.weights is None for b in blocks)
+        weights = (
+            None
+            if unit
+            else np.concatenate(
+                [
+                    np.ones(b.offsets[-1] // 8, "<f4")
+                    if b.weights is None
+                    else b.weights[: b.offsets[-1] // 8]
+                    for b in blocks
+                ]
+            )
+        )
+        return DigestRows(ranks, rows, means, weights)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return RaggedCells(ranks, offsets, np.concatenate([b.data[: b.offsets[-1]] for b in blocks]))

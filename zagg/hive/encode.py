@@ -166,17 +166,20 @@ def _put(buf, at, value, width):
 
 
 @numba.njit(cache=True, nogil=True)
-def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream):
+def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream,
+                  want_frames, want_stream):
     """Per touched chunk t: its §1.4 framing at ``frames[frame_at[t]:]`` (u32 cell count,
     u32 length ‖ payload per cell) and its §5.2 hash stream at ``stream[hash_at[t]:]``
-    (u64 length ‖ payload per cell). Both buffers arrive zeroed: empty cells are skipped.
-    Buffers, positions and payload lengths are in units of ``data``'s item size (1 or 4
-    bytes: every length then is a multiple of 4 bytes and copies move whole words)."""
-    w = frames.itemsize
+    (u64 length ‖ payload per cell), each only when wanted. Both buffers arrive zeroed:
+    empty cells are skipped. Buffers, positions and payload lengths are in units of
+    ``data``'s item size (1 or 4 bytes: every length then is a multiple of 4 bytes and
+    copies move whole words)."""
+    w = max(frames.itemsize, stream.itemsize)
     for t in range(touched.size):
         first = touched[t] * per
         f = frame_at[t]
-        _put(frames, f, per, 4 // w)
+        if want_frames:
+            _put(frames, f, per, 4 // w)
         f += 4 // w
         h = hash_at[t]
         prev = first
@@ -186,15 +189,16 @@ def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at,
             h += (8 // w) * (r - prev)
             a = offsets[i]
             length = offsets[i + 1] - a
-            _put(frames, f, length * w, 4 // w)
-            _put(stream, h, length * w, 8 // w)
-            f += 4 // w
-            h += 8 // w
-            for j in range(length):
-                frames[f + j] = data[a + j]
-                stream[h + j] = data[a + j]
-            f += length
-            h += length
+            if want_frames:
+                _put(frames, f, length * w, 4 // w)
+                for j in range(length):
+                    frames[f + 4 // w + j] = data[a + j]
+            if want_stream:
+                _put(stream, h, length * w, 8 // w)
+                for j in range(length):
+                    stream[h + 8 // w + j] = data[a + j]
+            f += 4 // w + length
+            h += 8 // w + length
             prev = r + 1
 
 
@@ -213,6 +217,55 @@ def _row_words(means, weights, data, row_at):
 BATCH_BYTES = 16 * 2**20  # payload bytes framed and hashed per kernel call
 
 
+def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bool,
+                    stream: bool):
+    """Per touched inner chunk of a vlen array (see :func:`encode_ragged`), in ascending
+    order: ``(chunk index, framing or None, hash stream or None)``, built a batch of
+    about :data:`BATCH_BYTES` at a time."""
+    per = n // n_inner
+    touched, bounds = _chunk_runs(ranks, per)
+    payload = offsets[bounds[1:]] - offsets[bounds[:-1]]
+    frame_size = 4 + 4 * per + payload
+    hash_size = 8 * per + payload
+    # whole 4-byte words when every payload is (t-digest rows always are)
+    words = rows is not None or (not np.any(offsets % 4) and data.size % 4 == 0
+                                 and data.ctypes.data % 4 == 0)
+    w = 4 if words else 1
+    unit = np.uint32 if words else np.uint8
+    t = 0
+    while t < touched.size:
+        end = t + 1  # one batch: chunks t:end, at least one whatever its size
+        while end < touched.size and hash_size[t : end + 1].sum() <= BATCH_BYTES:
+            end += 1
+        frame_at = np.concatenate(([0], np.cumsum(frame_size[t:end]))).astype(np.int64)
+        hash_at = np.concatenate(([0], np.cumsum(hash_size[t:end]))).astype(np.int64)
+        fbuf = np.zeros(int(frame_at[-1]) if frames else 0, np.uint8)
+        hbuf = np.zeros(int(hash_at[-1]) if stream else 0, np.uint8)
+        b0, b1 = int(bounds[t]), int(bounds[end])
+        if rows is None:
+            src, at = data, offsets
+        else:  # interleave this batch's digest rows only
+            lo = int(offsets[b0])
+            src = np.empty(int(offsets[b1]) - lo, np.uint8)
+            _row_words(rows[0], rows[1], src.view(np.uint32), lo // 8)
+            at = offsets - lo
+        _vlen_buffers(ranks, at // w, src.view(unit), per, touched[t:end],
+                      bounds[t : end + 1], frame_at // w, hash_at // w, fbuf.view(unit),
+                      hbuf.view(unit), frames, stream)
+        for i in range(end - t):
+            yield (int(touched[t + i]),
+                   fbuf[frame_at[i] : frame_at[i + 1]] if frames else None,
+                   hbuf[hash_at[i] : hash_at[i + 1]] if stream else None)
+        t = end
+
+
+def _cells_args(cells):
+    """``(ranks, byte offsets, data, rows)`` of Ragged/DigestRows cells for the encoders."""
+    if hasattr(cells, "means"):
+        return cells.ranks, cells.offsets, None, (cells.means, cells.weights)
+    return cells.ranks, cells.offsets, cells.data, None
+
+
 def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | None, n: int,
                   n_inner: int, level: int = ZSTD_LEVEL, rows=None) -> EncodedArray:
     """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
@@ -222,52 +275,54 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | Non
     than one inner chunk. Chunks are framed, hashed and compressed a batch at a time, so
     the working memory stays near :data:`BATCH_BYTES` however full the leaf."""
     per = n // n_inner
-    touched, bounds = _chunk_runs(ranks, per)
-    payload = offsets[bounds[1:]] - offsets[bounds[:-1]]
-    frame_size = 4 + 4 * per + payload
-    hash_size = 8 * per + payload
     fill = fill_of(np.dtype("<u8"), 0, n, per)
-    digest = _ChunkDigest(fill, int(touched[0]) if touched.size else fill.n_chunks)
+    digest = _ChunkDigest(fill, int(ranks[0]) // per if ranks.size else fill.n_chunks)
     zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
-    # whole 4-byte words when every payload is (t-digest rows always are)
-    words = rows is not None or (not np.any(offsets % 4) and data.size % 4 == 0
-                                 and data.ctypes.data % 4 == 0)
     chunks = []
-    t = 0
-    while t < touched.size:
-        end = t + 1  # one batch: chunks t:end, at least one whatever its size
-        while end < touched.size and hash_size[t : end + 1].sum() <= BATCH_BYTES:
-            end += 1
-        frame_at = np.concatenate(([0], np.cumsum(frame_size[t:end]))).astype(np.int64)
-        hash_at = np.concatenate(([0], np.cumsum(hash_size[t:end]))).astype(np.int64)
-        frames = np.zeros(int(frame_at[-1]), np.uint8)
-        stream = np.zeros(int(hash_at[-1]), np.uint8)
-        b0, b1 = int(bounds[t]), int(bounds[end])
-        if rows is None:
-            src, at = data, offsets
-        else:  # interleave this batch's digest rows only
-            lo = int(offsets[b0])
-            src = np.empty(int(offsets[b1]) - lo, np.uint8)
-            _row_words(rows[0], rows[1], src.view(np.uint32), lo // 8)
-            at = offsets - lo
-        w = 4 if words else 1
-        _vlen_buffers(ranks, at // w, src.view(np.uint32) if words else src, per,
-                      touched[t:end], bounds[t : end + 1], frame_at // w, hash_at // w,
-                      frames.view(np.uint32) if words else frames,
-                      stream.view(np.uint32) if words else stream)
-        for i in range(end - t):
-            digest.add(int(touched[t + i]), stream[hash_at[i] : hash_at[i + 1]])
-            chunks.append(zstd.compress(frames[frame_at[i] : frame_at[i + 1]]))
-        t = end
-    if not touched.size:
-        return EncodedArray([], digest.hexdigest())
+    for k, frame, stream in _ragged_batches(ranks, offsets, data, n, n_inner, rows, True, True):
+        digest.add(k, stream)
+        chunks.append((k, zstd.compress(frame)))
+    return EncodedArray(ragged_objects(chunks, n_inner), digest.hexdigest())
+
+
+def ragged_chunks(cells, n: int, n_inner: int, level: int = ZSTD_LEVEL) -> list[tuple[int, bytes]]:
+    """The compressed inner chunks ``(index, bytes)`` of the vlen ``cells`` (Ragged or
+    DigestRows), without hashing: one block's share of :func:`encode_ragged`."""
+    zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
+    ranks, offsets, data, rows = _cells_args(cells)
+    return [(k, zstd.compress(frame)) for k, frame, _ in
+            _ragged_batches(ranks, offsets, data, n, n_inner, rows, True, False)]
+
+
+def ragged_digest(blocks: list, n: int, n_inner: int) -> str:
+    """The §5.2 digest of a vlen array of ``n`` cells held as ``blocks`` (Ragged or
+    DigestRows cells of ascending, disjoint inner chunks), without compressing."""
+    per = n // n_inner
+    fill = fill_of(np.dtype("<u8"), 0, n, per)
+    blocks = [b for b in blocks if len(b)]
+    first = int(blocks[0].ranks[0]) // per if blocks else fill.n_chunks
+    digest = _ChunkDigest(fill, first)
+    for block in blocks:
+        ranks, offsets, data, rows = _cells_args(block)
+        for k, _, stream in _ragged_batches(ranks, offsets, data, n, n_inner, rows, False,
+                                            True):
+            digest.add(k, stream)
+    return digest.hexdigest()
+
+
+def ragged_objects(chunks: list[tuple[int, bytes]], n_inner: int) -> list[tuple[int, bytes]]:
+    """The stored objects of a vlen array from its compressed inner chunks (ascending): the
+    chunk itself for a one-chunk leaf, else one shard object with its index."""
+    if not chunks:
+        return []
     if n_inner == 1:
-        return EncodedArray([(0, chunks[0])], digest.hexdigest())
-    sizes = np.fromiter(map(len, chunks), dtype=np.uint64, count=len(chunks))
+        return [(0, chunks[0][1])]
+    touched = np.fromiter((k for k, _ in chunks), dtype=np.int64, count=len(chunks))
+    sizes = np.fromiter((len(c) for _, c in chunks), dtype=np.uint64, count=len(chunks))
     index = np.full((n_inner, 2), ABSENT, dtype="<u8")
     index[touched, 0] = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.uint64)
     index[touched, 1] = sizes
-    return EncodedArray([(0, _shard_bytes(chunks, index))], digest.hexdigest())
+    return [(0, _shard_bytes([c for _, c in chunks], index))]
 
 
 def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> bytes:
