@@ -195,21 +195,50 @@ def cli_run(cfg: dict, workdir: str) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(cfg: dict, scheduler: str) -> tuple[float, object, int, str]:
-    """(wall seconds, run summary, peak RSS of the process tree, store directory) of one
-    ``zagg.run`` into a fresh store on the cluster at ``scheduler``."""
+def longest_shard_chain(records: list) -> float:
+    """Seconds of the longest chain of dependent shard tasks in a run's task stream: per
+    shard, its slowest block's combines, contents and encode, then its contents and leaf
+    write. After the reduction, a cluster with threads to spare waits for this chain."""
+    blocks: dict = {}
+    tail: dict = {}
+    for r in records:
+        key = r["key"]
+        if not isinstance(key, tuple) or not str(key[0]).startswith("zagg-"):
+            continue
+        name = str(key[0])
+        stage = "encode" if "-encode-" in name else name.split("-")[1]
+        took = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "compute")
+        if stage in ("combine", "blockcontents", "encode"):
+            block = (key[1], key[2])
+            blocks[block] = blocks.get(block, 0.0) + took
+        elif stage in ("contents", "write"):
+            tail[key[1]] = tail.get(key[1], 0.0) + took
+    slowest: dict = {}
+    for (shard, _), took in blocks.items():
+        slowest[shard] = max(slowest.get(shard, 0.0), took)
+    return max((slowest.get(i, 0.0) + tail.get(i, 0.0) for i in set(slowest) | set(tail)),
+               default=0.0)
+
+
+def one_run(cfg: dict, client) -> tuple[float, object, int, str, float]:
+    """(wall seconds, run summary, peak RSS of the process tree, store directory, longest
+    shard chain) of one ``zagg.run`` into a fresh store on ``client``'s cluster."""
+    from distributed import get_task_stream
+
     from zagg.run import run
 
     tmp = tempfile.mkdtemp(prefix="zagg-bench-")
     stop, peak = threading.Event(), []
     sampler = threading.Thread(target=sample_rss, args=(stop, peak), daemon=True)
     sampler.start()
-    t0 = time.perf_counter()
-    summary = run(cfg, store=f"{tmp}/store", scheduler=scheduler, progress=False)
-    wall = time.perf_counter() - t0
+    with get_task_stream(client) as stream:
+        t0 = time.perf_counter()
+        summary = run(cfg, store=f"{tmp}/store", scheduler=client.scheduler.address,
+                      progress=False)
+        wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    return wall, summary, peak[0], tmp
+    return wall, summary, peak[0], tmp, longest_shard_chain(stream.data)
 
 
 def main() -> int:
@@ -262,16 +291,16 @@ def main() -> int:
             t_start = time.perf_counter() - t0
             runs = []
             for i in range(max(args.runs, 1)):
-                wall, summary, peak, tmp = one_run(cfg, client.scheduler.address)
+                wall, summary, peak, tmp, chain = one_run(cfg, client)
                 if i == 0:
                     vlen_bytes, sample = vlen_frames(f"{tmp}/store")
                     t_zstd = vlen_bytes / zstd_rate(sample, cores)
                     del sample
                 shutil.rmtree(tmp, ignore_errors=True)
-                runs.append((wall, summary, peak))
+                runs.append((wall, summary, peak, chain))
         t_cli = cli_run(cfg, points) if args.cli else None
         shutil.rmtree(points, ignore_errors=True)
-        wall, summary, _ = runs[0]
+        wall, summary, _, chain = runs[0]
         rate = n / (t_start + wall)
         print(f"\n{n:.0e} points: {summary.shards} shards, {summary.cells_with_data:,} cells "
               f"with data, {summary.bytes_written / 2**20:,.0f} MiB written")
@@ -292,6 +321,9 @@ def main() -> int:
         print(f"  per shard       {wall / max(summary.shards, 1) * cores:7.3f} core-s "
               f"(first run)")
         print(f"  peak RSS        {max(r[2] for r in runs) / 2**30:7.2f} GiB (all processes)")
+        print(f"  longest chain   {chain:7.2f} s       (first run: the heaviest shard's tasks "
+              "after the reduction, its slowest block's combine and encode, then its write; "
+              "what a cluster with threads to spare waits for)")
         print(f"  ratio to geo2mort {rate / base:5.2f}   (end to end)")
         t_hash = (summary.shards * leaf_bytes + vlen_bytes) / hash_rate
         t_floor = n / base + t_hash + t_zstd

@@ -125,13 +125,17 @@ def test_results_do_not_depend_on_the_combine_tree_shape(monkeypatch, fan_in):
     tasks = dict(_chain_layer(deep)[1])
     depths = {k[3] for k in tasks if isinstance(k, tuple) and "-combine-" in k[0]}
     assert max(depths) >= 1  # 16 chunks at fan-in 2 or 3: at least two combine levels
-    deep = deep.compute()
-    for name in flat.data_vars:
-        a, b = flat[name].values, deep[name].values
-        if a.dtype == object:
-            assert all(x == y for x, y in zip(a, b, strict=True)), name
+    _assert_same_values(flat, deep.compute())
+
+
+def _assert_same_values(a, b):
+    """Every variable of two computed leaf Datasets holds the same values."""
+    for name in a.variables:
+        x, y = a[name].values, b[name].values
+        if x.dtype == object:
+            assert all(p == q for p, q in zip(x, y, strict=True)), name
         else:
-            np.testing.assert_array_equal(a, b, err_msg=name)
+            np.testing.assert_array_equal(x, y, err_msg=name)
 
 
 def _objects(root):
@@ -162,13 +166,7 @@ def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
     block_keys = {k[1:] for k in tasks if isinstance(k, tuple) and "-blockcontents-" in k[0]}
     assert block_keys == {(i, b) for i, nb in enumerate(blocks) if nb > 1 for b in range(nb)}
 
-    a, b = whole.compute(), split.compute()
-    for name in a.variables:
-        x, y = a[name].values, b[name].values
-        if x.dtype == object:
-            assert all(p == q for p, q in zip(x, y, strict=True)), name
-        else:
-            np.testing.assert_array_equal(x, y, err_msg=name)
+    _assert_same_values(whole.compute(), split.compute())
 
     s1 = zagg.to_hive(whole, tmp_path / "whole")
     s2 = zagg.to_hive(split, tmp_path / "split")

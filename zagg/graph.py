@@ -34,8 +34,8 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from . import grid as G
 
 FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
-BLOCK_ROWS = 4_000_000  # rows (cells + centroids) a shard block aims at, at most
-MAX_BLOCKS = 16  # blocks of one shard, at most (each adds a piece task per input chunk)
+BLOCK_ROWS = 8_000_000  # rows (cells + centroids) a shard block aims at, at most
+MAX_BLOCKS = 8  # blocks of one shard, at most (each adds a piece task per input chunk)
 
 
 def shard_priorities(rows, n: int) -> list[int]:
