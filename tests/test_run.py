@@ -103,17 +103,34 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
     assert seen == int((ours["count"].values > 0).sum())
 
 
-def test_content_hashes_do_not_depend_on_workers_or_chunking(tmp_path, photons):
+def test_content_hashes_do_not_depend_on_workers_chunking_or_blocks(tmp_path, photons,
+                                                                     monkeypatch):
+    from zagg import graph
+
     cfg = config()
     # digests are chunking-invariant while loss-free: give every cell room for its photons
     cfg["aggregation"]["variables"]["h_tdigest"]["params"] = {"delta": 100_000}
+    split = []
+    real = graph.shard_blocks
+
+    def counted(*args):
+        split.append(real(*args))
+        return split[-1]
+
+    monkeypatch.setattr(graph, "shard_blocks", counted)
     runs = {}
-    for label, chunk, workers in (("a", 30_000, 1), ("b", 17_000, 2)):
+    for label, chunk, workers, block_rows in (("a", 30_000, 1, graph.BLOCK_ROWS),
+                                              ("b", 17_000, 2, graph.BLOCK_ROWS),
+                                              ("c", 17_000, 2, 2_000)):
+        monkeypatch.setattr(graph, "BLOCK_ROWS", block_rows)
+        split.clear()
         store = tmp_path / label
         run(cfg, store=str(store), source=photons.chunk({"photon": chunk}), workers=workers,
             threads=1, progress=False)
         runs[label] = _hashes(store)
-    assert runs["a"] == runs["b"] and len(runs["a"]) >= 2
+        # the third run combines and compresses its heavy shards in blocks on two workers
+        assert (max(split) > 1) == (label == "c")
+    assert runs["a"] == runs["b"] == runs["c"] and len(runs["a"]) >= 2
 
 
 def test_run_reads_a_zarr_input_quietly_and_writes_the_same_leaves(tmp_path, photons):
