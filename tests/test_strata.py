@@ -306,3 +306,29 @@ def test_composition_of_a_flux_digest_is_refused():
         "params": {"of": "h_flux", "threshold": 2}}
     with pytest.raises(ConfigError, match="'h_flux' is flux-weighted"):
         zagg.load_config(cfg)
+
+
+@pytest.mark.parametrize("located", [False, True])
+def test_strata_leaves_written_in_blocks_are_the_same_bytes(photons, tmp_path, monkeypatch,
+                                                            located):
+    """Composition words, where-selected digests and location siblings: a store whose
+    heavy shards were combined and compressed in blocks holds the same bytes."""
+    from zagg import graph
+
+    stores = {}
+    for label, rows in (("whole", graph.BLOCK_ROWS), ("blocks", 3_000)):
+        monkeypatch.setattr(graph, "BLOCK_ROWS", rows)
+        leaves = zagg.aggregate(photons.chunk({"photon": 20_000}), strata_config(located))
+        blocks = leaves.attrs["zagg"]["contents"]["blocks"]
+        assert (max(blocks) > 1) == (label == "blocks")
+        summary = to_hive(leaves, tmp_path / label)
+        stores[label] = {r["shard_id"]: r["content_hashes"] for r in summary.records}
+        root = tmp_path / label
+        stores[label + " objects"] = {str(p.relative_to(root)): p.read_bytes()
+                                      for p in sorted(root.rglob("*"))
+                                      if p.is_file() and "/c/" in str(p.relative_to(root))}
+    assert stores["whole"] == stores["blocks"]
+    assert stores["whole objects"] == stores["blocks objects"]
+    names = {k.split("/")[-3] for k in stores["blocks objects"]}
+    assert {"composition", "h_tdigest_signal"} <= names
+    assert located == ("h_tdigest_signal_locations" in names)
