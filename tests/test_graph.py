@@ -182,3 +182,18 @@ def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
     layer = dict(w.tasks[0].__dask_graph__().layers[w.tasks[0].__dask_layers__()[0]])
     encodes = [k for k in layer if isinstance(k, tuple) and "-encode-" in k[0]]
     assert len(encodes) == sum(nb for nb in blocks if nb > 1)
+
+
+def test_a_write_whose_recorded_priorities_do_not_fit_goes_in_shard_order(tmp_path):
+    from zagg.write import prepare_write
+
+    res = zagg.aggregate(make_points(3000, seed=5), make_config(), chunk_size=1000).compute()
+    n = len(res.attrs["zagg"]["shards"])
+    z = res.attrs["zagg"]
+    res.attrs["zagg"] = {**z, "contents": {**z["contents"], "priority": [1]}}
+    w = prepare_write(res, tmp_path / "s")
+    layer = w.tasks[0].__dask_graph__().layers[w.tasks[0].__dask_layers__()[0]]
+    write = graph.STAGES.index("write")
+    assert [layer.annotations["priority"](t.key) for t in w.tasks] == \
+        [(n - i) * len(graph.STAGES) + write for i in range(n)]
+    assert w.execute().leaves_written == n

@@ -255,6 +255,8 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
                         {"failed_granules": failed} if failed else None)
     contents = contents_tasks(ds)
     priorities = (z.get("contents") or {}).get("priority")
+    if priorities is not None and len(priorities) != len(shard_ids):
+        priorities = None  # attrs edited since aggregate(): schedule in shard order
     if contents is not None:
         sources, deps = contents
         tasks = graph.blocked_write_tasks(
