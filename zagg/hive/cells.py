@@ -306,12 +306,6 @@ class BlockedRagged(RaggedCells):
             ([0], np.cumsum(np.concatenate(lengths))) if lengths else ([0],)
         ).astype(np.int64)
 
-    @property
-    def data(self) -> np.ndarray:
-        return (
-            np.concatenate([b.data for b in self.blocks]) if self.blocks else np.zeros(0, np.uint8)
-        )
-
 
 def join_cells(blocks: list):
     """One array's cells from its blocks' (ascending, disjoint ranks), as one object of the
