@@ -197,3 +197,70 @@ def test_a_write_whose_recorded_priorities_do_not_fit_goes_in_shard_order(tmp_pa
     assert [layer.annotations["priority"](t.key) for t in w.tasks] == \
         [(n - i) * len(graph.STAGES) + write for i in range(n)]
     assert w.execute().leaves_written == n
+
+
+def _reduce_keys(results):
+    """Per reduction task of ``results``: the keys it waits for, and the graph's keys."""
+    from dask._task_spec import Task
+
+    dsk = dict(results[0].dask)
+    deps = {r.key: dsk[r.key].dependencies for r in results}
+    assert all(isinstance(dsk[r.key], Task) for r in results)
+    return deps, set(dsk)
+
+
+def _partials_equal(a, b):
+    assert np.array_equal(a.shards, b.shards) and np.array_equal(a.bounds, b.bounds)
+    assert np.array_equal(a.partial.cells, b.partial.cells)
+
+
+def test_input_reads_run_inside_the_reductions_that_read_them(tmp_path):
+    import dask
+
+    from zagg.aggregate import make_plan, reduce_chunk
+    from zagg.config import load_config
+
+    ds = make_points(5000, seed=4)
+    ds.chunk({"obs": 1000}).to_zarr(tmp_path / "p.zarr", zarr_format=3, consolidated=False)
+    opened = xr.open_zarr(tmp_path / "p.zarr", zarr_format=3, consolidated=False)
+    plan = make_plan(load_config(make_config()))
+    blocks = list(zip(*[opened[n].data.to_delayed(optimize_graph=False).reshape(-1)
+                        for n in plan.inputs], strict=True))
+    results = graph.chunk_tasks(plan, blocks)
+    deps, keys = _reduce_keys(results)
+    reads = {b.key for blk in blocks for b in blk}
+    # no task of its own per chunk and array: a reduction waits only for the plan and the
+    # opened arrays, which every chunk shares
+    for d in deps.values():
+        assert not d & reads
+        assert len(d) == 1 + len(plan.inputs)
+    with dask.config.set(scheduler="sync"):
+        got = dask.compute(*results)
+    for j, r in enumerate(got):
+        rows = slice(1000 * j, 1000 * (j + 1))
+        want = reduce_chunk(plan, *[ds[n].values[rows] for n in plan.inputs])
+        _partials_equal(r, want)
+        assert r.counts == want.counts
+
+
+def test_a_block_read_by_two_inputs_stays_one_task():
+    import dask
+
+    from zagg.aggregate import make_plan, reduce_chunk
+    from zagg.config import load_config
+
+    ds = make_points(2000, seed=5).chunk({"obs": 1000})
+    plan = make_plan(load_config(make_config()))
+    per = {n: ds[n].data.to_delayed(optimize_graph=False).reshape(-1) for n in plan.inputs}
+    twice = plan.inputs[-1]
+    per[twice] = per["h"] if twice != "h" else per["lat"]  # one block read for two inputs
+    blocks = list(zip(*[per[n] for n in plan.inputs], strict=True))
+    results = graph.chunk_tasks(plan, blocks)
+    deps, _ = _reduce_keys(results)
+    for j, d in enumerate(deps.values()):
+        assert blocks[j][-1].key in d  # referenced, computed once, not inlined twice
+    with dask.config.set(scheduler="sync"):
+        got = dask.compute(*results)
+    for j, r in enumerate(got):
+        arrays = [b.compute() for b in blocks[j]]
+        _partials_equal(r, reduce_chunk(plan, *arrays))

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import operator
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -139,12 +141,27 @@ def chunk_tasks(plan, blocks: list[tuple[Delayed, ...]]) -> list[Delayed]:
     token = tokenize(plan, [[b.key for b in blk] for blk in blocks])
     name = f"zagg-reduce-{token}"
     plan_key = f"zagg-plan-{token}"
+    deps = [b for blk in blocks for b in blk]
+    inputs = HighLevelGraph.merge(*[b.dask for b in deps]) if deps else HighLevelGraph({}, {})
+    uses = Counter(b.key for b in deps)
+    inlined = {b.key: _inlined(inputs, b.key) if uses[b.key] == 1 else TaskRef(b.key)
+               for b in deps}
     tasks = {plan_key: plan}
     for j, blk in enumerate(blocks):
-        tasks[name, j] = (reduce_chunk, plan_key, *[b.key for b in blk])
-    deps = [b for blk in blocks for b in blk]
+        tasks[name, j] = Task((name, j), reduce_chunk, TaskRef(plan_key),
+                              *[inlined[b.key] for b in blk])
     graph = HighLevelGraph.from_collections(name, tasks, dependencies=deps)
     return [Delayed((name, j), graph, layer=name) for j in range(len(blocks))]
+
+
+def _inlined(inputs: HighLevelGraph, key):
+    """The task that makes input block ``key``, to run inside the one reduction that reads
+    it: a reduction then needs no task of its own per input array and chunk (each costs the
+    scheduler a round trip). Data, aliases and blocks read twice stay references."""
+    node = inputs[key]
+    if isinstance(node, Task):
+        return node
+    return TaskRef(key)
 
 
 def literal_blocks(arrays: list[np.ndarray], chunk_size: int) -> list[tuple[Delayed, ...]]:
