@@ -11,6 +11,21 @@ from zagg import grid as G
 from zagg.aggregate import Plan
 
 
+def _shared(tasks: dict, cls) -> list:
+    """The objects of class ``cls`` that ``tasks`` share by key. Each must be a task (not
+    a bare literal, which distributed's scheduler would hold back as a data producer
+    while other tasks are ready)."""
+    from dask._task_spec import DataNode, Task
+
+    assert not any(isinstance(v, (cls, DataNode)) for v in tasks.values())
+    out = [v() for v in tasks.values()
+           if isinstance(v, Task) and not v.dependencies and isinstance(v(), cls)]
+    for v in tasks.values():
+        if isinstance(v, Task) and not v.dependencies:
+            assert not v.data_producer
+    return out
+
+
 def _chain_layer(res):
     hlg = res["count"].data.__dask_graph__()
     return hlg, hlg.layers[res.attrs["zagg"]["contents"]["layer"]]
@@ -21,7 +36,7 @@ def test_chain_holds_plan_once_and_one_task_per_piece_combine_contents_finalize(
     res = zagg.aggregate(ds, make_config(), chunk_size=1000)
     _, layer = _chain_layer(res)
     tasks = dict(layer)
-    jobs = [v for v in tasks.values() if isinstance(v, graph.ShardJob)]
+    jobs = _shared(tasks, graph.ShardJob)
     assert len(jobs) == 1 and isinstance(jobs[0].plan, Plan)
     shards = res.attrs["zagg"]["shards"]
     kinds = {}
@@ -103,7 +118,7 @@ def test_write_tasks_carry_priorities_and_share_one_writer(tmp_path):
     w = prepare_write(res, tmp_path / "s")
     hlg = w.tasks[0].__dask_graph__()
     layer = hlg.layers[w.tasks[0].__dask_layers__()[0]]
-    writers = [v for v in dict(layer).values() if isinstance(v, LeafWriter)]
+    writers = _shared(dict(layer), LeafWriter)
     assert len(writers) == 1
     n = len(w.shards)
     last = len(graph.STAGES) - 1  # a write goes before any other task of its shard

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from dask._task_spec import Task, TaskRef
+from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -146,7 +146,7 @@ def chunk_tasks(plan, blocks: list[tuple[Delayed, ...]]) -> list[Delayed]:
     uses = Counter(b.key for b in deps)
     inlined = {b.key: _inlined(inputs, b.key) if uses[b.key] == 1 else TaskRef(b.key)
                for b in deps}
-    tasks = {plan_key: plan}
+    tasks = {plan_key: shared_value(plan_key, plan)}
     for j, blk in enumerate(blocks):
         tasks[name, j] = Task((name, j), reduce_chunk, TaskRef(plan_key),
                               *[inlined[b.key] for b in blk])
@@ -162,6 +162,18 @@ def _inlined(inputs: HighLevelGraph, key):
     if isinstance(node, Task):
         return node
     return TaskRef(key)
+
+
+def shared_value(key, value) -> Task:
+    """``value`` as the task ``key`` that every task sharing it reads. Stored as a bare
+    literal it would be a "data producer" to distributed's scheduler, which holds such
+    tasks back while the workers are busy: a shared object needed by the first combine
+    would wait until every other ready task of the run (every piece) had run."""
+    return Task(key, _value, DataNode(None, value))
+
+
+def _value(value):
+    return value
 
 
 def literal_blocks(arrays: list[np.ndarray], chunk_size: int) -> list[tuple[Delayed, ...]]:
@@ -236,7 +248,7 @@ def shard_chains(
     piece, comb = f"zagg-piece-{token}", f"zagg-combine-{token}"
     contents, fin = f"zagg-contents-{token}", f"zagg-finalize-{token}"
     bcontents = f"zagg-blockcontents-{token}"
-    tasks: dict = {job_key: job}
+    tasks: dict = {job_key: shared_value(job_key, job)}
     for i, w in enumerate(words):
         blocks = n_blocks[i]
         for b in range(blocks):
@@ -307,7 +319,7 @@ def shard_tasks(
     token = tokenize(prefix, uuid.uuid4().hex)  # tasks with side effects: never merged
     name = f"{prefix}-{token}"
     shared_key = f"{prefix}-shared-{token}"
-    tasks = {shared_key: shared}
+    tasks = {shared_key: shared_value(shared_key, shared)}
     for i, a in enumerate(args):
         tasks[name, i] = (func, shared_key, *a)
     return _shard_layer(name, tasks, len(args), dependencies, priorities, "write")
@@ -332,7 +344,7 @@ def blocked_write_tasks(
     token = tokenize(prefix, uuid.uuid4().hex)
     name, enc = f"{prefix}-{token}", f"{prefix}-encode-{token}"
     shared_key = f"{prefix}-shared-{token}"
-    tasks = {shared_key: shared}
+    tasks = {shared_key: shared_value(shared_key, shared)}
     for i, (sid, src) in enumerate(zip(shard_ids, sources, strict=True)):
         if not isinstance(src, list):
             tasks[name, i] = (whole, shared_key, sid, src)
