@@ -181,7 +181,7 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
         # the failed client is closed even while its error is kept (as a notebook keeps
         # the last one): it must not stay the default every later computation waits on
         assert caught.value.__cause__ is not None
-        assert cluster._default_client() is None
+        assert cluster.active_client() is None
         assert dask.config.get("scheduler", None) is None
         assert int(dask.array.ones(4).sum().compute()) == 4
 

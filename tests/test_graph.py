@@ -1,5 +1,7 @@
 """The aggregation's task graph: shape, priorities, and results independent of tree shape."""
 
+import importlib
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -9,6 +11,8 @@ import zagg
 from zagg import graph
 from zagg import grid as G
 from zagg.aggregate import Plan
+
+aggregate_module = importlib.import_module("zagg.aggregate")
 
 
 def _shared(tasks: dict, cls) -> list:
@@ -31,8 +35,16 @@ def _chain_layer(res):
     return hlg, hlg.layers[res.attrs["zagg"]["contents"]["layer"]]
 
 
-def test_chain_holds_plan_once_and_one_task_per_piece_combine_contents_finalize():
+def _in_one_process(monkeypatch, inline: bool) -> None:
+    """Build the next graphs as if the chunk results were (not) all in one process."""
+    monkeypatch.setattr(aggregate_module, "_in_one_process", lambda results, found: inline)
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_chain_holds_plan_once_and_its_tasks_per_piece_combine_contents_finalize(
+        monkeypatch, inline):
     ds = make_points(6000, seed=3)
+    _in_one_process(monkeypatch, inline)
     res = zagg.aggregate(ds, make_config(), chunk_size=1000)
     _, layer = _chain_layer(res)
     tasks = dict(layer)
@@ -45,8 +57,44 @@ def test_chain_holds_plan_once_and_one_task_per_piece_combine_contents_finalize(
             kinds.setdefault(k[0].split("-")[1], set()).add(k[1])
     # every shard has its contents and finalize task; pieces only where chunks touch it
     assert kinds["contents"] == kinds["finalize"] == set(range(len(shards)))
-    assert kinds["piece"] == set(range(len(shards)))
     assert "combine" in kinds  # six chunks: shards touched by several chunks are combined
+    waits = set().union(*(tasks[k].dependencies for k in tasks
+                          if isinstance(k, tuple) and "-combine-" in k[0]))
+    chunk_results = {k for k in waits if isinstance(k, tuple) and "-reduce-" in k[0]}
+    if inline:  # each combine cuts its pieces from the chunk results it waits for
+        assert "piece" not in kinds
+        assert len(chunk_results) == 6
+        assert all(k in chunk_results or k in tasks for k in waits)
+    else:  # a task per piece, run where its chunk's result lives
+        assert kinds["piece"] == set(range(len(shards)))
+        assert not chunk_results
+
+
+def test_pieces_are_cut_inside_the_combines_when_one_process_holds_every_chunk():
+    from distributed import Client, LocalCluster, futures_of, wait
+
+    from zagg.aggregate import _in_one_process as one_process
+    from zagg.config import load_config
+    from zagg.graph import chunk_tasks
+
+    def chunk_results(seed):
+        ds = make_points(4000, seed=seed).chunk({"obs": 1000})
+        blocks = zip(*[ds[n].data.to_delayed().reshape(-1) for n in ("lat", "lon", "h")],
+                     strict=True)
+        return chunk_tasks(plan, list(blocks))
+
+    plan = aggregate_module.make_plan(load_config(make_config()))
+    assert one_process([], discovered=True)  # no client: everything in this process
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        workers = list(client.scheduler_info()["workers"])
+        spread = [client.persist(r, workers=[workers[j % 2]])
+                  for j, r in enumerate(chunk_results(8))]
+        together = [client.persist(r, workers=[workers[0]]) for r in chunk_results(9)]
+        wait(futures_of([*spread, *together]))
+        assert not one_process(spread, discovered=True)
+        assert one_process(together, discovered=True)
+        assert not one_process(chunk_results(10), discovered=False)  # two workers could
 
 
 def _clusters(sizes, seed=0):
@@ -130,12 +178,14 @@ def test_write_tasks_carry_priorities_and_share_one_writer(tmp_path):
     assert summary.leaves_written == n
 
 
+@pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("fan_in", [2, 3])
-def test_results_do_not_depend_on_the_combine_tree_shape(monkeypatch, fan_in):
+def test_results_do_not_depend_on_the_combine_tree_shape(monkeypatch, fan_in, inline):
     ds = make_points(8000, seed=6)
     cfg = make_config()
     flat = zagg.aggregate(ds, cfg, chunk_size=500).compute()
     monkeypatch.setattr(graph, "FAN_IN", fan_in)
+    _in_one_process(monkeypatch, inline)
     deep = zagg.aggregate(ds, cfg, chunk_size=500)
     tasks = dict(_chain_layer(deep)[1])
     depths = {k[3] for k in tasks if isinstance(k, tuple) and "-combine-" in k[0]}
@@ -162,10 +212,12 @@ def _objects(root):
     }
 
 
+@pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("sharded", [True, False])
 def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
-    monkeypatch, tmp_path, sharded
+    monkeypatch, tmp_path, sharded, inline
 ):
+    _in_one_process(monkeypatch, inline)
     ds = _clusters([6000, 900, 40], seed=7)
     cfg = make_config(sharded=sharded)
     whole = zagg.aggregate(ds, cfg, chunk_size=1000)

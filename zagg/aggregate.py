@@ -560,13 +560,26 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, discover: bool | None = No
         shard_words = np.asarray(plan.shard_set, dtype=np.uint64)
         members = {int(w): results for w in shard_words}
     out = _build_dataset(config, plan, shard_words, members, counts, dim,
-                         time.perf_counter() - t0, rows)
+                         time.perf_counter() - t0, rows, _in_one_process(results, discover))
     if granule_var:
         out.attrs["zagg"]["granules"] = granule_ids
         out.attrs["zagg"]["shard_granules"] = shard_granules
     if ds.attrs.get("failed_granules"):
         out.attrs["zagg"]["failed_granules"] = list(ds.attrs["failed_granules"])
     return out
+
+
+def _in_one_process(results: list, discovered: bool) -> bool:
+    """Whether one process holds every chunk result: without a distributed client, or
+    when one worker holds them all (discovered: where they were persisted; otherwise
+    when the cluster has one worker). Then no piece of a chunk result ever has to move,
+    and the combines cut their pieces themselves (:func:`zagg.graph.shard_chains`)."""
+    client = progress_.active_client()
+    if client is None:
+        return True
+    if discovered:
+        return len({w for held in client.who_has(results).values() for w in held}) <= 1
+    return len(client.scheduler_info(n_workers=-1)["workers"]) <= 1
 
 
 def _fields_block(fields) -> dict:
@@ -586,7 +599,8 @@ def _fields_block(fields) -> dict:
 
 
 def _build_dataset(
-    config: Config, plan: Plan, shard_words, members, counts, dim, t_discover, rows=None
+    config: Config, plan: Plan, shard_words, members, counts, dim, t_discover, rows=None,
+    inline_pieces: bool = False,
 ):
     """The lazy leaf Dataset: per shard, tree-combine → :func:`shard_contents` →
     :func:`finalize_shard` (:func:`zagg.graph.shard_chains`), one chunk per shard along
@@ -601,7 +615,7 @@ def _build_dataset(
         if f.located:
             outputs[f.locations_name] = object
     built = graph.shard_chains(graph.ShardJob(plan, fields, keys), shard_words, members,
-                               outputs, rows, config.grid.inner_chunks)
+                               outputs, rows, config.grid.inner_chunks, inline_pieces)
     data_vars = {}
     for f in fields:
         data_vars[f.name] = xr.Variable("cells", built.arrays[f.name], f.array_attrs())

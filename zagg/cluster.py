@@ -19,6 +19,7 @@ import os
 import psutil
 
 from .heap import tune_heap
+from .progress import active_client
 
 
 def machine_defaults() -> dict:
@@ -171,7 +172,7 @@ def connected(target):
         with target.as_current():
             yield target
         return
-    before = _default_client()
+    before = active_client()
     try:
         client = Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
             else Client(target)
@@ -187,20 +188,11 @@ def connected(target):
         yield client
 
 
-def _default_client():
-    from distributed import default_client
-
-    try:
-        return default_client()
-    except ValueError:
-        return None
-
-
 def _close_half_made(before) -> None:
     """Close the client a failed ``Client(...)`` left behind: it registers itself as the
     process's default before connecting, so while its error is referenced (a notebook
     keeps the last one) every later dask computation would wait on it forever."""
-    left = _default_client()
+    left = active_client()
     if left is not None and left is not before and left.status != "running":
         left.close()
 

@@ -220,12 +220,19 @@ def shard_chains(
     outputs: dict[str, np.dtype],
     rows: dict[int, int] | None = None,
     n_inner: int = 1,
+    inline_pieces: bool = False,
 ) -> ShardArrays:
     """Per shard: pieces → combine tree → contents → finalize, and one dask array per
     entry of ``outputs`` (name → dtype; object for ragged fields) with one chunk per shard,
     plus the ``morton`` coordinate. ``rows`` (shard word → estimated rows, from discovery)
     orders the shards heaviest first and splits heavy ones into blocks of whole inner
-    chunks (``n_inner`` per shard), each with its own pieces, combine tree and contents."""
+    chunks (``n_inner`` per shard), each with its own pieces, combine tree and contents.
+
+    A piece (a chunk's rows of one shard or block) is a task of its own, run where its
+    chunk's result lives so that only those rows move to the combine. With
+    ``inline_pieces`` (every chunk result in one process) the combines cut their pieces
+    themselves: a run of 10^8 points has thousands of pieces, and as tasks they cost the
+    scheduler more than all the combining."""
     import dask.array as da
 
     plan = job.plan
@@ -242,6 +249,7 @@ def shard_chains(
         np.asarray(shard_words, np.uint64).tobytes(),
         [[r.key for r in members[w]] for w in words],
         n_blocks,
+        inline_pieces,
     )
     chain = f"zagg-shard-{token}"
     job_key = f"zagg-job-{token}"
@@ -255,18 +263,23 @@ def shard_chains(
             bounds = block_words(w, p, c, b, blocks)
             level = []
             for j, r in enumerate(members[w]):
-                tasks[piece, i, b, j] = (_piece, r.key, w, bounds)
-                level.append((piece, i, b, j))
+                cut = Task(None, _piece, TaskRef(r.key), w, bounds)
+                if inline_pieces:  # runs inside the task it is an argument of
+                    level.append(cut)
+                    continue
+                tasks[piece, i, b, j] = Task((piece, i, b, j), _piece, TaskRef(r.key), w, bounds)
+                level.append(TaskRef((piece, i, b, j)))
             depth = 0
             while len(level) > 1:
                 nxt = []
                 for k in range(0, len(level), FAN_IN):
                     key = (comb, i, b, depth, k // FAN_IN)
-                    tasks[key] = (ShardJob.combine, job_key, *level[k : k + FAN_IN])
-                    nxt.append(key)
+                    tasks[key] = Task(key, ShardJob.combine, TaskRef(job_key),
+                                      *level[k : k + FAN_IN])
+                    nxt.append(TaskRef(key))
                 level, depth = nxt, depth + 1
             out = (contents, i) if blocks == 1 else (bcontents, i, b)
-            tasks[out] = (ShardJob.contents, job_key, level[0], w)
+            tasks[out] = Task(out, ShardJob.contents, TaskRef(job_key), level[0], w)
         if blocks > 1:
             tasks[contents, i] = (
                 ShardJob.joined,

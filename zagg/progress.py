@@ -12,7 +12,8 @@ import sys
 import dask
 
 
-def _client():
+def active_client():
+    """The distributed client dask computations go to, or None."""
     try:
         from distributed import default_client
 
@@ -37,7 +38,7 @@ def compute(tasks, *, progress: bool = False, label: str = "", release: bool = F
     so the graph (and any persisted results it references) is not kept alive by the caller
     while the tasks run: the scheduler frees each intermediate when its last user is done.
     """
-    client = _client()
+    client = active_client()
     if client is not None:
         futures = client.compute(list(tasks))
         if release:
@@ -55,7 +56,7 @@ def compute(tasks, *, progress: bool = False, label: str = "", release: bool = F
 
 def persist(objs, *, progress: bool = False, label: str = "") -> list:
     """``dask.persist(*objs)``; on a distributed client, waits with a progress bar."""
-    client = _client()
+    client = active_client()
     out = list(dask.persist(*objs))
     if client is not None and progress and out:
         _distributed_bar(out, label)
