@@ -1,12 +1,17 @@
 """The task graph of an aggregation, written directly as graph layers.
 
-Per input chunk one reduction task; per shard one chain: each touching chunk's piece of
-the shard, a combine tree (``FAN_IN`` partials per task), the shard's occupied cells
-(``contents``, what the leaf writer reads) and the dense arrays (``finalize``), then one
-task per output array chunk picking its field. ``dask.delayed`` would tokenize and walk
-every argument of every call (about a millisecond each here), seconds of client time for
-runs of thousands of shards before any work starts; here the plan sits in the graph once
-and tasks are plain tuples.
+Per input chunk one reduction task (reading the chunk inside it); per shard one chain:
+each touching chunk's piece of the shard, a combine tree (``FAN_IN`` partials per task),
+the shard's occupied cells (``contents``, what the leaf writer reads) and the dense arrays
+(``finalize``), then one task per output array chunk picking its field. ``dask.delayed``
+would tokenize and walk every argument of every call (about a millisecond each here),
+seconds of client time for runs of thousands of shards before any work starts; here the
+plan sits in the graph once and tasks are built directly.
+
+Every task also costs the scheduler and a worker a round trip, so tasks are only made
+where they pay: input reads run inside the reductions, and pieces inside the combines when
+one process holds every chunk result (where they need not move). Objects shared by key are
+tasks (:func:`shared_value`), never literals, which distributed would hold back.
 
 A shard whose discovery counted more than :data:`BLOCK_ROWS` rows is split into blocks
 (runs of whole inner chunks): each block has its own pieces, combine tree and contents,
