@@ -268,12 +268,12 @@ def shard_chains(
             bounds = block_words(w, p, c, b, blocks)
             level = []
             for j, r in enumerate(members[w]):
-                cut = Task(None, _piece, TaskRef(r.key), w, bounds)
-                if inline_pieces:  # runs inside the task it is an argument of
-                    level.append(cut)
+                if inline_pieces:  # cut inside the combine (or contents) it is passed to
+                    level.append(Task(None, _piece, TaskRef(r.key), w, bounds))
                     continue
-                tasks[piece, i, b, j] = Task((piece, i, b, j), _piece, TaskRef(r.key), w, bounds)
-                level.append(TaskRef((piece, i, b, j)))
+                key = (piece, i, b, j)
+                tasks[key] = Task(key, _piece, TaskRef(r.key), w, bounds)
+                level.append(TaskRef(key))
             depth = 0
             while len(level) > 1:
                 nxt = []
