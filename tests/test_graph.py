@@ -19,7 +19,7 @@ def _shared(tasks: dict, cls) -> list:
     """The objects of class ``cls`` that ``tasks`` share by key. Each must be a task (not
     a bare literal, which distributed's scheduler would hold back as a data producer
     while other tasks are ready)."""
-    from dask._task_spec import DataNode, Task
+    from dask.task_spec import DataNode, Task
 
     assert not any(isinstance(v, (cls, DataNode)) for v in tasks.values())
     out = [v() for v in tasks.values()
@@ -268,7 +268,7 @@ def test_a_write_whose_recorded_priorities_do_not_fit_goes_in_shard_order(tmp_pa
 
 def _reduce_keys(results):
     """Per reduction task of ``results``: the keys it waits for, and the graph's keys."""
-    from dask._task_spec import Task
+    from dask.task_spec import Task
 
     dsk = dict(results[0].dask)
     deps = {r.key: dsk[r.key].dependencies for r in results}

@@ -33,10 +33,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.task_spec import DataNode, Task, TaskRef
 
 from . import grid as G
 
