@@ -41,8 +41,9 @@ from dask.task_spec import DataNode, Task, TaskRef
 from . import grid as G
 
 FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
-BLOCK_ROWS = 8_000_000  # rows (cells + centroids) a shard block aims at, at most
-MAX_BLOCKS = 8  # blocks of one shard, at most (each adds a piece task per input chunk)
+BLOCK_ROWS = 4_000_000  # rows (cells + centroids) a shard block aims at, at most
+MAX_BLOCKS = 16  # blocks of one shard, at most (across workers each adds a piece task per
+# input chunk; in one process pieces are cut inside the combines and blocks cost nothing)
 
 
 def shard_priorities(rows, n: int) -> list[int]:
