@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from test_aggregate import P, make_config, make_points
+from test_hive_builders import chunk_objects
 
 import zagg
 from zagg import graph
@@ -203,15 +204,6 @@ def _assert_same_values(a, b):
             np.testing.assert_array_equal(x, y, err_msg=name)
 
 
-def _objects(root):
-    """Every chunk object of a store, by path (stamps and sidecars carry times)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "/c/" in str(p.relative_to(root))
-    }
-
-
 @pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("sharded", [True, False])
 def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
@@ -241,7 +233,7 @@ def test_heavy_shards_split_into_blocks_give_the_same_values_and_bytes(
     h1 = {r["shard_id"]: r["content_hashes"] for r in s1.records}
     h2 = {r["shard_id"]: r["content_hashes"] for r in s2.records}
     assert h1 == h2
-    o1, o2 = _objects(tmp_path / "whole"), _objects(tmp_path / "split")
+    o1, o2 = chunk_objects(tmp_path / "whole"), chunk_objects(tmp_path / "split")
     assert o1.keys() == o2.keys() and all(o1[k] == o2[k] for k in o1)
     from zagg.write import prepare_write
 
@@ -319,8 +311,7 @@ def test_a_block_read_by_two_inputs_stays_one_task():
     ds = make_points(2000, seed=5).chunk({"obs": 1000})
     plan = make_plan(load_config(make_config()))
     per = {n: ds[n].data.to_delayed(optimize_graph=False).reshape(-1) for n in plan.inputs}
-    twice = plan.inputs[-1]
-    per[twice] = per["h"] if twice != "h" else per["lat"]  # one block read for two inputs
+    per[plan.inputs[-1]] = per[plan.inputs[0]]  # one block read for two inputs
     blocks = list(zip(*[per[n] for n in plan.inputs], strict=True))
     results = graph.chunk_tasks(plan, blocks)
     deps, _ = _reduce_keys(results)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_hive_builders import ATTRS, FIELDS, NORTH, grid_block, new_store, shard_arrays
+from test_hive_builders import (
+    ATTRS,
+    FIELDS,
+    NORTH,
+    chunk_objects,
+    grid_block,
+    new_store,
+    shard_arrays,
+)
 
 from zagg.hive import cells as cells_
 from zagg.hive import encode_block, leaf_path, write_leaf_blocks, write_leaf_cells
@@ -53,15 +61,6 @@ def _split(contents, blocks: int):
     ]
 
 
-def _objects(root, shard_id=NORTH):
-    leaf = root / leaf_path(shard_id)
-    return {
-        str(p.relative_to(leaf)): p.read_bytes()
-        for p in sorted(leaf.rglob("*"))
-        if p.is_file() and "/c/" in str(p.relative_to(leaf))
-    }
-
-
 @pytest.mark.parametrize("sharded", [True, False])
 @pytest.mark.parametrize("digest_rows", [True, False])
 @pytest.mark.parametrize("blocks", [2, 4, 16])
@@ -81,7 +80,7 @@ def test_a_leaf_from_blocks_is_the_leaf_written_whole(tmp_path, sharded, digest_
     assert split["content_hashes"] == whole["content_hashes"]
     assert split["cells_with_data"] == whole["cells_with_data"] == 25
     assert split["coverage"] == whole["coverage"]
-    a, b = _objects(tmp_path / "whole"), _objects(tmp_path / "split")
+    a, b = chunk_objects(tmp_path / "whole"), chunk_objects(tmp_path / "split")
     assert len(a) >= 5 and a.keys() == b.keys()
     assert all(a[k] == b[k] for k in a)
 

@@ -44,6 +44,19 @@ def new_store(root, short_name: str = "T", version: str = "1") -> str:
     return root
 
 
+def chunk_objects(root) -> dict[str, bytes]:
+    """Every chunk object under ``root`` (a store or a leaf), by relative path: the bytes
+    two ways of writing the same data must agree on (stamps and sidecars carry times)."""
+    from pathlib import Path
+
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "/c/" in str(p.relative_to(root))
+    }
+
+
 def grid_block(p=4, k=5, c=6, sharded=True) -> dict:
     return {
         "type": "healpix",

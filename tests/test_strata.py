@@ -7,6 +7,7 @@ import mortie
 import numpy as np
 import pytest
 import yaml
+from test_hive_builders import chunk_objects
 
 import zagg
 from zagg.config import ConfigError
@@ -323,10 +324,7 @@ def test_strata_leaves_written_in_blocks_are_the_same_bytes(photons, tmp_path, m
         assert (max(blocks) > 1) == (label == "blocks")
         summary = to_hive(leaves, tmp_path / label)
         stores[label] = {r["shard_id"]: r["content_hashes"] for r in summary.records}
-        root = tmp_path / label
-        stores[label + " objects"] = {str(p.relative_to(root)): p.read_bytes()
-                                      for p in sorted(root.rglob("*"))
-                                      if p.is_file() and "/c/" in str(p.relative_to(root))}
+        stores[label + " objects"] = chunk_objects(tmp_path / label)
     assert stores["whole"] == stores["blocks"]
     assert stores["whole objects"] == stores["blocks objects"]
     names = {k.split("/")[-3] for k in stores["blocks objects"]}

@@ -43,7 +43,7 @@ from . import grid as G
 FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
 BLOCK_ROWS = 4_000_000  # rows (cells + centroids) a shard block aims at, at most
 MAX_BLOCKS = 16  # blocks of one shard, at most (across workers each adds a piece task per
-# input chunk; in one process pieces are cut inside the combines and blocks cost nothing)
+# input chunk; in one process pieces are cut inside the combines, so it adds none)
 
 
 def shard_priorities(rows, n: int) -> list[int]:
@@ -237,8 +237,8 @@ def shard_chains(
     A piece (a chunk's rows of one shard or block) is a task of its own, run where its
     chunk's result lives so that only those rows move to the combine. With
     ``inline_pieces`` (every chunk result in one process) the combines cut their pieces
-    themselves: a run of 10^8 points has thousands of pieces, and as tasks they cost the
-    scheduler more than all the combining."""
+    themselves: a run of 10^8 points has thousands of pieces, and as tasks each costs the
+    scheduler and a worker a round trip on the cores the combines need."""
     import dask.array as da
 
     plan = job.plan
