@@ -341,12 +341,13 @@ def test_unsharded_store_reads_back_identically(tmp_path, photons):
     assert len(chunks) > 1  # one object per occupied inner chunk
 
 
-def test_empty_run_writes_only_the_manifest(tmp_path, photons):
+def test_empty_run_writes_only_the_manifest_and_config(tmp_path, photons):
     cfg = config()
     cfg["data_source"]["filters"][0]["value"] = 99
     summary = to_hive(zagg.aggregate(photons, cfg), tmp_path / "e")
     assert summary.leaves_written == 0
-    assert [p.name for p in (tmp_path / "e").iterdir()] == ["morton_hive.json"]
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == ["aggregation.yaml",
+                                                                   "morton_hive.json"]
     lines = summary.lines()
     n = photons.sizes["photon"]
     assert f"  of read       {n:,}" in lines
@@ -396,6 +397,7 @@ def test_cli_run_inspect_verify(tmp_path):
     result = subprocess.run([sys.executable, "-m", "zagg", "inspect", str(tmp_path / "cli")],
                             capture_output=True, text=True, check=True)
     assert '"spec": "morton-hive/1"' in result.stdout and "stamped" in result.stdout
+    assert f"config: {tmp_path / 'cli' / 'aggregation.yaml'}" in result.stdout
     assert "q50=" in result.stdout
     ok = subprocess.run([sys.executable, "-m", "zagg", "verify", str(tmp_path / "cli")],
                         capture_output=True, text=True)

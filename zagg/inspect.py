@@ -22,7 +22,7 @@ import zarr
 from . import hive
 from .hive import coverage as hcov
 from .hive.hashes import array_digest, combined_digest
-from .hive.paths import MANIFEST_KEY, ROOT_COVERAGE_KEY
+from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY
 from .hive.stamp import read_stamp_or_debris
 from .hive.storage import StoreRootError
 
@@ -253,6 +253,8 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
         raise FileNotFoundError(f"{root.url} holds no {MANIFEST_KEY}: not a hive store")
     lines = [f"store {root.url}", "manifest:"]
     lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
+    lines.append(f"config: {root.url_of(CONFIG_KEY)}" if root.exists(CONFIG_KEY) else
+                 f"config: no {CONFIG_KEY} (made by a zagg that did not record its config)")
     found = hive.walk_leaves(root)
     stamps = [(leaf, sid, *read_stamp_or_debris(root, leaf)) for leaf, sid in found]
     stamped = [s for s in stamps if s[2] is not None]

@@ -12,7 +12,7 @@ from .checks import require_dataset
 from .cluster import cluster_for, connected, entered_in_background
 from .config import Config, ConfigError, load_config
 from .hive.paths import MANIFEST_KEY
-from .manifests import manifest_for
+from .manifests import check_store
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -111,7 +111,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
              "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
-    hive.check_manifest(root, manifest_for(probe))
+    check_store(root, probe)
     # the cluster starts in the background: its workers import their modules while this
     # process opens the source and imports numba and xarray. dask and distributed are
     # imported here first: two threads importing one package at once can each see the

@@ -18,7 +18,7 @@ from . import progress as progress_
 from .checks import require_dataset
 from .grid import from_decimal
 from .hive.paths import MANIFEST_KEY
-from .manifests import manifest_for
+from .manifests import ensure_store
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -237,11 +237,8 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
                          "every cell of its shard, so write the Dataset zagg.aggregate returned "
                          "without selecting cells (to write only some shards, pass "
                          "shards=[...] to zagg.aggregate)")
-    manifest = manifest_for(z)
-    semantic = manifest["semantic_hash"]
     hive.check_store_root(root, MANIFEST_KEY)
-    hive.check_manifest(root, manifest)
-    hive.write_manifest(root, manifest)
+    semantic = ensure_store(root, z)["semantic_hash"]
 
     if any(ds[n].chunks is None for n in names):
         ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again

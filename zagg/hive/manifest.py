@@ -109,10 +109,12 @@ def has_leaves(root: StoreRoot) -> list[str]:
     return [d for d in dirs if _BASE_RE.match(d)]
 
 
-def check_manifest(root: str | StoreRoot, manifest: dict) -> dict | None:
+def check_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> dict | None:
     """Read-only precheck before any leaf is written; returns the existing manifest.
 
-    Raises :class:`ManifestConflictError` when frozen keys differ and leaves exist.
+    Raises :class:`ManifestConflictError` when frozen keys differ and leaves exist. When the
+    semantic hashes differ, ``explain(existing)`` (if given) may return the sentence that
+    says which settings differ, in place of the generic one.
     """
     root = as_root(root)
     try:
@@ -135,9 +137,11 @@ def check_manifest(root: str | StoreRoot, manifest: dict) -> dict | None:
             )
             meaning = ""
             if "semantic_hash" in diffs:
-                meaning = (" The semantic hash covers the config's data_source, aggregation, "
-                           "output.dataset and output.grid.sharded: one of them differs from "
-                           "the config this store was made with.")
+                said = explain(existing) if explain is not None else None
+                meaning = " " + (said or (
+                    "The semantic hash covers the config's data_source, aggregation, "
+                    "output.dataset and output.grid.sharded: one of them differs from the "
+                    "config this store was made with."))
             raise ManifestConflictError(
                 f"refusing to write leaves into {root.url}: frozen manifest keys differ from the "
                 f"existing store: {detail}.{meaning} The store already holds leaves under "
@@ -146,10 +150,10 @@ def check_manifest(root: str | StoreRoot, manifest: dict) -> dict | None:
     return existing
 
 
-def write_manifest(root: str | StoreRoot, manifest: dict) -> bool:
+def write_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> bool:
     """Ensure the manifest: no write when the frozen keys already match; returns True if written."""
     root = as_root(root)
-    existing = check_manifest(root, manifest)
+    existing = check_manifest(root, manifest, explain)
     if existing is not None and not frozen_differences(existing, manifest):
         return False
     root.write_json(MANIFEST_KEY, manifest)

@@ -11,6 +11,7 @@ import re
 
 MANIFEST_KEY = "morton_hive.json"
 ROOT_COVERAGE_KEY = "coverage.moc"
+CONFIG_KEY = "aggregation.yaml"  # the config of the run that made the store
 LEAF_COVERAGE_NAME = "coverage.moc"
 STATS_NAME = "stats.json"
 GRANULES_NAME = "granules.json"
