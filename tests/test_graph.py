@@ -5,6 +5,7 @@ import importlib
 import numpy as np
 import pytest
 import xarray as xr
+from dask.task_spec import Task
 from test_aggregate import P, make_config, make_points
 from test_hive_builders import chunk_objects
 
@@ -293,6 +294,12 @@ def test_input_reads_run_inside_the_reductions_that_read_them(tmp_path):
     for d in deps.values():
         assert not d & reads
         assert len(d) == 1 + len(plan.inputs)
+    # the nested reads are zagg's read_block, so a worker needs no dask.array to run them
+    layer = results[0].dask.layers[results[0].key[0]]
+    nested = [a for task in layer.values() if task.func is reduce_chunk for a in task.args
+              if isinstance(a, Task)]
+    assert len(nested) == len(blocks) * len(plan.inputs)
+    assert {a.func for a in nested} == {graph.read_block}
     with dask.config.set(scheduler="sync"):
         got = dask.compute(*results)
     for j, r in enumerate(got):
@@ -300,6 +307,35 @@ def test_input_reads_run_inside_the_reductions_that_read_them(tmp_path):
         want = reduce_chunk(plan, *[ds[n].values[rows] for n in plan.inputs])
         _partials_equal(r, want)
         assert r.counts == want.counts
+
+
+def test_read_block_reads_as_dask_getter_does():
+    import threading
+
+    from dask.array.core import getter
+
+    values = np.arange(12.0).reshape(3, 4)
+
+    class CountingLock:
+        def __init__(self):
+            self.lock, self.taken = threading.Lock(), 0
+
+        def acquire(self):
+            self.taken += 1
+            self.lock.acquire()
+
+        def release(self):
+            self.lock.release()
+
+    lock = CountingLock()
+    for index in [(slice(0, 2), slice(1, 3)), (1, slice(None)), (slice(None), None, 2)]:
+        got = graph.read_block(values, index, lock=lock)
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, getter(values, index))
+    assert lock.taken == 3 and not lock.lock.locked()
+    as_list = graph.read_block([[1, 2], [3, 4]], 1)
+    assert type(as_list) is np.ndarray and as_list.tolist() == [3, 4]
+    assert graph.read_block([[1, 2], [3, 4]], 1, asarray=False) == [3, 4]
 
 
 def test_a_block_read_by_two_inputs_stays_one_task():

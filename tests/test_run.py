@@ -309,11 +309,17 @@ def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monk
     source_opened = threading.Event()
     order = []
 
+    loaded = {}
+
     @contextlib.contextmanager
     def cluster_after_source(*args, **kwargs):
         order.append(("cluster start", source_opened.wait(30)))
         with real_cluster_for(*args, **kwargs) as cluster:
             yield cluster
+            from distributed import Client
+
+            with Client(cluster) as client:  # the run is over; its worker is still up
+                loaded.update(client.run(lambda: "dask.array" in sys.modules))
 
     def open_source(*args, **kwargs):
         order.append(("source opened",))
@@ -329,6 +335,9 @@ def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monk
     summary = run(cfg, store=str(tmp_path / "s"), workers=1, threads=1, progress=False)
     assert order == [("source opened",), ("cluster start", True)]
     assert summary.leaves_written >= 2
+    # the worker read the zarr input without dask.array, whose import (≈ 0.8 s with the
+    # scipy modules it loads) would hold up a fresh cluster's first reduction
+    assert list(loaded.values()) == [False]
 
 
 def test_unsharded_store_reads_back_identically(tmp_path, photons):

@@ -9,9 +9,11 @@ seconds of client time for runs of thousands of shards before any work starts; h
 plan sits in the graph once and tasks are built directly.
 
 Every task also costs the scheduler and a worker a round trip, so tasks are only made
-where they pay: input reads run inside the reductions, and pieces inside the combines when
-one process holds every chunk result (where they need not move). Objects shared by key are
-tasks (:func:`shared_value`), never literals, which distributed would hold back.
+where they pay: input reads run inside the reductions (dask.array's block reads as
+:func:`read_block`, so a worker never imports dask.array for them), and pieces inside the
+combines when one process holds every chunk result (where they need not move). Objects
+shared by key are tasks (:func:`shared_value`), never literals, which distributed would
+hold back.
 
 A shard whose discovery counted more than :data:`BLOCK_ROWS` rows is split into blocks
 (runs of whole inner chunks): each block has its own pieces, combine tree and contents,
@@ -28,6 +30,7 @@ shard.
 from __future__ import annotations
 
 import operator
+import sys
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -165,9 +168,31 @@ def _inlined(inputs: HighLevelGraph, key):
     it: a reduction then needs no task of its own per input array and chunk (each costs the
     scheduler a round trip). Data, aliases and blocks read twice stay references."""
     node = inputs[key]
-    if isinstance(node, Task):
-        return node
-    return TaskRef(key)
+    if not isinstance(node, Task):
+        return TaskRef(key)
+    core = sys.modules.get("dask.array.core")
+    if core is not None and node.func is core.getter:
+        return Task(node.key, read_block, *node.args, **node.kwargs)
+    return node
+
+
+def read_block(array, index, asarray=True, lock=None):
+    """One input block, ``array[index]``, as dask.array's ``getter`` reads it (index
+    without ``None``; its lock held). A worker then needs no dask.array to read its input:
+    that import (≈ 0.8 s with the scipy modules it loads) would otherwise hold up a fresh
+    worker's first reduction."""
+    if isinstance(index, tuple) and any(i is None for i in index):
+        from dask.array.core import getter
+
+        return getter(array, index, asarray=asarray, lock=lock)
+    if lock:
+        lock.acquire()
+    try:
+        block = array[index]
+    finally:
+        if lock:
+            lock.release()
+    return np.asarray(block) if asarray else block
 
 
 def shared_value(key, value) -> Task:
