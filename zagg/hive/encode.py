@@ -38,7 +38,7 @@ ZSTD_LEVEL = 3
 
 @dataclass
 class EncodedArray:
-    """The chunk objects of one array (``(chunk index, bytes)``) and its §5.2 digest."""
+    """The chunk objects of one array (``(chunk index, bytes-like)``) and its §5.2 digest."""
 
     objects: list[tuple[int, bytes]]
     digest: str
@@ -140,7 +140,12 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
     dtype = values.dtype
     per = n // n_inner
     touched, bounds = _chunk_runs(ranks, per)
-    block = np.empty((touched.size, per), dtype=dtype)
+    nbytes = per * dtype.itemsize  # one inner chunk
+    # the chunks are filled in place: in the shard object's own buffer when sharded
+    # (chunks, then the index and its crc), so the leaf's bytes are never copied again
+    size = touched.size * nbytes + (16 * n_inner + 4 if sharded else 0)
+    buf = np.empty(size, np.uint8)
+    block = buf[: touched.size * nbytes].view(dtype).reshape(touched.size, per)
     block.fill(fill)
     if ranks.size:
         row = np.repeat(np.arange(touched.size), np.diff(bounds))
@@ -149,12 +154,15 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
     if not touched.size:
         return EncodedArray([], digest)
     if sharded:
-        nbytes = per * dtype.itemsize
         index = np.full((n_inner, 2), ABSENT, dtype="<u8")
         index[touched, 0] = np.arange(touched.size, dtype=np.uint64) * np.uint64(nbytes)
         index[touched, 1] = nbytes
-        return EncodedArray([(0, _shard_bytes([block.tobytes()], index))], digest)
-    return EncodedArray([(int(k), block[t].tobytes()) for t, k in enumerate(touched)], digest)
+        tail = buf[touched.size * nbytes :]
+        tail[:-4] = index.reshape(-1).view(np.uint8)
+        tail[-4:] = np.frombuffer(_crc(tail[:-4]), np.uint8)
+        return EncodedArray([(0, buf)], digest)
+    return EncodedArray([(int(k), buf[t * nbytes : (t + 1) * nbytes])
+                         for t, k in enumerate(touched)], digest)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -327,5 +335,9 @@ def ragged_objects(chunks: list[tuple[int, bytes]], n_inner: int) -> list[tuple[
 
 def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> bytes:
     index_bytes = index.tobytes()
-    crc = struct.pack("<I", google_crc32c.value(index_bytes))
-    return b"".join([*chunks, index_bytes, crc])
+    return b"".join([*chunks, index_bytes, _crc(index_bytes)])
+
+
+def _crc(index_bytes) -> bytes:
+    """The shard index's crc32c, little-endian."""
+    return struct.pack("<I", google_crc32c.value(bytes(index_bytes)))
