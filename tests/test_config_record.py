@@ -121,6 +121,22 @@ def test_without_a_matching_record_the_refusal_stays_general(tmp_path, photons):
     assert yaml.safe_load((store / "aggregation.yaml").read_text()) == config()
 
 
+def test_an_unreadable_record_keeps_the_refusal(tmp_path, photons, monkeypatch):
+    store = tmp_path / "s"
+    to_hive(zagg.aggregate(photons, config()), store)
+    real = hive.StoreRoot.read_bytes
+
+    def denied(self, key):
+        if key == "aggregation.yaml":
+            raise PermissionError("access denied")
+        return real(self, key)
+
+    monkeypatch.setattr(hive.StoreRoot, "read_bytes", denied)
+    with pytest.raises(hive.ManifestConflictError,
+                       match="The semantic hash covers the config's data_source"):
+        to_hive(zagg.aggregate(photons, _changed()), store)
+
+
 def test_differences_walks_nested_settings():
     old = {"aggregation": {"variables": {"a": {"function": "max"}, "b": {"function": "sum"}}},
            "dataset": {"short_name": "X", "version": "1"}, "grid": {"sharded": True}}

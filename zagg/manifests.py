@@ -7,7 +7,6 @@ numba or xarray (and before its cluster starts).
 from __future__ import annotations
 
 from . import hive
-from .hive.manifest import frozen_differences
 from .hive.paths import CONFIG_KEY
 
 #: data_source keys that say where and how points are fetched, not what they are: a store
@@ -130,7 +129,10 @@ def semantic_explainer(root, zattrs: dict):
     the one the store was made with (as recorded in its ``aggregation.yaml``)."""
 
     def explain(existing: dict) -> str | None:
-        old = _recorded_core(root, existing)
+        try:
+            old = _recorded_core(root, existing)
+        except Exception:  # the explanation is best effort: never replace the refusal
+            return None
         if old is None:
             return None
         diffs = differences(old, _zattrs_core(zattrs))
@@ -152,15 +154,12 @@ def check_store(root, zattrs: dict) -> dict | None:
 
 
 def ensure_store(root, zattrs: dict) -> dict:
-    """Check the store as :func:`check_store` does, then write the config record (when the
-    manifest is new or changes, or the record is missing) and the manifest; returns it."""
+    """Check the store as :func:`check_store` does and write its manifest when new or
+    changed, then the config record (then, or when missing); returns the manifest."""
     manifest = manifest_for(zattrs)
-    explain = semantic_explainer(root, zattrs)
-    existing = hive.check_manifest(root, manifest, explain)
-    if (existing is None or frozen_differences(existing, manifest)
-            or not root.exists(CONFIG_KEY)):
+    written = hive.write_manifest(root, manifest, semantic_explainer(root, zattrs))
+    if written or not root.exists(CONFIG_KEY):
         record = config_record(zattrs.get("config") or {})
         if record is not None:
             root.write_bytes(CONFIG_KEY, record)
-    hive.write_manifest(root, manifest, explain)
     return manifest
