@@ -269,3 +269,46 @@ def test_field_declarations_are_validated(tmp_path):
     with pytest.raises(ValueError, match="parent_order \\(4\\) <= chunk_inner \\(3\\)"):
         write_leaf(root, NORTH, arrays, FIELDS, grid_block(k=3), attrs=ATTRS)
     assert not (tmp_path / "1").exists()
+
+
+def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, moto_s3,
+                                                                     monkeypatch):
+    """On an object store a leaf's objects are sent together (concurrent PUTs), and its
+    stamp only after all of them: the same objects as a local write, in two steps."""
+    options, fs = moto_s3
+    fs.mkdir("leafbatch")
+    root = StoreRoot("s3://leafbatch/store", options)
+    calls = []
+    real_pipe, real_pipe_file = root.fs.pipe, root.fs.pipe_file
+
+    def pipe(objects, *args, **kwargs):
+        calls.append(("batch", sorted(k.split("/store/", 1)[1] for k in objects)))
+        return real_pipe(objects, *args, **kwargs)
+
+    def pipe_file(path, *args, **kwargs):
+        calls.append(("one", path.split("/store/", 1)[1]))
+        return real_pipe_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(root.fs, "pipe", pipe)
+    monkeypatch.setattr(root.fs, "pipe_file", pipe_file)
+    remote_record, _ = write_shard(root, NORTH)
+    local_record, _ = write_shard(str(tmp_path / "local"), NORTH)
+    assert remote_record["content_hashes"] == local_record["content_hashes"]
+
+    leaf = remote_record["path"]
+    local = {str(p.relative_to(tmp_path / "local")): p.read_bytes()
+             for p in (tmp_path / "local").rglob("*") if p.is_file()}
+    remote = {p.split("/store/", 1)[1]: fs.cat_file(p) for p in fs.find("leafbatch/store")}
+    assert sorted(remote) == sorted(local)
+    node = leaf.rsplit("/", 1)[0]
+    stamped = {f"{leaf}/zarr.json", f"{node}/stats.json"}
+    for key in set(local) - stamped:  # written_at and timings aside, the same bytes
+        assert remote[key] == local[key], key
+    batches = [c for c in calls if c[0] == "batch"]
+    assert len(batches) == 1
+    sent = batches[0][1]
+    assert sorted(k for k in local if "/c/" in k) == [k for k in sent if "/c/" in k]
+    assert f"{leaf}/zarr.json" in sent  # the unstamped template, overwritten by the stamp
+    after = calls[calls.index(batches[0]) + 1:]
+    assert after[0] == ("one", f"{leaf}/zarr.json")  # the stamp follows the batch
+    assert json.loads(remote[f"{leaf}/zarr.json"])["attributes"][COMMIT_ATTR]["complete"]

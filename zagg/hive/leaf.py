@@ -98,17 +98,18 @@ def write_leaf_cells(
     _check_clearable(root, rel)
     root.delete_prefix(rel)
     template = template_documents(geometry, specs, morton_attrs)
+    out = _Unstamped(root)
     sizes = {  # final size of every object of the leaf, by key
-        key: root.write_bytes(f"{rel}/{key}", doc) for key, doc in template.items()
+        key: out.put(f"{rel}/{key}", doc) for key, doc in template.items()
     }
     digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-        root, rel, shard_id, geometry, specs, contents, occupied)
+        out, rel, shard_id, geometry, specs, contents, occupied)
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
     if geometry.depth > 0:
         payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
-        extra_bytes += root.write_bytes(f"{rel}/{paths.LEAF_COVERAGE_NAME}", payload)
+        extra_bytes += out.put(f"{rel}/{paths.LEAF_COVERAGE_NAME}", payload)
         envelope = coverage.leaf_envelope(
             coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
@@ -120,6 +121,9 @@ def write_leaf_cells(
                                           geometry.cell_order)
     t_coverage = time.perf_counter()
 
+    t0 = time.perf_counter()
+    out.flush()  # every object of the leaf is stored before its stamp
+    io_s += time.perf_counter() - t0
     content = {"arrays": dict(sorted(digests.items())),
                "combined": hashes.combined_digest(digests)}
     written_at = stamp.now_iso()
@@ -373,7 +377,27 @@ def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> De
     return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
 
 
-def _write_chunks(root, rel, shard_id, geometry: Geometry, specs, contents, occupied):
+class _Unstamped:
+    """A leaf's objects before its stamp. A local store writes each at once; an object
+    store gets them together at :meth:`flush` (concurrent PUTs), which the stamp follows."""
+
+    def __init__(self, root: StoreRoot):
+        self.root = root
+        self.pending: dict[str, object] = {}
+
+    def put(self, key: str, data) -> int:
+        if self.root.is_local:
+            return self.root.write_bytes(key, data)
+        self.pending[key] = data
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        self.root.write_many(self.pending)
+        self.pending = {}
+
+
+def _write_chunks(out: _Unstamped, rel, shard_id, geometry: Geometry, specs, contents,
+                  occupied):
     """Write every array's chunk objects; returns (digests by key, bytes, objects)."""
     group = str(geometry.cell_order)
     n, k = geometry.n_cells, geometry.n_inner
@@ -397,7 +421,7 @@ def _write_chunks(root, rel, shard_id, geometry: Geometry, specs, contents, occu
         digests[f"{group}/{name}"] = enc.digest
         t0 = time.perf_counter()
         for idx, data in enc.objects:
-            total += root.write_bytes(f"{rel}/{group}/{name}/c/{idx}", data)
+            total += out.put(f"{rel}/{group}/{name}/c/{idx}", data)
             count += 1
         io_s += time.perf_counter() - t0
     return digests, total, count, io_s
