@@ -289,8 +289,19 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
         calls.append(("one", path.split("/store/", 1)[1]))
         return real_pipe_file(path, *args, **kwargs)
 
+    def spied(name):
+        real = getattr(root.fs, name)
+
+        def call(path, *args, **kwargs):
+            calls.append((name, path.split("/store/", 1)[1]))
+            return real(path, *args, **kwargs)
+
+        return call
+
     monkeypatch.setattr(root.fs, "pipe", pipe)
     monkeypatch.setattr(root.fs, "pipe_file", pipe_file)
+    for name in ("cat_file", "rm"):
+        monkeypatch.setattr(root.fs, name, spied(name))
     remote_record, _ = write_shard(root, NORTH)
     local_record, _ = write_shard(str(tmp_path / "local"), NORTH)
     assert remote_record["content_hashes"] == local_record["content_hashes"]
@@ -309,6 +320,15 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     sent = batches[0][1]
     assert sorted(k for k in local if "/c/" in k) == [k for k in sent if "/c/" in k]
     assert f"{leaf}/zarr.json" in sent  # the unstamped template, overwritten by the stamp
-    after = calls[calls.index(batches[0]) + 1:]
+    before, after = calls[: calls.index(batches[0])], calls[calls.index(batches[0]) + 1:]
+    assert before == []  # a fresh leaf: no stamp to read, nothing to clear
     assert after[0] == ("one", f"{leaf}/zarr.json")  # the stamp follows the batch
     assert json.loads(remote[f"{leaf}/zarr.json"])["attributes"][COMMIT_ATTR]["complete"]
+    # writing it again reads the old stamp and clears the leaf first, then the same bytes
+    calls.clear()
+    again, _ = write_shard(root, NORTH)
+    assert again["content_hashes"] == local_record["content_hashes"]
+    first_batch = next(i for i, c in enumerate(calls) if c[0] == "batch")
+    assert ("cat_file", f"{leaf}/zarr.json") in calls[:first_batch]
+    assert ("rm", leaf) in calls[:first_batch]
+    assert {p.split("/store/", 1)[1] for p in fs.find("leafbatch/store")} == set(local)

@@ -95,8 +95,9 @@ def write_leaf_cells(
     morton_attrs = dict((attrs or {}).get(MORTON) or {})
     t_prepared = time.perf_counter()
 
-    _check_clearable(root, rel)
-    root.delete_prefix(rel)
+    if any(root.list_dir(rel)):  # a fresh leaf (the usual case) costs one listing
+        _check_clearable(root, rel)
+        root.delete_prefix(rel)
     template = template_documents(geometry, specs, morton_attrs)
     out = _Unstamped(root)
     sizes = {  # final size of every object of the leaf, by key
