@@ -64,7 +64,7 @@ def test_record_and_stamp(tmp_path):
     assert record["bytes_written"] == sum(
         p.stat().st_size for p in leaf_dir.rglob("*") if p.is_file()
     )
-    assert set(record["timings"]) >= {"arrays_s", "stamp_s", "total_s"}
+    assert set(record["timings"]) >= {"arrays_s", "upload_s", "stamp_s", "total_s"}
     values = decoded(root, NORTH)
     for name in ("count", "h_mean", "quality"):
         np.testing.assert_array_equal(values[name], arrays[name])
@@ -315,6 +315,10 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     stamped = {f"{leaf}/zarr.json", f"{node}/stats.json"}
     for key in set(local) - stamped:  # written_at and timings aside, the same bytes
         assert remote[key] == local[key], key
+    # the batch counts what it sends: the record's bytes are the leaf's objects' sizes
+    assert remote_record["bytes_written"] == sum(
+        len(v) for k, v in remote.items() if k.startswith(leaf + "/"))
+    assert remote_record["timings"]["upload_s"] > 0
     batches = [c for c in calls if c[0] == "batch"]
     assert len(batches) == 1
     sent = batches[0][1]
