@@ -499,8 +499,15 @@ def test_cluster_workers_reuse_their_heap():
 
         return h._tuned or ctypes.util.find_library("c") is None
 
-    with client_for(None, workers=1, threads=1) as client:
+    def kept():
+        from zagg import heap as h
+
+        return h._keep_free
+
+    with client_for(None, workers=1, threads=1, memory_limit="4GiB") as client:
         assert all(client.run(state).values())
+        # an eighth of the worker's memory limit stays free for its next tasks
+        assert set(client.run(kept).values()) == {512 * 2**20}
     assert heap._tuned is False
     heap.trim_heap()  # a no-op outside tuned processes
 

@@ -55,7 +55,7 @@ def _worker_plugins():
 
         def setup(self, worker):
             if worker.nanny:
-                tune_heap()
+                tune_heap(memory_limit=worker.memory_manager.memory_limit)
 
     class FastExit(WorkerPlugin):
         """Runs :func:`fast_exit` as a worker process closes (one a nanny started, so

@@ -1,0 +1,55 @@
+"""Worker heap policy: how much freed memory a worker keeps, and that trimming obeys it."""
+
+import ctypes.util
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from zagg import heap
+
+GIB = 2**30
+MIB = 2**20
+
+
+def test_keep_free_is_an_eighth_of_the_memory_limit_with_a_floor():
+    assert heap.keep_free_for(None) == heap.KEEP_FREE_BYTES == GIB
+    assert heap.keep_free_for(0) == GIB
+    assert heap.keep_free_for(24 * GIB) == 3 * GIB
+    assert heap.keep_free_for(4 * GIB) == 512 * MIB
+    assert heap.keep_free_for(1 * GIB) == heap.MIN_KEEP_FREE == 256 * MIB
+
+
+def test_untuned_process_never_trims():
+    assert heap._tuned is False
+    assert heap.trim_heap(keep=0) is False
+
+
+@pytest.mark.skipif(ctypes.util.find_library("c") is None or sys.platform != "linux",
+                    reason="glibc heap only")
+def test_trim_gives_back_free_heap_only_above_what_is_kept():
+    """In a tuned process, 400 MiB of freed heap blocks stay (and stay resident) under a
+    1 GiB allowance, and go back to the system once the allowance is smaller."""
+    code = textwrap.dedent("""
+        import numpy as np, psutil
+        from zagg import heap
+        assert heap.tune_heap(memory_limit=8 * 2**30)
+        assert heap._keep_free == 2**30
+        blocks, pins = [], []  # each block from the heap, touched, and pinned in place by a
+        for _ in range(400):  # small array after it, so that freeing it leaves a hole
+            blocks.append(np.ones(2**20, np.uint8))
+            pins.append(np.ones(4096, np.uint8))
+        del blocks
+        free = heap.free_heap_bytes()
+        rss = psutil.Process().memory_info().rss
+        kept = heap.trim_heap()
+        rss_kept = psutil.Process().memory_info().rss
+        trimmed = heap.trim_heap(keep=64 * 2**20)
+        rss_trimmed = psutil.Process().memory_info().rss
+        print(free >= 390 * 2**20, kept, rss_kept >= rss - 16 * 2**20, trimmed,
+              rss - rss_trimmed >= 300 * 2**20, len(pins))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "False", "True", "True", "True", "400"]
