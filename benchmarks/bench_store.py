@@ -9,7 +9,10 @@ workers' one-time set-up (imports, numba's registries and cache loads); the late
 the rate of a long-lived cluster, as in a notebook session. Then ``python -m zagg run``
 on the same input is timed from process start to exit, as a batch script running one region
 at a time would see it (``--no-cli`` skips it). Peak RSS is sampled
-over the whole process tree (client, scheduler, workers). The same process measures
+over the whole process tree (client, scheduler, workers). What new memory costs here is
+printed first: a first run grows the worker's heap from nothing, and on a VM that hands
+freed memory back to its host every such page costs a host fault (≈ 2 ms per MiB on the
+machine of benchmarks/README.md, against ≈ 0.03 once resident). The same process measures
 ``mortie.geo2mort`` alone on RAYON threads = cores, and prints the ratios to it.
 
 It also prints a ceiling for the "zagg alone" ratio, from work the spec makes every writer
@@ -94,6 +97,24 @@ def geo2mort_rate(n: int = 4_000_000) -> float:
         mortie.geo2mort(lat, lon)
         best = min(best, time.perf_counter() - t0)
     return n / best
+
+
+_TOUCH = """
+import time, numpy as np
+a = np.empty(256 * 2**20, np.uint8)
+t = time.perf_counter(); a.fill(1); fresh = time.perf_counter() - t
+t = time.perf_counter(); a.fill(2); again = time.perf_counter() - t
+print(fresh / 256 * 1e3, again / 256 * 1e3)
+"""
+
+
+def fault_cost() -> tuple[float, float]:
+    """Milliseconds per MiB to fill memory a fresh process has just been given, and to fill
+    it again once resident: the price of a worker's heap growth on this machine (a VM that
+    hands freed memory back to its host pays a host fault per page)."""
+    out = subprocess.run([sys.executable, "-c", _TOUCH], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return float(out[0]), float(out[1])
 
 
 def cell_bytes(cfg: dict) -> int:
@@ -310,6 +331,9 @@ def main() -> int:
           f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
           f"{cores} cores")
     print(f"geo2mort alone on {cores} cores: {base / 1e6:.2f} Mpts/s (baseline)")
+    fresh, resident = fault_cost()
+    print(f"new memory: {fresh:.2f} ms per MiB on first touch, {resident:.2f} once resident "
+          "(what a worker's heap growth costs, paid mostly by the first run)")
     for n in map(int, args.sizes):
         points = tempfile.mkdtemp(prefix="zagg-bench-points-")
         t_gen = write_points(n, region, args.chunk, f"{points}/points.zarr")

@@ -11,7 +11,9 @@ of the worker's memory limit lies free: holding partials never pins more of the 
 temporaries than that, and below it the next tasks reuse the free pages instead of
 faulting them in again. Faults are dear on a VM that hands freed memory back to its host
 (≈ 2 ms per MB on the machine these benchmarks ran on: trimming after every chunk made
-10^8-point runs 15-20 % slower there). Both are no-ops without glibc.
+10^8-point runs 15-20 % slower there). glibc's count of free memory includes pages
+already given back, so once it passes the allowance every trim point trims, as all did
+before. Both are no-ops without glibc.
 """
 
 from __future__ import annotations
