@@ -367,7 +367,9 @@ def _combine(plan: Plan, *parts: Partial) -> Partial:
         return parts[0]
     out = combine(nonempty, plan.digest_specs)
     if out.nbytes > heap.TRIM_AFTER_BYTES:  # only big merges leave enough to give back
-        heap.trim_heap()
+        # all of it: merges run once the chunks are reduced, so the free heap they would
+        # keep (the chunks' temporaries) would only raise the write phase's peak
+        heap.trim_heap(keep=0)
     return out
 
 

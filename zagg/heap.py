@@ -5,15 +5,16 @@ touch costs a page fault. distributed's default (``MALLOC_TRIM_THRESHOLD_=65536`
 before a worker starts) pins glibc's mmap threshold at 128 KiB, so every such array is
 mapped and unmapped again — whole tasks ran 2-3 times slower here. :func:`tune_heap`
 raises both thresholds so buffers are reused from the heap; :func:`trim_heap`, called when
-a task that leaves long-lived results behind finishes (every input chunk's reduction, big
-merges), returns the free pages scattered between those results once more than an eighth
-of the worker's memory limit lies free: holding partials never pins more of the tasks'
-temporaries than that, and below it the next tasks reuse the free pages instead of
-faulting them in again. Faults are dear on a VM that hands freed memory back to its host
-(≈ 2 ms per MB on the machine these benchmarks ran on: trimming after every chunk made
-10^8-point runs 15-20 % slower there). glibc's count of free memory includes pages
-already given back, so once it passes the allowance every trim point trims, as all did
-before. Both are no-ops without glibc.
+a task that leaves long-lived results behind finishes, returns the free pages scattered
+between those results: after an input chunk's reduction only once more than an eighth of
+the worker's memory limit lies free (holding partials never pins more of the tasks'
+temporaries than that, and below it the next chunks reuse the free pages instead of
+faulting them in again), after a big merge always (the reduction is over by then).
+Faults are dear on a VM that hands freed memory back to its host (≈ 2 ms per MB on the
+machine these benchmarks ran on: trimming after every chunk made 10^8-point runs 15-20 %
+slower there). glibc's count of free memory includes pages already given back, so once it
+passes the allowance every chunk trims again, as all did before. Both are no-ops without
+glibc.
 """
 
 from __future__ import annotations
