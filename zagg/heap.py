@@ -12,9 +12,7 @@ temporaries than that, and below it the next chunks reuse the free pages instead
 faulting them in again), after a big merge always (the reduction is over by then).
 Faults are dear on a VM that hands freed memory back to its host (≈ 2 ms per MB on the
 machine these benchmarks ran on: trimming after every chunk made 10^8-point runs 15-20 %
-slower there). glibc's count of free memory includes pages already given back, so once it
-passes the allowance every chunk trims again, as all did before. Both are no-ops without
-glibc.
+slower there). Both are no-ops without glibc.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 MMAP_THRESHOLD = 16 * 2**20  # allocations below this come from the (reusable) heap
 TRIM_THRESHOLD = 64 * 2**20  # free heap top kept before giving memory back
@@ -58,16 +57,42 @@ def _libc():
     return libc
 
 
-def free_heap_bytes() -> int | None:
-    """Bytes the heap holds free (every arena; glibc's ``mallinfo2``), None where unknown."""
+_tuned = False  # set in processes whose heap tune_heap configured (cluster workers)
+_keep_free = KEEP_FREE_BYTES  # free bytes trim_heap leaves alone in this process
+_outside = None  # resident bytes outside malloc's blocks when tune_heap ran (None: unknown)
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident set size (Linux), None where unknown."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _malloc_state() -> tuple[int, int] | None:
+    """(free bytes, bytes handed out) of every arena and mmapped block (``mallinfo2``)."""
     libc = _libc()
     if libc is None or libc.mallinfo2 is None:
         return None
-    return int(libc.mallinfo2().fordblks)
+    info = libc.mallinfo2()
+    return int(info.fordblks), int(info.uordblks) + int(info.hblkhd)
 
 
-_tuned = False  # set in processes whose heap tune_heap configured (cluster workers)
-_keep_free = KEEP_FREE_BYTES  # free bytes trim_heap leaves alone in this process
+def free_heap_bytes() -> int | None:
+    """Free heap bytes still resident, None where unknown. glibc's own count of free bytes
+    includes pages already given back, so where the resident size is known it is capped by
+    the resident memory that neither malloc's blocks in use nor the process's other memory
+    (as measured when :func:`tune_heap` ran) account for."""
+    state = _malloc_state()
+    if state is None:
+        return None
+    free, used = state
+    rss = _resident_bytes()
+    if rss is None or _outside is None:
+        return free
+    return max(0, min(free, rss - _outside - used))
 
 
 def keep_free_for(memory_limit) -> int:
@@ -82,11 +107,14 @@ def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_T
               memory_limit=None) -> bool:
     """Set glibc's mmap and trim thresholds in this process and how much free heap
     :func:`trim_heap` keeps (see :func:`keep_free_for`); False where there is no glibc."""
-    global _tuned, _keep_free
+    global _tuned, _keep_free, _outside
     _keep_free = keep_free_for(memory_limit)
     libc = _libc()
     if libc is None:
         return False
+    if _outside is None:  # once: a worker's plugins are set up again by every new client
+        state, rss = _malloc_state(), _resident_bytes()
+        _outside = None if state is None or rss is None else max(0, rss - state[1])
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
     _tuned = bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))) and bool(
         libc.mallopt(m_trim_threshold, int(trim_threshold)))
@@ -95,8 +123,8 @@ def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_T
 
 def trim_heap(keep: int | None = None) -> bool:
     """Return every free heap page to the system (glibc ``malloc_trim(0)``) when more than
-    ``keep`` bytes (default: what :func:`tune_heap` set) lie free, or always where that is
-    unknown — in processes tuned by :func:`tune_heap` only; elsewhere glibc's own policy is
+    ``keep`` bytes (default: what :func:`tune_heap` set) lie free and resident (see
+    :func:`free_heap_bytes`), or always where that is unknown — in processes tuned by :func:`tune_heap` only; elsewhere glibc's own policy is
     left alone. True when it trimmed."""
     if not _tuned:
         return False
