@@ -124,8 +124,9 @@ def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_T
 def trim_heap(keep: int | None = None) -> bool:
     """Return every free heap page to the system (glibc ``malloc_trim(0)``) when more than
     ``keep`` bytes (default: what :func:`tune_heap` set) lie free and resident (see
-    :func:`free_heap_bytes`), or always where that is unknown — in processes tuned by :func:`tune_heap` only; elsewhere glibc's own policy is
-    left alone. True when it trimmed."""
+    :func:`free_heap_bytes`), or always where that is unknown — in processes tuned by
+    :func:`tune_heap` only; elsewhere glibc's own policy is left alone. True when it
+    trimmed."""
     if not _tuned:
         return False
     keep = _keep_free if keep is None else keep
