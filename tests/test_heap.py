@@ -65,3 +65,31 @@ def test_trim_gives_back_free_heap_only_above_what_is_kept():
                          check=True).stdout.split()
     assert out == ["True", "False", "True", "True", "True", "True", "True", "False", "True",
                    "400"]
+
+
+@pytest.mark.skipif(ctypes.util.find_library("c") is None or sys.platform != "linux",
+                    reason="glibc heap only")
+def test_tuning_gives_back_heap_freed_before():
+    """Heap a process freed before it was tuned (a shared cluster's worker that ran other
+    work) is given back as it is tuned, not taken for memory outside malloc: memory freed
+    later, and only that, counts as free."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from zagg import heap
+        assert heap._libc().mallopt(-3, 16 * 2**20)  # M_MMAP_THRESHOLD: blocks from the heap
+        blocks, pins = [], []
+        for _ in range(200):
+            blocks.append(np.ones(2**20, np.uint8))
+            pins.append(np.ones(4096, np.uint8))
+        del blocks
+        assert heap.tune_heap(memory_limit=8 * 2**30)
+        at_tune = heap.free_heap_bytes()
+        later = [np.ones(2**20, np.uint8) for _ in range(150)]
+        pins.append(np.ones(4096, np.uint8))
+        del later
+        print(at_tune < 16 * 2**20, 130 * 2**20 <= heap.free_heap_bytes() <= 190 * 2**20,
+              heap.trim_heap(keep=100 * 2**20), heap.free_heap_bytes() < 16 * 2**20)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True", "True", "True"]

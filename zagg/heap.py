@@ -113,6 +113,9 @@ def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_T
     if libc is None:
         return False
     if _outside is None:  # once: a worker's plugins are set up again by every new client
+        # after giving back what is free, so that a worker that ran other work before
+        # (a shared dask-gateway cluster's) does not count its free heap as outside
+        libc.malloc_trim(0)
         state, rss = _malloc_state(), _resident_bytes()
         _outside = None if state is None or rss is None else max(0, rss - state[1])
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
