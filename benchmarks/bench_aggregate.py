@@ -31,7 +31,7 @@ import os
 import subprocess
 import sys
 
-from common import STANDARD_CONFIG, best_of
+from common import STANDARD_CONFIG, best_of, verdict
 
 CONFIG = STANDARD_CONFIG
 CHUNK = 1 << 20
@@ -169,6 +169,9 @@ def report(r: dict) -> None:
     print(f"  dense twin alone         {r['twin_seconds']:8.2f} s for {r['shards']} shards"
           f" (fills, no data, {r['threads']} thread(s))  ceiling {r['ceiling']:.2f}"
           f"  (geo2mort / (keying + twin))")
+    print(f"  verdict                  reduce + combine {r['aggregate'] / m:.0f}"
+          f" Mpts/s per core {'meets' if r['aggregate'] >= 30e6 else 'misses'}"
+          f" 30; end to end {verdict(r['end_to_end'] / r['geo2mort'], r['ceiling'])}")
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 
-from common import standard_config
+from common import standard_config, verdict
 
 
 def sample_rss(stop: threading.Event, out: list) -> None:
@@ -390,6 +390,9 @@ def main() -> int:
               f"key {t_read_key:.2f} s as tasks on the run's cluster + sha256 + zstd-3): the "
               "same ceiling with the points read from the input and keyed as a run must, "
               "under the run's own threads)")
+        ceiling = n / base / t_floor
+        print(f"  verdict         first run {verdict(n / wall / base, ceiling)}" + (
+            f"; again {verdict(n / again / base, ceiling)}" if len(runs) > 1 else ""))
     return 0
 
 

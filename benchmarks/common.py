@@ -37,3 +37,18 @@ def best_of(fn, reps: int):
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+#: the end-to-end target of both benchmarks: half of the same run's geo2mort rate
+TARGET_RATIO = 0.5
+
+
+def verdict(ratio: float, ceiling: float, target: float = TARGET_RATIO) -> str:
+    """Whether ``ratio`` (÷ geo2mort) meets ``target``, and when it does not, whether the
+    same run's ``ceiling`` (the best ratio any implementation reaches here) allows it."""
+    if ratio >= target:
+        return f"{ratio:.2f} meets the target {target:.2f}"
+    if ceiling < target:
+        return (f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} "
+                "puts out of reach here")
+    return f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} allows"

@@ -1,0 +1,74 @@
+"""The benchmark scripts run, count what they aggregated correctly and state their verdict.
+
+Timings are never asserted (the machines are shared); the shard and cell counts each script
+prints are checked against mortie's own keying of the same synthetic points.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import mortie
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from common import verdict  # noqa: E402
+
+N = 20_000
+
+
+def test_verdict_names_the_target_and_whether_the_ceiling_allows_it():
+    assert verdict(0.53, 0.7) == "0.53 meets the target 0.50"
+    assert verdict(0.5, 0.4) == "0.50 meets the target 0.50"
+    assert verdict(0.37, 0.72) == "0.37 below the target 0.50, which the ceiling 0.72 allows"
+    assert verdict(0.1, 0.21) == ("0.10 below the target 0.50, which the ceiling 0.21 puts "
+                                  "out of reach here")
+
+
+@pytest.fixture(scope="module")
+def expected_counts():
+    """(shards, cells with data) of the scripts' synthetic points, keyed by mortie alone."""
+    from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
+
+    ds = synthetic_photons(N, tuple(DEFAULT_REGION), chunk_size=1 << 20, seed=1).compute()
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    cells = np.unique(mortie.geo2mort(lat[ok], lon[ok], order=19))
+    shards = np.unique(mortie.geo2mort(lat[ok], lon[ok], order=9))
+    return len(shards), len(cells)
+
+
+def _run(*args: str) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=BENCH, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _counts(text: str) -> tuple[int, int]:
+    m = re.search(r"points(?: on \d+ core\(s\))?: (\d+) shards, ([\d,]+) cells with data", text)
+    assert m, text
+    return int(m.group(1)), int(m.group(2).replace(",", ""))
+
+
+def test_bench_aggregate_counts_and_verdict(expected_counts):
+    text = _run("bench_aggregate.py", "--sizes", str(N), "--threads", "1", "--reps", "1")
+    assert _counts(text) == expected_counts
+    line = next(s for s in text.splitlines() if s.strip().startswith("verdict"))
+    assert re.search(r"reduce \+ combine \d+ Mpts/s per core (meets|misses) 30; end to end "
+                     r"\d\.\d\d (meets|below) the target 0\.50", line), line
+
+
+def test_bench_store_counts_memory_and_verdict(expected_counts):
+    text = _run("bench_store.py", "--sizes", str(N), "--runs", "1", "--no-cli")
+    assert _counts(text) == expected_counts
+    peak = float(re.search(r"peak RSS\s+([\d.]+) GiB", text).group(1))
+    assert 0.05 < peak < 3.0
+    line = next(s for s in text.splitlines() if s.strip().startswith("verdict"))
+    assert re.search(r"first run \d\.\d\d (meets|below) the target 0\.50", line), line
