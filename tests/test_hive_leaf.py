@@ -336,3 +336,111 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     assert ("cat_file", f"{leaf}/zarr.json") in calls[:first_batch]
     assert ("rm", leaf) in calls[:first_batch]
     assert {p.split("/store/", 1)[1] for p in fs.find("leafbatch/store")} == set(local)
+
+
+def test_an_object_store_rewrite_clears_the_previous_attempt_while_it_encodes(moto_s3,
+                                                                             monkeypatch):
+    """A leaf written again on an object store lists its prefix in a background thread
+    while it encodes, and clears what an earlier attempt left before its first object."""
+    import threading
+
+    options, fs = moto_s3
+    fs.mkdir("leafclear")
+    root = StoreRoot("s3://leafclear/store", options)
+    first, _ = write_shard(root, NORTH)
+    leaf = first["path"]
+    fs.pipe_file(f"leafclear/store/{leaf}/6/stale/c/0", b"debris of an older attempt")
+    listed = []
+    real_list = StoreRoot.list_dir
+
+    def list_dir(self, prefix=""):
+        listed.append((prefix, threading.current_thread().name))
+        return real_list(self, prefix)
+
+    monkeypatch.setattr(StoreRoot, "list_dir", list_dir)
+    again, _ = write_shard(root, NORTH, seed=1)
+    assert [p for p, _ in listed] == [leaf]
+    assert listed[0][1].startswith("zagg-leaf-clear")
+    keys = {k.split("/store/", 1)[1] for k in fs.find("leafclear/store")}
+    assert f"{leaf}/6/stale/c/0" not in keys
+    stamp = read_stamp(StoreRoot("s3://leafclear/store", options), leaf)
+    assert stamp["content_hashes"] == again["content_hashes"] != first["content_hashes"]
+
+
+def test_a_versioned_leaf_on_an_object_store_is_refused_with_nothing_written(moto_s3):
+    options, fs = moto_s3
+    fs.mkdir("leafversioned")
+    root = StoreRoot("s3://leafversioned/store", options)
+    record, _ = write_shard(root, NORTH)
+    key = f"leafversioned/store/{record['path']}/zarr.json"
+    meta = json.loads(fs.cat_file(key))
+    meta["attributes"]["morton_hive_commit"]["current"] = "run-abc-12345678"
+    fs.pipe_file(key, json.dumps(meta).encode())
+    before = {k: fs.cat_file(k) for k in fs.find("leafversioned/store")}
+    with pytest.raises(ValueError, match="versioned leaf"):
+        write_shard(root, NORTH, seed=1)
+    fs.invalidate_cache()
+    assert {k: fs.cat_file(k) for k in fs.find("leafversioned/store")} == before
+
+
+def test_a_leaf_known_fresh_is_not_listed(tmp_path, monkeypatch):
+    root = new_store(tmp_path)
+    listed = []
+    real_list = StoreRoot.list_dir
+    monkeypatch.setattr(StoreRoot, "list_dir",
+                        lambda self, prefix="": listed.append(prefix) or real_list(self, prefix))
+    record, arrays = write_shard(root, NORTH, fresh=True)
+    assert listed == []
+    write_shard(root, SOUTH)
+    assert listed == [leaf_path(SOUTH)]
+    np.testing.assert_array_equal(decoded(root, NORTH)["count"], arrays["count"])
+
+
+def test_deferred_sidecars_are_the_callers_to_write(tmp_path):
+    """With ``defer_siblings`` nothing follows the stamp: the record carries the sidecars,
+    and ``write_siblings`` writes what the leaf write would have."""
+    from zagg.hive import write_siblings
+
+    root = new_store(tmp_path)
+    ids = ["s3://b/p/G1.h5", "G2.h5"]
+    record, _ = write_shard(root, NORTH, granule_ids=ids, defer_siblings=True)
+    node = tmp_path.joinpath(*record["path"].split("/")).parent
+    assert sorted(p.name for p in node.iterdir()) == ["11213.zarr"]
+    assert sorted(record["siblings"]) == [f"{node.relative_to(tmp_path)}/granules.json",
+                                          f"{node.relative_to(tmp_path)}/stats.json"]
+    assert write_siblings(root, [record]) == 2
+    assert "siblings" not in record
+    direct, _ = write_shard(str(tmp_path / "direct"), NORTH, granule_ids=ids)
+    deferred_stats, direct_stats = read_stats(root, NORTH), read_stats(tmp_path / "direct", NORTH)
+    for key in ("content_hashes", "cells_with_data", "granules_sha256", "shard_key", "leaf"):
+        assert deferred_stats[key] == direct_stats[key], key
+    assert deferred_stats["granules_sha256"] == granules_sha256(ids)
+    assert (node / "granules.json").read_bytes() == (
+        tmp_path / "direct" / node.relative_to(tmp_path) / "granules.json").read_bytes()
+    assert write_siblings(root, [record]) == 0  # taken out of the record once written
+
+
+def test_object_store_reads_take_one_request(moto_s3, monkeypatch):
+    """A read is one ranged GET: present, empty (no range to read, so read again whole)
+    and missing objects each come back as they are."""
+    options, fs = moto_s3
+    fs.mkdir("storeread")
+    fs.pipe_file("storeread/r/full.json", b'{"a": 1}')
+    fs.pipe_file("storeread/r/empty", b"")
+    root = StoreRoot("s3://storeread/r", options)
+    calls = []
+    real_call = root.fs._call_s3
+
+    async def call_s3(method, *args, **kwargs):
+        calls.append(method)
+        return await real_call(method, *args, **kwargs)
+
+    monkeypatch.setattr(root.fs, "_call_s3", call_s3)
+    assert root.read_bytes("full.json") == b'{"a": 1}'
+    assert calls == ["get_object"]
+    calls.clear()
+    assert root.read_bytes("missing.json") is None
+    assert calls == ["get_object"]
+    calls.clear()
+    assert root.read_bytes("empty") == b""
+    assert calls[0] == "get_object" and len(calls) <= 3

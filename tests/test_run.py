@@ -601,3 +601,38 @@ def test_the_morton_coordinate_keeps_its_attrs_in_the_store(tmp_path, photons):
     for store in ("lazy", "computed"):
         assert open_hive(tmp_path / store)["morton"].attrs == leaves["morton"].attrs
     assert _hashes(tmp_path / "lazy") == _hashes(tmp_path / "computed")
+
+
+def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
+        tmp_path, photons, monkeypatch):
+    """Into a store the write creates, leaf tasks skip the listing that looks for earlier
+    attempts; into an existing one every leaf is listed, and debris is cleared. Either way
+    each leaf's stats sidecar lands after the leaves, with its stamp's hashes."""
+    import dask
+
+    listed = []
+    real_list = hive.StoreRoot.list_dir
+    monkeypatch.setattr(hive.StoreRoot, "list_dir",
+                        lambda self, prefix="": listed.append(prefix) or real_list(self, prefix))
+    store = tmp_path / "s"
+    leaves = zagg.aggregate(photons, config())
+    with dask.config.set(scheduler="sync"):
+        first = to_hive(leaves, store)
+    paths = sorted(r["path"] for r in first.records)
+    assert len(paths) == first.shards > 1
+    assert not [p for p in listed if p.endswith(".zarr")]
+    for r in first.records:
+        sidecar = hive.read_stats(store, r["shard_id"])
+        assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
+                                                            r["path"])["content_hashes"]
+        assert "siblings" not in r
+    debris = store / paths[0] / "13" / "stale" / "c" / "0"
+    debris.parent.mkdir(parents=True)
+    debris.write_bytes(b"an older attempt's object")
+    listed.clear()
+    with dask.config.set(scheduler="sync"):
+        again = to_hive(zagg.aggregate(photons, config()), store)
+    assert sorted(p for p in listed if p.endswith(".zarr")) == paths
+    assert not debris.exists()
+    assert {r["shard_id"]: r["content_hashes"] for r in again.records} == {
+        r["shard_id"]: r["content_hashes"] for r in first.records}

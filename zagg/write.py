@@ -104,12 +104,13 @@ class LeafWriter:
     semantic_hash: str
     shard_granules: dict | None  # None: granules were not tracked
     stats_extra: dict | None
+    fresh: bool = False  # the store was empty when this write began: no leaf to clear
 
     def _kwargs(self, shard_id: str) -> dict:
         ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
         return {"attrs": self.attrs, "granule_count": None if ids is not None else 0,
                 "granule_ids": ids, "semantic_hash": self.semantic_hash,
-                "stats_extra": self.stats_extra}
+                "stats_extra": self.stats_extra, "fresh": self.fresh, "defer_siblings": True}
 
     def from_cells(self, shard_id: str, contents: dict) -> dict | None:
         """Write one leaf straight from its occupied cells (no dense arrays are built)."""
@@ -192,6 +193,9 @@ class HiveWrite:
                                     release=True)
         written = [r for r in records if r]
         if written:
+            # every leaf is stamped: its sidecars follow, all at once (one batch of
+            # concurrent PUTs on an object store instead of a round trip in each leaf task)
+            hive.write_siblings(self.root, written)
             hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
                                       self.shard_order)
         return RunSummary(
@@ -237,7 +241,7 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
                          "every cell of its shard, so write the Dataset zagg.aggregate returned "
                          "without selecting cells (to write only some shards, pass "
                          "shards=[...] to zagg.aggregate)")
-    hive.check_store_root(root, MANIFEST_KEY)
+    fresh = not hive.check_store_root(root, MANIFEST_KEY)
     semantic = ensure_store(root, z)["semantic_hash"]
 
     if any(ds[n].chunks is None for n in names):
@@ -249,7 +253,7 @@ def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
     failed = z.get("failed_granules") or []
     writer = LeafWriter(root, tuple(names), fields, grid, attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-                        {"failed_granules": failed} if failed else None)
+                        {"failed_granules": failed} if failed else None, fresh)
     contents = contents_tasks(ds)
     priorities = (z.get("contents") or {}).get("priority")
     if priorities is not None and len(priorities) != len(shard_ids):

@@ -5,6 +5,7 @@ Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied
 record; a heavy leaf can have its blocks' chunks compressed first by separate tasks
 (:func:`encode_block`) and be written from them (:func:`write_leaf_blocks`). Client side, before any leaf: :func:`build_manifest` +
 :func:`write_manifest` (or the read-only :func:`check_manifest`); after the leaves:
+:func:`write_siblings` (the leaves' sidecars, when their tasks deferred them) and
 :func:`update_root_coverage`. Nothing here knows about dask.
 """
 
@@ -23,7 +24,7 @@ lazy_package(__name__, {name: f".{module}" for module, names in {
     "paths": ["leaf_path"],
     "semantic": ["semantic_hash"],
     "stamp": ["read_stamp"],
-    "stats": ["read_stats", "write_stats"],
+    "stats": ["read_stats", "write_siblings", "write_stats"],
     "storage": ["StoreRoot", "StoreRootError", "check_store_root"],
     "walk": ["walk_leaves"],
 }.items() for name in names})

@@ -8,10 +8,17 @@ the whole leaf again, so a crash at any point leaves either the previous state o
 unstamped prefix (debris) that the next write heals — a root ``zarr.json`` torn while the
 stamp was being written included. The stamp is always the last write of the leaf prefix;
 the granule and stats siblings follow it.
+
+On an object store a leaf's write waits for few round trips: its objects go up together,
+then the stamp, then the stats sidecar. The listing that finds a previous attempt to clear
+runs beside the encoding, and is skipped altogether where the caller knows the prefix is
+empty (a store this write created).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -64,6 +71,8 @@ def write_leaf_cells(
     semantic_hash: str | None = None,
     write_stats: bool = True,
     stats_extra: Mapping | None = None,
+    fresh: bool = False,
+    defer_siblings: bool = False,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
@@ -71,8 +80,12 @@ def write_leaf_cells(
     :class:`~zagg.hive.cells.RaggedCells` (every other cell holds the fill). ``attrs`` are
     the exact zarr attrs of each array. ``granule_ids`` (when given) are recorded in the
     ``granules.json`` sibling and hashed into the stats sidecar, which is written when
-    ``write_stats`` is true. Everything is validated before the first write; returns None
-    (writing nothing) when no cell is occupied.
+    ``write_stats`` is true. ``fresh`` says nothing can be under the leaf's prefix yet (its
+    store was empty when this write began), so no listing looks for a previous attempt.
+    With ``defer_siblings`` the ``granules.json`` and stats sidecars are not written but
+    returned in ``record["siblings"]`` (key → payload) for the caller to write once the
+    stamp has landed (:func:`zagg.hive.stats.write_siblings`). Everything is validated before the first write; returns None (writing nothing) when
+    no cell is occupied.
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -95,11 +108,8 @@ def write_leaf_cells(
     morton_attrs = dict((attrs or {}).get(MORTON) or {})
     t_prepared = time.perf_counter()
 
-    if any(root.list_dir(rel)):  # a fresh leaf (the usual case) costs one listing
-        _check_clearable(root, rel)
-        root.delete_prefix(rel)
     template = template_documents(geometry, specs, morton_attrs)
-    out = _Unstamped(root)
+    out = _Unstamped(root, None if fresh else _Clearing(root, rel))
     sizes = {  # final size of every object of the leaf, by key
         key: out.put(f"{rel}/{key}", doc) for key, doc in template.items()
     }
@@ -156,14 +166,27 @@ def write_leaf_cells(
             "total_s": t_stamped - t_start,
         },
     }
+    siblings = {}
     granules_sha = None
     if ids is not None:
-        granules_sha = stats.write_granules(root, shard_id, ids)
+        siblings[paths.granules_key(shard_id)] = granules = stats.granules_record(ids)
+        granules_sha = granules["granules_sha256"]
     if write_stats:
         try:
-            stats.write_stats(root, record, semantic_hash=semantic_hash, granules_sha=granules_sha,
-                              extra=dict(stats_extra) if stats_extra else None)
-        except Exception as exc:  # the sidecar is telemetry, never truth
+            siblings[paths.stats_key(shard_id)] = stats.stats_record(
+                record, semantic_hash=semantic_hash, granules_sha=granules_sha,
+                extra=dict(stats_extra) if stats_extra else None)
+        except ValueError as exc:  # the sidecar is telemetry, never truth
+            warnings.warn(f"stats sidecar for leaf {rel} was not made: {exc}", stacklevel=2)
+    if defer_siblings:
+        record["siblings"] = siblings
+        return record
+    for key, payload in siblings.items():
+        try:
+            root.write_json(key, payload)
+        except Exception as exc:  # sidecars are telemetry, never truth
+            if key != paths.stats_key(shard_id):
+                raise
             warnings.warn(f"stats sidecar for leaf {rel} was not written: {exc}", stacklevel=2)
     return record
 
@@ -377,12 +400,55 @@ def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> De
     return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
 
 
+def _clear_previous(root: StoreRoot, rel: str) -> None:
+    """Delete what a previous attempt left under the leaf prefix ``rel`` (one listing when
+    there is nothing, the usual case), refusing leaves that must not be cleared."""
+    if any(root.list_dir(rel)):
+        _check_clearable(root, rel)
+        root.delete_prefix(rel)
+
+
+_listing_pool = None
+_listing_lock = threading.Lock()
+
+
+def _listings() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that clear leaf prefixes on object stores while the leaves encode."""
+    global _listing_pool
+    with _listing_lock:
+        if _listing_pool is None:
+            _listing_pool = concurrent.futures.ThreadPoolExecutor(
+                4, thread_name_prefix="zagg-leaf-clear")
+        return _listing_pool
+
+
+class _Clearing:
+    """Clears a leaf prefix of a previous attempt before the leaf's first object lands:
+    at once on a local store (whose objects are written as they are made), in the
+    background on an object store (whose objects wait for :meth:`_Unstamped.flush`), so
+    the listing's round trip passes while the leaf encodes."""
+
+    def __init__(self, root: StoreRoot, rel: str):
+        self.future = None
+        if root.is_local:
+            _clear_previous(root, rel)
+        else:
+            self.future = _listings().submit(_clear_previous, root, rel)
+
+    def wait(self) -> None:
+        """Return once the prefix is clear; raise what clearing raised."""
+        if self.future is not None:
+            self.future.result()
+
+
 class _Unstamped:
     """A leaf's objects before its stamp. A local store writes each at once; an object
-    store gets them together at :meth:`flush` (concurrent PUTs), which the stamp follows."""
+    store gets them together at :meth:`flush` (concurrent PUTs), which the stamp follows.
+    ``clearing`` (None for a prefix known to be empty) is waited for before any write."""
 
-    def __init__(self, root: StoreRoot):
+    def __init__(self, root: StoreRoot, clearing: _Clearing | None = None):
         self.root = root
+        self.clearing = clearing
         self.pending: dict[str, object] = {}
 
     def put(self, key: str, data) -> int:
@@ -392,6 +458,8 @@ class _Unstamped:
         return memoryview(data).nbytes
 
     def flush(self) -> None:
+        if self.clearing is not None:
+            self.clearing.wait()
         self.root.write_many(self.pending)
         self.pending = {}
 

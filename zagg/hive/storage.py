@@ -79,9 +79,19 @@ class StoreRoot:
 
     # -- objects ------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes | None:
-        """The object's bytes, or ``None`` when it does not exist."""
+        """The object's bytes, or ``None`` when it does not exist. On an object store this
+        is one ranged GET (a plain read asks for the object's size first: two round trips,
+        and two more to say that a missing object is missing)."""
+        full = self._full(key)
         try:
-            return self.fs.cat_file(self._full(key))
+            if self.is_local:
+                return self.fs.cat_file(full)
+            try:
+                return self.fs.cat_file(full, start=0)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                raise
+            except OSError:  # an empty object has no byte range to read (HTTP 416)
+                return self.fs.cat_file(full)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
@@ -155,8 +165,7 @@ class StoreRoot:
         with self._dirs_lock:
             self._dirs = {d for d in self._dirs if d != full and not d.startswith(full + "/")}
         try:
-            if self.fs.exists(full):
-                self.fs.rm(full, recursive=True)
+            self.fs.rm(full, recursive=True)
         except FileNotFoundError:
             pass
         try:
@@ -182,11 +191,12 @@ class StoreRootError(ValueError):
     written, or one that already holds something other than a hive store."""
 
 
-def check_store_root(root: StoreRoot, manifest_key: str) -> None:
+def check_store_root(root: StoreRoot, manifest_key: str) -> bool:
     """Refuse, before any work, a root that a run could not write or would mix into: a
     local path that is a file or not writable, or a non-empty location without a manifest
     (another dataset, or a hive store whose manifest was removed). Hidden entries (names
-    starting with '.') are ignored."""
+    starting with '.') are ignored. Returns whether the root holds a manifest: when it
+    does not, it holds nothing else either."""
     if root.is_local:
         path = root.path
         if os.path.exists(path) and not os.path.isdir(path):
@@ -200,13 +210,14 @@ def check_store_root(root: StoreRoot, manifest_key: str) -> None:
                                  "writable; check its permissions or choose another location")
     dirs, files = root.list_dir("")
     if manifest_key in files:
-        return
+        return True
     others = [n for n in dirs + files if not n.startswith(".")]
     if others:
         shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
         raise StoreRootError(f"store {root.url!r} is not empty ({shown}) but holds no "
                              f"{manifest_key}: it is not a hive store (or its manifest was "
                              "removed); give a new or empty location")
+    return False
 
 
 def as_root(root: str | StoreRoot, storage_options: dict[str, Any] | None = None) -> StoreRoot:
