@@ -72,3 +72,16 @@ def test_bench_store_counts_memory_and_verdict(expected_counts):
     assert 0.05 < peak < 3.0
     line = next(s for s in text.splitlines() if s.strip().startswith("verdict"))
     assert re.search(r"first run \d\.\d\d (meets|below) the target 0\.50", line), line
+
+
+def test_bench_s3_counts_requests_per_leaf(expected_counts):
+    text = _run("bench_s3.py", "--size", str(N), "--reps", "1", "--latency", "0.005")
+    shards = expected_counts[0]
+    new = re.search(r"new store: (\d+) leaves.*\(([^)]*)", text)
+    again = re.search(r"existing store: (\d+) leaves.*\(([^)]*)", text)
+    assert new and again, text
+    assert int(new.group(1)) == int(again.group(1)) == shards
+    # a new store's leaves are never listed or cleared; replacing a leaf clears it once
+    assert "POST" not in new.group(2)
+    assert re.search(rf"POST {shards}\b", again.group(2)), again.group(2)
+    assert len(re.findall(r"round trips per leaf, one after another: -?\d+\.\d\d", text)) == 2
