@@ -636,3 +636,34 @@ def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
     assert not debris.exists()
     assert {r["shard_id"]: r["content_hashes"] for r in again.records} == {
         r["shard_id"]: r["content_hashes"] for r in first.records}
+
+
+def test_leaves_stamped_before_a_failed_write_keep_their_sidecars(tmp_path, photons):
+    """The client writes the leaves' sidecars after them; when one leaf's write fails, the
+    leaves already stamped still get theirs before the failure is raised."""
+    import shutil
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    store = tmp_path / "s"
+    with dask.config.set(scheduler="sync"):
+        first = to_hive(zagg.aggregate(photons, config()), store)
+    for sidecar in store.rglob("stats.json"):
+        sidecar.unlink()
+    # the lightest shard: with one worker thread and the heaviest shards first, it is
+    # written last, so the others are stamped before its write fails
+    bad = min(first.records, key=lambda r: r["cells_with_data"])
+    shutil.rmtree(store / bad["path"])
+    (store / bad["path"]).write_bytes(b"a file where the leaf's directory must go")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with pytest.raises(OSError):
+            run(config(store), source=photons, scheduler=client, progress=False)
+    assert (store / bad["path"]).is_file()
+    stamped = {sid: leaf for leaf, sid in hive.walk_leaves(store) if (store / leaf).is_dir()}
+    assert len(stamped) == len(first.records) - 1 >= 1
+    for sid, leaf in stamped.items():
+        sidecar = hive.read_stats(store, sid)
+        assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
+                                                            leaf)["content_hashes"]

@@ -31,21 +31,29 @@ def progress_bar(minimum: float = 1.0):
         yield
 
 
-def compute(tasks, *, progress: bool = False, label: str = "", release: bool = False) -> list:
+def compute(tasks, *, progress: bool = False, label: str = "", release: bool = False,
+            on_failure=None) -> list:
     """``dask.compute(*tasks)`` with a progress bar when asked.
 
     ``release=True`` empties the ``tasks`` list once a distributed client holds the work,
     so the graph (and any persisted results it references) is not kept alive by the caller
     while the tasks run: the scheduler frees each intermediate when its last user is done.
+    When a task fails on a distributed client, ``on_failure`` (if given) receives the
+    results of the tasks that finished before the failure is raised.
     """
     client = active_client()
     if client is not None:
         futures = client.compute(list(tasks))
         if release:
             tasks.clear()
-        if progress and futures:
-            _distributed_bar(futures, label)
-        return client.gather(futures)
+        try:
+            if progress and futures:
+                _distributed_bar(futures, label)
+            return client.gather(futures)
+        except BaseException:
+            if on_failure is not None:
+                on_failure([f.result() for f in futures if f.status == "finished"])
+            raise
     if progress:
         if label:
             print(label, file=sys.stderr)

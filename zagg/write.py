@@ -189,8 +189,10 @@ class HiveWrite:
 
     def execute(self, progress: bool = False) -> RunSummary:
         tasks, self.tasks = self.tasks, []
-        records = progress_.compute(tasks, progress=progress, label="writing leaves",
-                                    release=True)
+        records = progress_.compute(
+            tasks, progress=progress, label="writing leaves", release=True,
+            # the leaves stamped before a failure keep their sidecars
+            on_failure=lambda done: hive.write_siblings(self.root, [r for r in done if r]))
         written = [r for r in records if r]
         if written:
             # every leaf is stamped: its sidecars follow, all at once (one batch of
