@@ -52,7 +52,7 @@ def compute(tasks, *, progress: bool = False, label: str = "", release: bool = F
             return client.gather(futures)
         except BaseException:
             if on_failure is not None:
-                on_failure([f.result() for f in futures if f.status == "finished"])
+                _salvage(client, futures, on_failure)
             raise
     if progress:
         if label:
@@ -60,6 +60,17 @@ def compute(tasks, *, progress: bool = False, label: str = "", release: bool = F
         with progress_bar():
             return list(dask.compute(*tasks))
     return list(dask.compute(*tasks))
+
+
+def _salvage(client, futures, on_failure) -> None:
+    """Hand ``on_failure`` the results of the finished ``futures``; a failure here only
+    warns, so the error that stopped the computation is the one raised."""
+    import warnings
+
+    try:
+        on_failure(client.gather([f for f in futures if f.status == "finished"]))
+    except Exception as exc:
+        warnings.warn(f"could not collect the finished tasks' results: {exc}", stacklevel=3)
 
 
 def persist(objs, *, progress: bool = False, label: str = "") -> list:

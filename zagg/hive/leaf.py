@@ -10,9 +10,10 @@ stamp was being written included. The stamp is always the last write of the leaf
 the granule and stats siblings follow it.
 
 On an object store a leaf's write waits for few round trips: its objects go up together,
-then the stamp, then the stats sidecar. The listing that finds a previous attempt to clear
-runs beside the encoding, and is skipped altogether where the caller knows the prefix is
-empty (a store this write created).
+then the stamp; a caller writing many leaves can take their sidecars and write them all
+at once afterwards. The listing that finds a previous attempt to clear runs beside the
+encoding, and is skipped altogether where the caller knows the prefix is empty (a store
+this write created).
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def write_leaf_cells(
     store was empty when this write began), so no listing looks for a previous attempt.
     With ``defer_siblings`` the ``granules.json`` and stats sidecars are not written but
     returned in ``record["siblings"]`` (key → payload) for the caller to write once the
-    stamp has landed (:func:`zagg.hive.stats.write_siblings`). Everything is validated before the first write; returns None (writing nothing) when
-    no cell is occupied.
+    stamp has landed (:func:`zagg.hive.stats.write_siblings`). Everything is validated
+    before the first write; returns None (writing nothing) when no cell is occupied.
     """
     t_start = time.perf_counter()
     root = as_root(root)

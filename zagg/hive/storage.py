@@ -80,8 +80,8 @@ class StoreRoot:
     # -- objects ------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes | None:
         """The object's bytes, or ``None`` when it does not exist. On an object store this
-        is one ranged GET (a plain read asks for the object's size first: two round trips,
-        and two more to say that a missing object is missing)."""
+        is one ranged GET: s3fs's plain read asks for the size first, which takes two round
+        trips for an object and two to find one missing."""
         full = self._full(key)
         try:
             if self.is_local:
