@@ -10,7 +10,8 @@ it on a LocalCluster, once without delay and once with it, and prints
 
 — the requests a leaf write waits for one after another (the client's own few requests
 for the manifest and root objects add a little). It also prints the requests the server
-saw, by method.
+saw, by method. With ``ZAGG_S3_TRACE=FILE`` in its environment the server appends each
+request (time, thread, method, path) to FILE, to see what a leaf waits for.
 
     python benchmarks/bench_s3.py                      # 10^6 sparse points, 30 ms latency
     python benchmarks/bench_s3.py --size 1e7 --latency 0.05
@@ -56,7 +57,8 @@ def serve(latency: float) -> None:
         time.sleep(latency)
         return app(environ, start_response)
 
-    trace = open(os.environ["ZAGG_S3_TRACE"], "a") if os.environ.get("ZAGG_S3_TRACE") else None
+    trace = open(os.environ["ZAGG_S3_TRACE"], "a", buffering=1) \
+        if os.environ.get("ZAGG_S3_TRACE") else None
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = make_server("127.0.0.1", 0, delayed, threaded=True)
     print(server.server_address[1], flush=True)
