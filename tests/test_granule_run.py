@@ -169,9 +169,14 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
     local = tmp_path / "copy"
     fs.get("zagg-out/store", str(local), recursive=True)
     root = str(local)
-    for leaf, _sid in hive.walk_leaves(root):
+    for leaf, sid in hive.walk_leaves(root):
         stamp = moczarr.read_commit(root, leaf)
         assert moczarr.hash_arrays(root, leaf) == stamp["content_hashes"]["arrays"]
+        # the sidecars went up from the client after the leaves, in one batch
+        assert hive.read_stats(root, sid)["content_hashes"] == stamp["content_hashes"]
+        sibling = json.loads((local / leaf).parent.joinpath("granules.json").read_text())
+        assert sibling["ids"] and hive.read_stats(root, sid)["granules_sha256"] == \
+            sibling["granules_sha256"]
     mz = moczarr.open_hive(root)
     assert int(mz["count"].values.sum()) == sum(truth.values())
 
