@@ -99,14 +99,6 @@ def granules_record(ids: Iterable[str]) -> dict:
     return {"spec": GRANULES_SPEC, "ids": bare, "granules_sha256": granules_sha256(bare)}
 
 
-def write_granules(root: str | StoreRoot, shard_id: str, ids: Iterable[str]) -> str:
-    """Write the granule-id sibling ``granules.json``; returns its ``granules_sha256``."""
-    root = as_root(root)
-    payload = granules_record(ids)
-    root.write_json(paths.granules_key(shard_id), payload)
-    return payload["granules_sha256"]
-
-
 def write_siblings(root: str | StoreRoot, records: Iterable[dict]) -> int:
     """Write the sidecars that leaf writes left to their caller (``record["siblings"]``:
     key → JSON payload, taken out of each record), all at once: concurrent PUTs on an
