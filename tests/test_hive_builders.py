@@ -110,6 +110,23 @@ def write_shard(root, shard_id=NORTH, *, grid_kw=None, occupied=OCCUPIED, seed=0
     return record, arrays
 
 
+def spy_listings(monkeypatch) -> list[tuple[str, str]]:
+    """Record every ``StoreRoot.list_dir`` call from now on as (prefix, thread name)."""
+    import threading
+
+    from zagg.hive.storage import StoreRoot
+
+    calls: list[tuple[str, str]] = []
+    real = StoreRoot.list_dir
+
+    def list_dir(self, prefix=""):
+        calls.append((prefix, threading.current_thread().name))
+        return real(self, prefix)
+
+    monkeypatch.setattr(StoreRoot, "list_dir", list_dir)
+    return calls
+
+
 def law(shard_id: str, p=4, c=6) -> np.ndarray:
     return grid.shard_cell_words(grid.from_decimal(shard_id)[0], p, c)
 

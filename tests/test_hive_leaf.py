@@ -17,6 +17,7 @@ from test_hive_builders import (
     grid_block,
     new_store,
     shard_arrays,
+    spy_listings,
     write_shard,
 )
 
@@ -342,22 +343,13 @@ def test_an_object_store_rewrite_clears_the_previous_attempt_while_it_encodes(mo
                                                                              monkeypatch):
     """A leaf written again on an object store lists its prefix in a background thread
     while it encodes, and clears what an earlier attempt left before its first object."""
-    import threading
-
     options, fs = moto_s3
     fs.mkdir("leafclear")
     root = StoreRoot("s3://leafclear/store", options)
     first, _ = write_shard(root, NORTH)
     leaf = first["path"]
     fs.pipe_file(f"leafclear/store/{leaf}/6/stale/c/0", b"debris of an older attempt")
-    listed = []
-    real_list = StoreRoot.list_dir
-
-    def list_dir(self, prefix=""):
-        listed.append((prefix, threading.current_thread().name))
-        return real_list(self, prefix)
-
-    monkeypatch.setattr(StoreRoot, "list_dir", list_dir)
+    listed = spy_listings(monkeypatch)
     again, _ = write_shard(root, NORTH, seed=1)
     assert [p for p, _ in listed] == [leaf]
     assert listed[0][1].startswith("zagg-leaf-clear")
@@ -385,14 +377,11 @@ def test_a_versioned_leaf_on_an_object_store_is_refused_with_nothing_written(mot
 
 def test_a_leaf_known_fresh_is_not_listed(tmp_path, monkeypatch):
     root = new_store(tmp_path)
-    listed = []
-    real_list = StoreRoot.list_dir
-    monkeypatch.setattr(StoreRoot, "list_dir",
-                        lambda self, prefix="": listed.append(prefix) or real_list(self, prefix))
+    listed = spy_listings(monkeypatch)
     record, arrays = write_shard(root, NORTH, fresh=True)
     assert listed == []
     write_shard(root, SOUTH)
-    assert listed == [leaf_path(SOUTH)]
+    assert [p for p, _ in listed] == [leaf_path(SOUTH)]
     np.testing.assert_array_equal(decoded(root, NORTH)["count"], arrays["count"])
 
 

@@ -609,18 +609,16 @@ def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
     attempts; into an existing one every leaf is listed, and debris is cleared. Either way
     each leaf's stats sidecar lands after the leaves, with its stamp's hashes."""
     import dask
+    from test_hive_builders import spy_listings
 
-    listed = []
-    real_list = hive.StoreRoot.list_dir
-    monkeypatch.setattr(hive.StoreRoot, "list_dir",
-                        lambda self, prefix="": listed.append(prefix) or real_list(self, prefix))
+    listed = spy_listings(monkeypatch)
     store = tmp_path / "s"
     leaves = zagg.aggregate(photons, config())
     with dask.config.set(scheduler="sync"):
         first = to_hive(leaves, store)
     paths = sorted(r["path"] for r in first.records)
     assert len(paths) == first.shards > 1
-    assert not [p for p in listed if p.endswith(".zarr")]
+    assert not [p for p, _ in listed if p.endswith(".zarr")]
     for r in first.records:
         sidecar = hive.read_stats(store, r["shard_id"])
         assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
@@ -632,7 +630,7 @@ def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
     listed.clear()
     with dask.config.set(scheduler="sync"):
         again = to_hive(zagg.aggregate(photons, config()), store)
-    assert sorted(p for p in listed if p.endswith(".zarr")) == paths
+    assert sorted(p for p, _ in listed if p.endswith(".zarr")) == paths
     assert not debris.exists()
     assert {r["shard_id"]: r["content_hashes"] for r in again.records} == {
         r["shard_id"]: r["content_hashes"] for r in first.records}
