@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from zagg.filled import filled
 from zagg.hive import encode
 
 
@@ -255,10 +256,7 @@ def ragged_from_objects(cells: np.ndarray, payload) -> RaggedCells:
 
 def to_dense(cells: DenseCells, n: int, dtype: np.dtype, fill) -> np.ndarray:
     """The dense array of ``n`` cells (fill where no value)."""
-    if fill == 0 and not np.signbit(fill):
-        out = np.zeros(n, dtype=dtype)  # calloc: untouched pages cost nothing
-    else:
-        out = np.full(n, fill, dtype=dtype)
+    out = filled(n, dtype, fill)  # pages no cell writes cost no memory
     out[cells.ranks] = cells.values
     return out
 

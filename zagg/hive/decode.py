@@ -25,6 +25,7 @@ import numba
 import numpy as np
 import zstandard
 
+from ..filled import filled
 from .cells import BINBYTES, PICKLE_HEAD, PICKLE_TAIL, empty_items, unpickled_items
 from .encode import ABSENT
 
@@ -52,7 +53,7 @@ def read_array(root, key: str, found=None) -> np.ndarray | None:
     chunks = inner_chunks(root, key, found)
     if dtype is None:
         return _ragged(chunks, per, key)
-    out = np.full(n, fill, dtype=dtype)
+    out = filled(n, dtype, fill)
     for k, chunk in enumerate(chunks):
         if chunk is None:
             continue
