@@ -13,7 +13,8 @@ Then, on the same points:
 - dense twin alone: allocating and filling, with no data at all, the arrays the result must
   hold for the run's shards (4^(c-p) cells per shard: the morton words, every field at its
   fill, ``b""`` in every digest cell), kept alive as a persisted result is, the shards
-  built on N threads at once. Keying plus that bounds the end-to-end ratio any
+  built on N threads at once. Dense fields are made as the result makes them
+  (``zagg.filled``: fill pages shared copy-on-write until a value lands on them). Keying plus that bounds the end-to-end ratio any
   implementation of this Dataset can reach on this machine: the printed ceiling.
 
 Each thread count runs in its own process with ``RAYON_NUM_THREADS`` set to it, so mortie's
@@ -129,16 +130,16 @@ def empty_twin(fields, n_shards: int, n: int, threads: int = 1) -> list:
 
     import numpy as np
 
+    from zagg.filled import filled
+
     def shard(s: int) -> list:
         arrays = [np.arange(s, s + n, dtype=np.uint64)]  # stands for the cell words
         for f in fields:
             if f.kind == "ragged":
                 a = np.empty(n, dtype=object)
                 a.fill(b"")
-            elif f.fill_value == 0:
-                a = np.zeros(n, dtype=f.dtype)
-            else:
-                a = np.full(n, f.fill_value, dtype=f.dtype)
+            else:  # as the result's dense fields are made: untouched fill pages are shared
+                a = filled(n, f.dtype, f.fill_value)
             arrays.append(a)
         return arrays
 
