@@ -89,3 +89,18 @@ def test_falls_back_to_np_full_when_mapping_fails(monkeypatch):
     monkeypatch.setattr(F, "_templates", {})
     got = filled(1 << 20, np.float32, np.nan)
     assert got.flags.owndata and bool(np.isnan(got).all())
+
+
+@linux_only
+def test_threads_growing_one_template_get_fill_values(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(F, "_templates", {})
+    sizes = [(1 << 17) << (i % 6) for i in range(48)]  # 1-32 MiB of float64, interleaved
+
+    def make(n):
+        a = filled(n, np.float64, 2.5)
+        return n, bool((a == 2.5).all())
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(make, sizes)) == [(n, True) for n in sizes]

@@ -41,8 +41,8 @@ def filled(n: int, dtype, fill) -> np.ndarray:
     if nbytes < MIN_BYTES or not hasattr(os, "memfd_create"):
         return np.full(n, value, dtype=dtype)
     try:
-        fd = _template(dtype, value, nbytes)
-        pages = mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+        with _lock:  # a template outgrown by another thread is closed under this lock
+            pages = mmap.mmap(_template(dtype, value, nbytes), nbytes, access=mmap.ACCESS_COPY)
     except (OSError, ValueError):
         return np.full(n, value, dtype=dtype)
     return np.frombuffer(pages, dtype=dtype, count=n)
@@ -50,23 +50,23 @@ def filled(n: int, dtype, fill) -> np.ndarray:
 
 def _template(dtype: np.dtype, value: np.ndarray, nbytes: int) -> int:
     """The descriptor of a memory file of at least ``nbytes`` holding ``value`` repeated,
-    made (or outgrown and made again, twice as big) on first need."""
+    made (or outgrown and made again, twice as big) on first need; the caller holds
+    ``_lock``."""
     key = (dtype.str, value.tobytes())
-    with _lock:
-        found = _templates.get(key)
-        if found is not None and found[1] >= nbytes:
-            return found[0]
-        size = max(nbytes, 2 * found[1] if found else 0)
-        size += -size % mmap.PAGESIZE
-        fd = os.memfd_create(f"zagg-fill-{dtype.str}", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)
-            with mmap.mmap(fd, size) as pages:
-                np.frombuffer(pages, dtype=dtype, count=size // dtype.itemsize)[:] = value
-        except BaseException:
-            os.close(fd)
-            raise
-        if found is not None:
-            os.close(found[0])  # arrays mapped from it keep its pages alive
-        _templates[key] = (fd, size)
-        return fd
+    found = _templates.get(key)
+    if found is not None and found[1] >= nbytes:
+        return found[0]
+    size = max(nbytes, 2 * found[1] if found else 0)
+    size += -size % mmap.PAGESIZE
+    fd = os.memfd_create(f"zagg-fill-{dtype.str}", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        with mmap.mmap(fd, size) as pages:
+            np.frombuffer(pages, dtype=dtype, count=size // dtype.itemsize)[:] = value
+    except BaseException:
+        os.close(fd)
+        raise
+    if found is not None:
+        os.close(found[0])  # arrays mapped from it keep its pages alive
+    _templates[key] = (fd, size)
+    return fd
