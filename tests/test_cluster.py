@@ -2,6 +2,7 @@
 imports before that start."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -222,3 +223,44 @@ print(seen["loaded"], summary.points)
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "500"]
+
+
+def test_one_worker_on_every_core_runs_inside_this_process():
+    from zagg.cluster import runs_in_process
+
+    cores = os.cpu_count() or 1
+    assert runs_in_process(1, cores) and runs_in_process(1, cores + 2)
+    assert not runs_in_process(2, cores)
+    assert runs_in_process(1, cores - 1) is (cores == 1)
+
+
+def test_an_in_process_cluster_shares_this_process_and_listens_on_no_port():
+    from zagg.cluster import client_for
+
+    cores = os.cpu_count() or 1
+    with client_for(None, workers=1, threads=cores) as client:
+        assert client.scheduler.address.startswith("inproc://")
+        assert list(client.run(os.getpid).values()) == [os.getpid()]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+    with client_for(None, workers=1, threads=cores, processes=True) as client:
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        assert list(client.run(os.getpid).values()) != [os.getpid()]
+
+
+@pytest.mark.parametrize("owned", [False, True])
+def test_an_in_process_worker_tunes_the_heap_only_of_zaggs_own_process(owned):
+    """``python -m zagg`` declares its process zagg's: a worker inside it reuses freed
+    buffers as a worker process does. A notebook's or script's heap is left alone."""
+    probe = f"""
+import ctypes.util, os
+from zagg import heap
+from zagg.cluster import client_for
+if {owned!r}:
+    heap.own_process()
+with client_for(None, workers=1, threads=os.cpu_count() or 1) as client:
+    tuned = list(client.run(lambda: heap._tuned).values())
+print(tuned == [{owned!r} and ctypes.util.find_library("c") is not None])
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

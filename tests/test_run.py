@@ -574,7 +574,7 @@ def test_workers_run_a_store_run_without_xarray_or_dask_array(tmp_path):
     from zagg.write import to_hive
 
     cfg = load_config(config(points=60_000))
-    with client_for(None, workers=1, threads=2) as client:
+    with client_for(None, workers=1, threads=2, processes=True) as client:
         summary = to_hive(zagg.aggregate(open_source(cfg), cfg), str(tmp_path / "s"))
         loaded = client.run(lambda: sorted(m for m in ("xarray", "dask.array", "h5py",
                                                        "zagg.write", "zagg.aggregate")

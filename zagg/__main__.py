@@ -211,6 +211,9 @@ def _reader_gone() -> int:
 
 
 if __name__ == "__main__":
+    from .heap import own_process
+
+    own_process()  # a local cluster's worker in this process may tune its heap
     try:
         code = main()
         sys.stdout.flush()

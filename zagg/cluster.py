@@ -1,7 +1,9 @@
 """Where a run executes: a LocalCluster sized to the machine, or an existing scheduler.
 
 Worker processes get ``RAYON_NUM_THREADS`` equal to their thread count so mortie's Rust
-kernels share the worker's cores instead of each spawning a thread per machine core.
+kernels share the worker's cores instead of each spawning a thread per machine core. A
+local cluster of one worker whose threads take every core (the default on one or two
+cores: see :func:`runs_in_process`) runs inside the client's process instead.
 
 Every worker also keeps freed buffers in its heap for reuse (see :mod:`zagg.heap`), and
 freezes its objects out of the garbage collector when it closes (see :func:`fast_exit`);
@@ -18,7 +20,7 @@ import os
 
 import psutil
 
-from .heap import tune_heap
+from .heap import process_is_owned, tune_heap
 from .progress import active_client
 
 
@@ -30,6 +32,14 @@ def machine_defaults() -> dict:
     memory = psutil.virtual_memory().total
     return {"n_workers": workers, "threads_per_worker": threads,
             "memory_limit": int(memory * 0.8 / workers)}
+
+
+def runs_in_process(n_workers: int, threads_per_worker: int) -> bool:
+    """Whether a local cluster of these sizes runs inside this process: one worker whose
+    threads take every core. mortie's pool then needs no pinning, and a worker process
+    would only add its start (≈ 0.8 s here: distributed's imports, the task modules',
+    numba's set-up) and a copy of every result it hands back."""
+    return n_workers == 1 and threads_per_worker >= (os.cpu_count() or 1)
 
 
 def fast_exit() -> None:
@@ -48,13 +58,14 @@ def _worker_plugins():
 
     class HeapReuse(WorkerPlugin):
         """Runs :func:`tune_heap` in every worker process, current and future (one a nanny
-        started): never in a process the worker shares, such as a notebook running an
-        in-process cluster, whose heap is not zagg's to tune."""
+        started), and in the CLI's own process for a worker running inside it: never in
+        a process the worker shares otherwise, such as a notebook running an in-process
+        cluster, whose heap is not zagg's to tune."""
 
         name = "zagg-heap-reuse"
 
         def setup(self, worker):
-            if worker.nanny:
+            if worker.nanny or process_is_owned():
                 tune_heap(memory_limit=worker.memory_manager.memory_limit)
 
     class FastExit(WorkerPlugin):
@@ -134,9 +145,11 @@ def check_knobs(workers=None, threads=None, memory_limit=None) -> None:
 @contextlib.contextmanager
 def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
                 threads: int | None = None, memory_limit: str | int | None = None,
-                dashboard: bool = False):
+                dashboard: bool = False, processes: bool | None = None):
     """Yield what a client connects to: ``scheduler`` itself when given, else a new
-    LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`."""
+    LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`;
+    ``processes`` (default: unless :func:`runs_in_process`) puts the workers in processes
+    of their own."""
     if scheduler:
         yield scheduler
         return
@@ -150,12 +163,19 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
         opts["threads_per_worker"] = int(threads)
     if memory_limit is not None:
         opts["memory_limit"] = memory_limit
-    env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
+    if processes is None:
+        processes = not runs_in_process(opts["n_workers"], opts["threads_per_worker"])
+    if processes:
+        env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
+        where = {"processes": True, "env": env, "host": "127.0.0.1",
+                 "preload": ["zagg.preload"], "dashboard_address": ":8787" if dashboard
+                 else ":0"}
+    else:  # in-process transport: nothing listens on the network but a dashboard asked for
+        where = {"processes": False,
+                 "dashboard_address": "127.0.0.1:8787" if dashboard else None}
     # CRITICAL: a task error reaches the client as its exception (with the remote
     # traceback); the worker need not also log a "Compute Failed" block on stderr
-    with LocalCluster(processes=True, env=env, silence_logs=50,
-                      dashboard_address=":8787" if dashboard else ":0",
-                      host="127.0.0.1", preload=["zagg.preload"], **opts) as cluster:
+    with LocalCluster(silence_logs=50, **where, **opts) as cluster:
         yield cluster
 
 

@@ -58,6 +58,7 @@ def _libc():
 
 
 _tuned = False  # set in processes whose heap tune_heap configured (cluster workers)
+_owned = False  # set by own_process: this process is zagg's (the CLI), its heap too
 _keep_free = KEEP_FREE_BYTES  # free bytes trim_heap leaves alone in this process
 _outside = None  # resident bytes outside malloc's blocks when tune_heap ran (None: unknown)
 
@@ -124,6 +125,19 @@ def tune_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_T
     _tuned = bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))) and bool(
         libc.mallopt(m_trim_threshold, int(trim_threshold)))
     return _tuned
+
+
+def own_process() -> None:
+    """Declare this process zagg's own (``python -m zagg``): a cluster worker running
+    inside it tunes the heap as a worker process does. A notebook's or a script's process
+    is never tuned: its heap is not zagg's."""
+    global _owned
+    _owned = True
+
+
+def process_is_owned() -> bool:
+    """Whether :func:`own_process` declared this process zagg's."""
+    return _owned
 
 
 def trim_heap(keep: int | None = None) -> bool:
