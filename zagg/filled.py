@@ -1,7 +1,7 @@
 """Fill-valued arrays whose untouched pages cost nothing.
 
 A shard's dense field has 4^(c-p) cells and, where the data are sparse, holds mostly its
-fill value: along a few ICESat-2 tracks 85-92 % of a float field's pages never receive a
+fill value: along a few ICESat-2 tracks 84-92 % of a float field's pages never receive a
 value. ``np.full`` writes every one of them, and first touches of fresh pages are much of
 what an aggregation waits for. :func:`filled` maps instead one shared, fill-valued memory
 file copy-on-write: pages no one writes stay shared by every array of that dtype and fill
