@@ -104,3 +104,19 @@ def test_threads_growing_one_template_get_fill_values(monkeypatch):
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(make, sizes)) == [(n, True) for n in sizes]
+
+
+@linux_only
+def test_mappings_stay_within_their_budget(monkeypatch):
+    import gc
+
+    budget = F._live + 2  # two more mappings than this process holds now
+    monkeypatch.setattr(F, "mapping_budget", lambda: budget)
+    a, b = (filled(1 << 20, np.float32, np.nan) for _ in range(2))
+    over = filled(1 << 20, np.float32, np.nan)
+    assert isinstance(a.base, memoryview) and isinstance(b.base, memoryview)
+    assert over.flags.owndata and bool(np.isnan(over).all())  # np.full past the budget
+    del a
+    gc.collect()
+    again = filled(1 << 20, np.float32, np.nan)  # a released mapping frees its place
+    assert isinstance(again.base, memoryview) and bool(np.isnan(again).all())

@@ -9,15 +9,17 @@ in the process, and a page is copied only when a value lands on it (what ``callo
 for a fill of zero bytes). The arrays are ordinary writable numpy arrays.
 
 Linux only (``memfd_create``); elsewhere, for arrays under :data:`MIN_BYTES`, for object
-dtypes and whenever a mapping fails (say at the kernel's limit on mappings), it is
-``np.full``.
+dtypes, once a quarter of the kernel's limit on a process's mappings is in use by such
+arrays (so other allocations keep theirs) and whenever a mapping fails, it is ``np.full``.
 """
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -27,6 +29,23 @@ MIN_BYTES = 1 << 20
 _lock = threading.Lock()
 # (dtype, the fill's bytes) → (file descriptor, size in bytes) of the current template
 _templates: dict[tuple[str, bytes], tuple[int, int]] = {}
+_live = 0  # mappings made here and not yet released
+
+
+@functools.lru_cache(maxsize=1)
+def mapping_budget() -> int:
+    """How many arrays may be mapped at once: a quarter of ``vm.max_map_count``."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read()) // 4
+    except (OSError, ValueError):
+        return 65530 // 4  # the kernel's default limit
+
+
+def _released() -> None:
+    global _live
+    with _lock:
+        _live -= 1
 
 
 def filled(n: int, dtype, fill) -> np.ndarray:
@@ -40,11 +59,16 @@ def filled(n: int, dtype, fill) -> np.ndarray:
     nbytes = n * dtype.itemsize
     if nbytes < MIN_BYTES or not hasattr(os, "memfd_create"):
         return np.full(n, value, dtype=dtype)
+    global _live
     try:
         with _lock:  # a template outgrown by another thread is closed under this lock
+            if _live >= mapping_budget():
+                return np.full(n, value, dtype=dtype)
             pages = mmap.mmap(_template(dtype, value, nbytes), nbytes, access=mmap.ACCESS_COPY)
+            _live += 1
     except (OSError, ValueError):
         return np.full(n, value, dtype=dtype)
+    weakref.finalize(pages, _released)  # when the last array over these pages goes
     return np.frombuffer(pages, dtype=dtype, count=n)
 
 
