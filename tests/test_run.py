@@ -593,6 +593,40 @@ def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons):
     assert p.wait(timeout=60) == 141 and err == ""
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet):
+    """Ctrl-C during ``python -m zagg run``, while it reduces (behind its progress bar) or
+    writes (collecting results with none): exit status 130 and one line saying what the
+    store holds and how to finish it, with no traceback nor the client's shutdown noise."""
+    import signal
+    import time
+
+    path = tmp_path / "cfg.yaml"
+    store = tmp_path / "s"
+    path.write_text(json.dumps(config(store, points=3_000_000, child=18)))  # JSON is YAML
+    p = subprocess.Popen([sys.executable, "-m", "zagg", "run", str(path),
+                          *(["--quiet"] if quiet else [])],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    if quiet:  # the manifest goes up as the leaves start to be written
+        deadline = time.monotonic() + 120
+        while not (store / "morton_hive.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+    else:
+        for line in p.stderr:  # the reduction's progress label: the run is under way
+            seen.append(line)
+            if "keying and reducing input chunks" in line:
+                break
+    p.send_signal(signal.SIGINT)
+    err = "".join(seen) + p.stderr.read()
+    assert p.wait(timeout=120) == 130, err
+    assert err.rstrip().splitlines()[-1] == (
+        "zagg: interrupted; the store keeps the leaves already stamped, and readers skip any "
+        "leaf left without its stamp: run the same command again to finish it")
+    assert "Traceback" not in err and "AllExit" not in err
+
+
 def test_the_morton_coordinate_keeps_its_attrs_in_the_store(tmp_path, photons):
     leaves = zagg.aggregate(photons, config())
     assert leaves["morton"].attrs["long_name"] == "morton cell word"

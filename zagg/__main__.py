@@ -153,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: what an interrupted write leaves behind, and how to finish it
+INTERRUPTED_WRITE = ("; the store keeps the leaves already stamped, and readers skip any "
+                     "leaf left without its stamp: run the same command again to finish it")
+
 #: exceptions that report bad input (printed as one line, exit status 2), by module
 USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
@@ -185,11 +189,50 @@ def _joined_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _quiet_client_shutdown() -> None:
+    """Keep asyncio from reporting, one traceback each, the shutdown signal (distributed's
+    ``AllExit``) that a closing client leaves in waits nobody collects: after Ctrl-C they
+    would bury the one-line message. Only the command's own process is filtered."""
+    import logging
+
+    def keep(record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return type(exc).__name__ != "AllExit"
+
+    logging.getLogger("asyncio").addFilter(keep)
+
+
+def _redeliver_swallowed_interrupts() -> None:
+    """Ctrl-C raises KeyboardInterrupt wherever the main thread is. Inside an object's
+    ``__del__`` or a garbage-collector callback (distributed runs both) Python reports the
+    exception as unraisable and carries on, so the run would ignore the keypress. Such an
+    interrupt is sent again a moment later instead, and not reported. A SIGINT ignored at
+    start (a background job) stays ignored."""
+    import signal
+    import threading
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            threading.Timer(0.02, signal.raise_signal, (signal.SIGINT,)).start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(_joined_negative_values(argv))
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo)
+                                     else ""), file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
     except argparse.ArgumentTypeError as exc:
         print(f"zagg: error: {exc}", file=sys.stderr)
         return 2
@@ -214,6 +257,8 @@ if __name__ == "__main__":
     from .heap import own_process
 
     own_process()  # a local cluster's worker in this process may tune its heap
+    _quiet_client_shutdown()
+    _redeliver_swallowed_interrupts()
     try:
         code = main()
         sys.stdout.flush()
