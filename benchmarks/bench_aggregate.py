@@ -14,8 +14,9 @@ Then, on the same points:
   hold for the run's shards (4^(c-p) cells per shard: the morton words, every field at its
   fill, ``b""`` in every digest cell), kept alive as a persisted result is, the shards
   built on N threads at once. Dense fields are made as the result makes them
-  (``zagg.filled``: fill pages shared copy-on-write until a value lands on them). Keying plus that bounds the end-to-end ratio any
-  implementation of this Dataset can reach on this machine: the printed ceiling.
+  (``zagg.filled``: fill pages shared copy-on-write until a value lands on them). Keying
+  plus that bounds the end-to-end ratio any implementation of this Dataset can reach on
+  this machine: the printed ceiling.
 
 Each thread count runs in its own process with ``RAYON_NUM_THREADS`` set to it, so mortie's
 pool and dask's threads use the same cores. Prints rates in M points/s and the ratios.

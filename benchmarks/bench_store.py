@@ -8,9 +8,10 @@ input ``--runs`` times (default 2), each into a fresh store: the workers read th
 chunk by chunk (never materialised on the client, so the 1e8 run streams), and reading them
 is part of the timed run. The first run pays the workers' one-time set-up (imports,
 numba's registries and cache loads; inside this process, only the first size's first run
-does); the later ones show the rate of a long-lived cluster, as in a notebook session. Then ``python -m zagg run``
-on the same input is timed from process start to exit, as a batch script running one region
-at a time would see it (``--no-cli`` skips it). Peak RSS is sampled
+does); the later ones show the rate of a long-lived cluster, as in a notebook session.
+Then ``python -m zagg run`` on the same input is timed from process start to exit, as a
+batch script running one region at a time would see it (``--no-cli`` skips it). Peak RSS
+is sampled
 over the whole process tree (client, scheduler, workers). What new memory costs here is
 printed first: a first run grows the worker's heap from nothing, and on a VM that hands
 freed memory back to its host every such page costs a host fault (≈ 2 ms per MiB on the
@@ -328,9 +329,9 @@ def main() -> int:
     import zagg.write  # noqa: F401
     from zagg.cluster import client_for
     from zagg.heap import own_process, trim_heap
+    from zagg.sources.synthetic import DEFAULT_REGION
 
     own_process()  # as `python -m zagg`: a worker inside this process tunes its heap
-    from zagg.sources.synthetic import DEFAULT_REGION
 
     region = list(args.region or DEFAULT_REGION)
     base = geo2mort_rate()
