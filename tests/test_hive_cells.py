@@ -170,7 +170,7 @@ def test_vlen_framing_and_digest_for_word_and_odd_sized_payloads(word_sized):
     n_inner = 4
     enc = encode.encode_ragged(ragged.ranks, ragged.offsets, ragged.data, N, n_inner)
     assert enc.digest == hive.array_digest(objects)
-    shard = enc.objects[0][1]
+    shard = bytes(enc.objects[0][1])  # stored as parts, never joined by the writer
     per = N // n_inner
     for k, (off, size) in enumerate(read_index(shard, n_inner)):  # crc-checked
         want = list(objects[k * per : (k + 1) * per])
@@ -179,6 +179,29 @@ def test_vlen_framing_and_digest_for_word_and_odd_sized_payloads(word_sized):
             continue
         got = decode_vlen_frame(zstandard.ZstdDecompressor().decompress(shard[off : off + size]))
         assert got == want
+
+
+def test_a_shard_object_is_stored_from_its_parts_never_joined(tmp_path):
+    """A vlen array's shard object (tens of MB in a full leaf) is handed to the store as
+    its compressed chunks, index and crc in order: a local store writes them one after
+    another, and the file holds exactly their concatenation."""
+    from zagg.hive.parts import Parts, object_bytes, object_size
+    from zagg.hive.storage import StoreRoot
+
+    objects = np.empty(N, dtype=object)
+    objects.fill(b"")
+    objects[[3, N // 2, N - 1]] = [b"abcd", b"efghijkl", b"mnop"]
+    ragged = cells.ragged_from_objects(objects, lambda i, c: bytes(c))
+    [(index, parts)] = encode.encode_ragged(ragged.ranks, ragged.offsets, ragged.data, N,
+                                            4).objects
+    assert index == 0 and isinstance(parts, Parts) and len(parts) == 3 + 2  # chunks, index, crc
+    whole = b"".join(parts)
+    assert bytes(parts) == object_bytes(parts) == whole
+    assert object_size(parts) == parts.nbytes == len(whole)
+    assert object_size(np.zeros(7, np.uint16)) == 14
+    root = StoreRoot(str(tmp_path))
+    assert root.write_bytes("a/b/c/0", parts) == len(whole)
+    assert (tmp_path / "a/b/c/0").read_bytes() == whole
 
 
 @pytest.mark.parametrize("kind", ["bytes", "unit rows", "weighted rows"])

@@ -31,6 +31,8 @@ import numba
 import numpy as np
 import zstandard
 
+from zagg.hive.parts import Parts
+
 ABSENT = 0xFFFFFFFFFFFFFFFF
 EMPTY_BYTES_ID = id(b"")  # CPython shares one empty bytes object
 ZSTD_LEVEL = 3
@@ -333,9 +335,10 @@ def ragged_objects(chunks: list[tuple[int, bytes]], n_inner: int) -> list[tuple[
     return [(0, _shard_bytes([c for _, c in chunks], index))]
 
 
-def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> bytes:
+def _shard_bytes(chunks: list[bytes], index: np.ndarray) -> Parts:
+    """The shard object: its chunks, then the index and the index's crc32c, as parts."""
     index_bytes = index.tobytes()
-    return b"".join([*chunks, index_bytes, _crc(index_bytes)])
+    return Parts([*chunks, index_bytes, _crc(index_bytes)])
 
 
 def _crc(index_bytes) -> bytes:

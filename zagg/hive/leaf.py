@@ -31,6 +31,7 @@ from zagg.hive import cells as cells_
 from zagg.hive import coverage, encode, hashes, paths, stamp, stats
 from zagg.hive.cells import DenseCells, DigestRows, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
+from zagg.hive.parts import object_size
 from zagg.hive.storage import StoreRoot, as_root
 
 
@@ -456,7 +457,7 @@ class _Unstamped:
         if self.root.is_local:
             return self.root.write_bytes(key, data)
         self.pending[key] = data
-        return memoryview(data).nbytes
+        return object_size(data)
 
     def flush(self) -> None:
         if self.clearing is not None:

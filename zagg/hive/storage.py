@@ -19,6 +19,8 @@ import fsspec
 import zarr.storage
 from zarr.abc.store import Store
 
+from zagg.hive.parts import Parts, object_bytes, object_size
+
 
 class StoreRoot:
     """One store root: a local path or an fsspec URL plus its ``storage_options``."""
@@ -95,8 +97,9 @@ class StoreRoot:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
-    def write_bytes(self, key: str, data: bytes) -> int:
-        """Write one object (creating parent directories locally); returns its size."""
+    def write_bytes(self, key: str, data) -> int:
+        """Write one object (bytes-like or :class:`Parts`), creating parent directories
+        locally; returns its size."""
         full = self._full(key)
         if self.is_local:
             parent = posixpath.dirname(full)
@@ -107,20 +110,22 @@ class StoreRoot:
                 with self._dirs_lock:
                     self._dirs.add(parent)
             with open(full, "wb") as f:
+                if isinstance(data, Parts):
+                    return sum(f.write(p) for p in data)
                 return f.write(data)
-        self.fs.pipe_file(full, data if isinstance(data, bytes) else bytes(data))
-        return len(data)
+        self.fs.pipe_file(full, object_bytes(data))
+        return object_size(data)
 
     def write_many(self, objects: dict[str, Any]) -> None:
-        """Write several objects (key → bytes-like). On an object store they go up as
-        concurrent PUTs: a leaf's objects then cost about one round trip, not one each."""
+        """Write several objects (key → bytes-like or :class:`Parts`). On an object store
+        they go up as concurrent PUTs: a leaf's objects then cost about one round trip, not
+        one each."""
         if self.is_local:
             for key, data in objects.items():
                 self.write_bytes(key, data)
             return
         if objects:
-            self.fs.pipe({self._full(k): v if isinstance(v, bytes) else bytes(v)
-                          for k, v in objects.items()})
+            self.fs.pipe({self._full(k): object_bytes(v) for k, v in objects.items()})
 
     def read_json(self, key: str) -> Any | None:
         """Parse one JSON object; ``None`` when absent, ``ValueError`` when unparsable."""
