@@ -245,6 +245,8 @@ def test_an_in_process_cluster_shares_this_process_and_listens_on_no_port():
     with client_for(None, workers=1, threads=cores, processes=True) as client:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert list(client.run(os.getpid).values()) != [os.getpid()]
+        # a worker process's threads share one malloc arena (zagg.heap), as the CLI's do
+        assert list(client.run(os.environ.get, "MALLOC_ARENA_MAX").values()) == ["1"]
 
 
 @pytest.mark.parametrize("owned", [False, True])

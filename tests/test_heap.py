@@ -1,6 +1,7 @@
 """Worker heap policy: how much freed memory a worker keeps, and that trimming obeys it."""
 
 import ctypes.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,38 @@ def test_tuning_gives_back_heap_freed_before():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["True", "True", "True", "True"]
+
+
+@pytest.mark.skipif(ctypes.util.find_library("c") is None or sys.platform != "linux",
+                    reason="glibc heap only")
+@pytest.mark.parametrize("how", ["default", "own_process", "environment"])
+def test_threads_of_zaggs_own_process_share_one_malloc_arena(how):
+    """glibc gives each new thread an arena of its own (freed memory is then reused only
+    by that arena's threads); after ``own_process`` (the CLI) or with ``MALLOC_ARENA_MAX``
+    set as the process starts (zagg's worker processes) four allocating threads all use
+    the main arena. glibc's ``malloc_stats`` lists the arenas on stderr."""
+    code = textwrap.dedent(f"""
+        import ctypes, sys, threading
+        from zagg import heap
+        if {how == "own_process"!r}:
+            heap.own_process()
+        barrier = threading.Barrier(4)
+        def work():
+            barrier.wait()
+            blocks = [bytearray(300_000) for _ in range(10)]
+            barrier.wait()
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sys.stderr.flush()
+        ctypes.CDLL(None).malloc_stats()
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    if how == "environment":
+        env["MALLOC_ARENA_MAX"] = str(heap.ARENA_MAX)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    arenas = [line for line in out.stderr.splitlines() if line.startswith("Arena ")]
+    assert len(arenas) == (5 if how == "default" else 1)

@@ -1,7 +1,10 @@
 """Where a run executes: a LocalCluster sized to the machine, or an existing scheduler.
 
 Worker processes get ``RAYON_NUM_THREADS`` equal to their thread count so mortie's Rust
-kernels share the worker's cores instead of each spawning a thread per machine core. A
+kernels share the worker's cores instead of each spawning a thread per machine core, and
+``MALLOC_ARENA_MAX`` so that their threads share one malloc arena (see :mod:`zagg.heap`;
+distributed's nanny sets it in the client's environment as it spawns them, as it does its
+own ``MALLOC_TRIM_THRESHOLD_``). A
 local cluster of one worker whose threads take every core (the default on one or two
 cores: see :func:`runs_in_process`) runs inside the client's process instead.
 
@@ -20,7 +23,7 @@ import os
 
 import psutil
 
-from .heap import process_is_owned, tune_heap
+from .heap import ARENA_MAX, process_is_owned, tune_heap
 from .progress import active_client
 
 
@@ -154,6 +157,7 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
         yield scheduler
         return
     check_knobs(workers, threads, memory_limit)
+    import dask
     from distributed import LocalCluster
 
     opts = machine_defaults()
@@ -175,7 +179,12 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
                  "dashboard_address": "127.0.0.1:8787" if dashboard else None}
     # CRITICAL: a task error reaches the client as its exception (with the remote
     # traceback); the worker need not also log a "Compute Failed" block on stderr
-    with LocalCluster(silence_logs=50, **where, **opts) as cluster:
+    # glibc reads MALLOC_ARENA_MAX as a process starts: the nanny sets it (like its own
+    # MALLOC_TRIM_THRESHOLD_) in this process's environment just before spawning a worker
+    spawn_env = {"distributed.nanny.pre-spawn-environ.MALLOC_ARENA_MAX": str(ARENA_MAX)}
+    with dask.config.set(spawn_env if processes else {}):
+        cluster = LocalCluster(silence_logs=50, **where, **opts)
+    with cluster:
         yield cluster
 
 
