@@ -126,16 +126,16 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
     from zagg.cluster import client_for
 
     def state():
-        preload = sys.modules.get("zagg.preload")
+        setup = sys.modules.get("zagg.kernels.setup")
         return {"modules": sorted(m for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf",
-                                              "numba", "xarray", "dask.array")
+                                              "zagg.preload", "numba", "xarray", "dask.array")
                                   if m in sys.modules),
-                "numba ready": bool(preload and preload._first_call.signatures)}
+                "numba ready": bool(setup and setup._first_call.signatures)}
 
     with client_for(None, workers=1, threads=1) as client:
         seen = list(client.run(state).values())
-    assert seen == [{"modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.write"],
-                     "numba ready": True}]
+    assert seen == [{"modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.preload",
+                                 "zagg.write"], "numba ready": True}]
 
 
 @pytest.mark.parametrize("args, message", [

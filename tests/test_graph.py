@@ -1,6 +1,9 @@
 """The aggregation's task graph: shape, priorities, and results independent of tree shape."""
 
 import importlib
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -358,3 +361,23 @@ def test_a_block_read_by_two_inputs_stays_one_task():
     for j, r in enumerate(got):
         arrays = [b.compute() for b in blocks[j]]
         _partials_equal(r, reduce_chunk(plan, *arrays))
+
+
+def test_a_process_first_input_read_starts_numbas_setup_in_the_background():
+    """Reading a process's first input block starts numba's one-time set-up in a thread of
+    its own (so the first reductions find it done), once: later reads start nothing."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from zagg import graph
+        from zagg.kernels import setup
+        assert setup._thread is None and not setup._first_call.signatures
+        block = graph.read_block(np.arange(10.0), (slice(2, 5),))
+        started = setup._thread
+        started.join()
+        graph.read_block(np.arange(10.0), (slice(0, 1),))
+        print(block.tolist() == [2.0, 3.0, 4.0], started.name, started.daemon,
+              bool(setup._first_call.signatures), setup._thread is started)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "zagg-numba-setup", "True", "True", "True"]

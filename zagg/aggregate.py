@@ -23,6 +23,7 @@ from .config import Config, ConfigError, FieldSpec, Filter, load_config
 from .credentials import redacted
 from .hive import cells
 from .kernels import composition, located, segments, tdigest
+from .kernels.setup import start_numba_setup
 from .partials import Digests, DigestSpec, Partial, combine, group_key
 
 if TYPE_CHECKING:
@@ -340,6 +341,7 @@ def reduce_keyed(plan: Plan, cell_words: np.ndarray, values) -> tuple[Partial, n
 
 def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
     """Key, filter, group and reduce one input chunk."""
+    start_numba_setup()  # while this chunk is keyed (inputs not read by read_block)
     arrs = dict(zip(plan.inputs, arrays, strict=True))
     cell_words, values, counts = key_chunk(plan, arrs)
     partial, shards, bounds = reduce_keyed(plan, cell_words, values)

@@ -181,6 +181,9 @@ def read_block(array, index, asarray=True, lock=None):
     without ``None``; its lock held). A worker then needs no dask.array to read its input:
     that import (≈ 0.8 s with the scipy modules it loads) would otherwise hold up a fresh
     worker's first reduction."""
+    from .kernels.setup import start_numba_setup
+
+    start_numba_setup()  # the process's first read starts it, ahead of the reductions
     if isinstance(index, tuple) and any(i is None for i in index):
         from dask.array.core import getter
 

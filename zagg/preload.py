@@ -10,17 +10,11 @@ of on the first tasks of the run.
 
 from __future__ import annotations
 
-import numba
-
 from zagg import aggregate, write  # noqa: F401  (the task modules and what they import)
 from zagg.hive import leaf  # noqa: F401
-
-
-@numba.njit(cache=True)
-def _first_call(x: int) -> int:
-    return x + 1
+from zagg.kernels.setup import run_numba_setup
 
 
 def dask_setup(worker) -> None:
     """Run numba's one-time set-up (any cached kernel's first call does it)."""
-    _first_call(1)
+    run_numba_setup()
