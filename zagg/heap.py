@@ -18,8 +18,8 @@ zagg's own processes (the CLI's, and the worker processes of a cluster zagg star
 keep every thread's allocations in one malloc arena (:func:`share_one_arena`). glibc's
 default gives each thread an arena of its own (up to eight per core), and memory freed in
 one arena is reused only by the threads of that arena: the task threads, mortie's pool and
-zarr's I/O threads each grew their own. A first run of 10^8 points touched 1.83 GiB of new
-memory with them, 1.35 GiB in one arena.
+zarr's I/O threads each grew their own. A first run of 10^8 points touched 1.8–1.9 GiB of
+new memory with them, 1.3 GiB in one arena.
 """
 
 from __future__ import annotations
