@@ -3,9 +3,9 @@
 The first call of any compiled kernel, cached or not, builds numba's typing registries
 (≈ 0.25 s here, holding the GIL and numba's compiler lock). Left to the first reduction,
 it stops both task threads: one builds them, the other waits for the lock, and a core idles.
-Started as the first input chunk is read, it runs while the chunks are decompressed and
-keyed (zarr's codecs and mortie's kernels release the GIL), and the first reductions find it
-done or nearly so.
+Started as the first input chunk is read, it runs while the chunks are read and keyed
+(mortie's kernels release the GIL), and the first reductions wait less for it: 0.16–0.21 s
+each in a fresh process at dense 10^7, against 0.23–0.28 s.
 """
 
 from __future__ import annotations
