@@ -230,6 +230,16 @@ def test_atl06_fill_becomes_nan_and_absent_beam_is_skipped(atl06):
     assert len(ds.latitude.chunks[0]) == 3 * 6 - 1
 
 
+def granule_view(block):
+    """The DataSource a config with this granule block hands to aggregation."""
+    return load_config({
+        "data_source": block,
+        "aggregation": {"variables": {"count": {"function": "count"}}},
+        "output": {"dataset": {"short_name": "T", "version": "1"},
+                   "grid": {"parent_order": 8, "child_order": 14}},
+    }).data_source
+
+
 def test_filters_on_a_column_and_aggregate_counts(atl03, atl03_ds):
     block = atl03_block(atl03[0].parent, filters=[
         {"variable": "land_ice_conf", "op": "ge", "value": 3}])
@@ -248,8 +258,8 @@ def test_filters_on_a_column_and_aggregate_counts(atl03, atl03_ds):
                    "grid": {"parent_order": 8, "child_order": 14}},
     }
     config = load_config(cfg)
-    # the source's own view of the Dataset is what config.py will hand to aggregation
-    view = src.data_source()
+    # the granule block's view of the Dataset is what config.py hands to aggregation
+    view = granule_view(block)
     assert (view.latitude, view.longitude, view.time) == ("latitude", "longitude", "time")
     assert view.filters == config.data_source.filters
     assert set(config.data_source.variables) <= set(view.variables)
@@ -497,8 +507,7 @@ def test_the_documented_examples_parse():
     assert len(blocks) == 2
     for block in blocks:
         raw = yaml.safe_load(block)
-        src = parse_granule_source(raw["data_source"])
-        view = src.data_source()
+        view = granule_view(raw["data_source"])
         load_config({**raw, "data_source": {
             "coordinates": {"latitude": view.latitude, "longitude": view.longitude},
             "variables": list(view.variables), "time": view.time,

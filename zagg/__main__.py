@@ -158,7 +158,7 @@ INTERRUPTED_WRITE = ("; the store keeps the leaves already stamped, and readers 
                      "leaf left without its stamp: run the same command again to finish it")
 
 #: exceptions that report bad input (printed as one line, exit status 2), by module
-USER_ERRORS = {"zagg.config": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
+USER_ERRORS = {"zagg.validation": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
                "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError",
                "zagg.sources.catalog": "CatalogError"}

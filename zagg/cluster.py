@@ -133,12 +133,12 @@ def check_knobs(workers=None, threads=None, memory_limit=None) -> None:
             raise ClusterError(f"{name} must be a whole number >= 1, got {value!r}")
     if memory_limit is None or memory_limit == "auto":
         return
-    from .config import ConfigError, _parse_bytes
+    from .validation import ConfigError, parse_bytes
 
     if isinstance(memory_limit, float) and 0 < memory_limit <= 1:
         return
     try:
-        _parse_bytes(memory_limit, "memory_limit")
+        parse_bytes(memory_limit, "memory_limit")
     except ConfigError:
         raise ClusterError(f"memory limit {memory_limit!r} is not a size; use e.g. '4GiB', "
                            "'512MiB', a fraction of the machine's memory such as 0.5, or "

@@ -9,8 +9,6 @@ source variable missing from the Dataset) run in :func:`Config.check_dataset`, c
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,52 +18,28 @@ import numpy as np
 import yaml
 
 from . import predicate, reducers
+from .credentials import parse_storage_options
+from .filters import Filter, parse_filters
 from .orders import MAX_ORDER
+from .validation import (
+    ConfigError,
+    check_keys,
+    check_name,
+    check_order,
+    did_you_mean,
+    fail,
+    parse_bytes,
+)
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
 #: CF attributes that make readers decode stored values (scale, offset, masking, times)
 CF_ENCODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned",
                      "calendar")
-FILTER_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in")
 DEFAULT_SHARD_MEMORY = 2 * 1024**3
 
-
-class ConfigError(ValueError):
-    """A configuration that zagg refuses; the message names the key and the fix."""
-
-
-def _fail(path: str, msg: str) -> None:
-    raise ConfigError(f"config key '{path}': {msg}")
-
-
-def _check_keys(block: Mapping, allowed, path: str, required=()) -> None:
-    if not isinstance(block, Mapping):
-        _fail(path, f"expected a mapping, got {type(block).__name__} {block!r}")
-    for key in block:
-        if key not in allowed:
-            hint = difflib.get_close_matches(str(key), list(allowed), n=1)
-            did = f" (did you mean '{hint[0]}'?)" if hint else ""
-            where = f"{path}.{key}" if path else str(key)
-            _fail(where, f"unknown key{did}; valid keys here: {', '.join(sorted(allowed))}")
-    for key in required:
-        if key not in block:
-            where = f"{path}.{key}" if path else key
-            _fail(where, "is required but missing")
-
-
-def _name(value, path: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        _fail(path, f"expected a non-empty variable name, got {value!r}")
-    return value
-
-
-def _order(value, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        _fail(path, f"expected an integer order 0..{MAX_ORDER}, got {value!r}")
-    if not 0 <= value <= MAX_ORDER:
-        _fail(path, f"order {value} is outside 0..{MAX_ORDER}")
-    return value
+__all__ = ["Config", "ConfigError", "DataSource", "FieldSpec", "Filter", "Grid", "Output",
+           "load_config", "parse_config"]
 
 
 class ReadOnlyDict(dict):
@@ -82,28 +56,6 @@ class ReadOnlyDict(dict):
 
     def __reduce__(self):
         return (ReadOnlyDict, (dict(self),))
-
-
-@dataclass(frozen=True)
-class Filter:
-    """Keep rows where ``variable[column] <op> value`` holds (rows failing any filter drop)."""
-
-    variable: str
-    op: str
-    value: object
-    column: int | None = None
-
-    def mask(self, data: np.ndarray) -> np.ndarray:
-        if self.column is not None:
-            data = data[:, self.column]
-        v = self.value
-        if self.op == "in":
-            return np.isin(data, list(v))
-        if self.op == "not_in":
-            return ~np.isin(data, list(v))
-        ops = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-               "gt": np.greater, "ge": np.greater_equal}
-        return ops[self.op](data, v)
 
 
 @dataclass(frozen=True)
@@ -247,75 +199,37 @@ _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "st
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
-def _parse_filters(raw, variables, path) -> tuple[Filter, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        _fail(path, f"expected a list of {{variable, op, value}} mappings, got {raw!r}")
-    out = []
-    for i, f in enumerate(raw):
-        p = f"{path}[{i}]"
-        _check_keys(f, ("variable", "op", "value", "column"), p, ("variable", "op", "value"))
-        var = _name(f["variable"], f"{p}.variable")
-        if var not in variables:
-            _fail(f"{p}.variable", f"{var!r} is not declared in data_source.variables "
-                  f"({', '.join(variables)}); declare it there first")
-        op = f["op"]
-        if op not in FILTER_OPS:
-            hint = difflib.get_close_matches(str(op), FILTER_OPS, n=1)
-            did = f" (did you mean '{hint[0]}'?)" if hint else ""
-            _fail(f"{p}.op", f"unknown operator {op!r}{did}; valid: {', '.join(FILTER_OPS)}")
-        value = f["value"]
-        if op in ("in", "not_in"):
-            if not isinstance(value, list) or not value:
-                _fail(f"{p}.value", f"operator {op!r} needs a non-empty list, got {value!r}")
-            bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int | float)]
-        else:
-            bad = [value] if isinstance(value, bool) or not isinstance(value, int | float) else []
-        if bad:
-            _fail(f"{p}.value", f"filter values must be numbers, got {bad[0]!r}")
-        values = value if isinstance(value, list) else [value]
-        if not all(math.isfinite(v) for v in values):
-            _fail(f"{p}.value", f"filter values must be finite numbers, got {value!r} (NaN "
-                  "compares false with everything; to drop NaN rows use a range, e.g. "
-                  "op: ge with the smallest valid value)")
-        column = f.get("column")
-        if column is not None and (isinstance(column, bool) or not isinstance(column, int)
-                                   or column < 0):
-            _fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
-        out.append(Filter(var, op, value, column))
-    return tuple(out)
-
-
 def _parse_source(raw) -> DataSource:
     if isinstance(raw, Mapping) and "granules" in raw:
         from .sources.granules import parse_granule_source
 
         granules = parse_granule_source(raw)
-        return dataclasses.replace(granules.data_source(), granules=granules)
-    _check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
+        # the aggregation's view of the Dataset the granules open: names and filters
+        names = tuple(v.name for v in granules.variables)
+        time = "time" if granules.delta_time else None
+        return DataSource("latitude", "longitude", names + ((time,) if time else ()), time,
+                          granules.filters, granules=granules)
+    check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
     coords = raw["coordinates"]
-    _check_keys(coords, ("latitude", "longitude"), "data_source.coordinates",
+    check_keys(coords, ("latitude", "longitude"), "data_source.coordinates",
                 ("latitude", "longitude"))
-    lat = _name(coords["latitude"], "data_source.coordinates.latitude")
-    lon = _name(coords["longitude"], "data_source.coordinates.longitude")
+    lat = check_name(coords["latitude"], "data_source.coordinates.latitude")
+    lon = check_name(coords["longitude"], "data_source.coordinates.longitude")
     variables, columns = _parse_variables(raw["variables"])
     time = raw.get("time")
     if time is not None:
-        time = _name(time, "data_source.time")
-    filters = _parse_filters(raw.get("filters"), variables, "data_source.filters")
+        time = check_name(time, "data_source.time")
+    filters = parse_filters(raw.get("filters"), variables, "data_source.filters")
     inp = raw.get("input")
     if inp is not None and (not isinstance(inp, str) or not inp):
-        _fail("data_source.input", f"expected a path or URL of a zarr store or netCDF file, "
+        fail("data_source.input", f"expected a path or URL of a zarr store or netCDF file, "
               f"got {inp!r}")
     synthetic = _parse_synthetic(raw.get("synthetic"))
     if inp is not None and synthetic is not None:
-        _fail("data_source", "give either 'input' or 'synthetic', not both")
-    from .credentials import parse_storage_options  # (it imports this module)
-
+        fail("data_source", "give either 'input' or 'synthetic', not both")
     options = parse_storage_options(raw.get("storage_options"), "data_source.storage_options")
     if options and (inp is None or "://" not in inp):
-        _fail("data_source.storage_options", "only an input URL (s3://...) takes storage "
+        fail("data_source.storage_options", "only an input URL (s3://...) takes storage "
               "options; remove them or give data_source.input as a URL")
     return DataSource(lat, lon, variables, time, filters, inp, synthetic, columns,
                       storage_options=options)
@@ -326,28 +240,28 @@ def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
     a Dataset variable name or ``{variable, column}`` (one column of a 2-D variable)."""
     path = "data_source.variables"
     if isinstance(raw, list):
-        names = tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(raw))
+        names = tuple(check_name(v, f"{path}[{i}]") for i, v in enumerate(raw))
         dup = {v for v in names if names.count(v) > 1}
         if dup:
-            _fail(path, f"{sorted(dup)} listed more than once")
+            fail(path, f"{sorted(dup)} listed more than once")
         return names, {}
     if not isinstance(raw, Mapping) or not raw:
-        _fail(path, f"expected a list of variable names or a mapping of names to variables, "
+        fail(path, f"expected a list of variable names or a mapping of names to variables, "
               f"got {raw!r}")
     columns = {}
     for name, spec in raw.items():
         p = f"{path}.{name}"
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-            _fail(p, "declared names must be identifiers (letters, digits, underscores)")
+            fail(p, "declared names must be identifiers (letters, digits, underscores)")
         if isinstance(spec, str):
-            columns[name] = (_name(spec, p), None)
+            columns[name] = (check_name(spec, p), None)
             continue
-        _check_keys(spec, ("variable", "column"), p, ("variable",))
+        check_keys(spec, ("variable", "column"), p, ("variable",))
         column = spec.get("column")
         if column is not None and (isinstance(column, bool) or not isinstance(column, int)
                                    or column < 0):
-            _fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
-        columns[name] = (_name(spec["variable"], f"{p}.variable"), column)
+            fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
+        columns[name] = (check_name(spec["variable"], f"{p}.variable"), column)
     return tuple(columns), {k: v for k, v in columns.items() if v != (k, None)}
 
 
@@ -355,23 +269,23 @@ def _parse_synthetic(raw) -> dict | None:
     if raw is None:
         return None
     path = "data_source.synthetic"
-    _check_keys(raw, _SYNTHETIC, path, ("points",))
+    check_keys(raw, _SYNTHETIC, path, ("points",))
     out = dict(raw)
     for key, lo in (("points", 1), ("chunk_size", 1), ("seed", 0)):
         v = raw.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-            _fail(f"{path}.{key}", f"expected an integer >= {lo}, got {v!r}")
+            fail(f"{path}.{key}", f"expected an integer >= {lo}, got {v!r}")
     region = raw.get("region")
     if region is not None:
         ok = (isinstance(region, list) and len(region) == 4
               and all(isinstance(x, int | float) and not isinstance(x, bool) for x in region))
         if not ok or not (region[0] < region[2] and -90 <= region[1] < region[3] <= 90):
-            _fail(f"{path}.region", f"expected [lon_min, lat_min, lon_max, lat_max] with "
+            fail(f"{path}.region", f"expected [lon_min, lat_min, lon_max, lat_max] with "
                   f"min < max and latitudes within -90..90, got {region!r}")
     nf = raw.get("noise_fraction")
     if nf is not None and (isinstance(nf, bool) or not isinstance(nf, int | float)
                            or not 0 <= nf < 1):
-        _fail(f"{path}.noise_fraction", f"expected a number in [0, 1), got {nf!r}")
+        fail(f"{path}.noise_fraction", f"expected a number in [0, 1), got {nf!r}")
     return out
 
 
@@ -381,17 +295,17 @@ def _check_json(value, path: str) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             if not isinstance(k, str):
-                _fail(f"{path}.{k}", f"attribute names must be text, got {k!r}")
+                fail(f"{path}.{k}", f"attribute names must be text, got {k!r}")
             _check_json(v, f"{path}.{k}")
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            _fail(path, f"{value!r} cannot be stored: attrs are JSON, which has no NaN or "
+            fail(path, f"{value!r} cannot be stored: attrs are JSON, which has no NaN or "
                   "infinity; use null or a number")
     elif not (value is None or isinstance(value, str | int | bool)):
-        _fail(path, f"{value!r} ({type(value).__name__}) cannot be stored as a JSON attribute; "
+        fail(path, f"{value!r} ({type(value).__name__}) cannot be stored as a JSON attribute; "
               "quote it to store it as text (e.g. '2024-01-01')")
 
 
@@ -412,23 +326,21 @@ def _representable(value, dtype: np.dtype) -> bool:
 
 def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     path = f"aggregation.variables.{name}"
-    _check_keys(raw, _FIELD, path, ("function",))
+    check_keys(raw, _FIELD, path, ("function",))
     function = raw["function"]
     if function not in reducers.REGISTRY:
         names = sorted(reducers.REGISTRY)
-        hint = difflib.get_close_matches(str(function), names, n=1)
-        did = f" (did you mean '{hint[0]}'?)" if hint else ""
-        _fail(f"{path}.function", f"unknown function {function!r}{did}; "
+        fail(f"{path}.function", f"unknown function {function!r}{did_you_mean(function, names)}; "
               f"valid: {', '.join(names)}")
     red = reducers.get(function)
     source = raw.get("source")
     if source is None and red.needs_source and not red.source_optional:
-        _fail(f"{path}.source", f"function {function!r} needs a source variable; "
+        fail(f"{path}.source", f"function {function!r} needs a source variable; "
               f"set one of: {', '.join(variables)}")
     if source is not None:
-        source = _name(source, f"{path}.source")
+        source = check_name(source, f"{path}.source")
         if source not in variables:
-            _fail(f"{path}.source", f"{source!r} is not declared in data_source.variables "
+            fail(f"{path}.source", f"{source!r} is not declared in data_source.variables "
                   f"({', '.join(variables)}); declare it there first")
     dtype_raw = raw.get("dtype", red.default_dtype)
     try:
@@ -436,18 +348,17 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     except TypeError:
         names = [f"{k}{b}" for k, bits in (("float", (16, 32, 64)), ("int", (8, 16, 32, 64)),
                                           ("uint", (8, 16, 32, 64))) for b in bits]
-        hint = difflib.get_close_matches(str(dtype_raw), names, n=1)
-        did = f" (did you mean '{hint[0]}'?)" if hint else ""
-        _fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name{did}")
+        fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name"
+             f"{did_you_mean(dtype_raw, names)}")
     if dtype.kind not in red.dtype_kinds or dtype.itemsize > 8:
         kinds = {"f": "float16/32/64", "i": "int8..int64", "u": "uint8..uint64"}
         valid = " or ".join(kinds[k] for k in red.dtype_kinds)
-        _fail(f"{path}.dtype", f"{dtype_raw!r} is not valid for {function!r}; use {valid}")
+        fail(f"{path}.dtype", f"{dtype_raw!r} is not valid for {function!r}; use {valid}")
     if red.kind == "ragged" and dtype != np.float32:
-        _fail(f"{path}.dtype", f"t-digest payloads are float32 (spec §2.1), got {dtype_raw!r}")
+        fail(f"{path}.dtype", f"t-digest payloads are float32 (spec §2.1), got {dtype_raw!r}")
     if red.kind == "ragged":
         if "fill_value" in raw and raw["fill_value"] not in ("", b""):
-            _fail(f"{path}.fill_value", f"ragged fields have the fixed fill '' (empty payload), "
+            fail(f"{path}.fill_value", f"ragged fields have the fixed fill '' (empty payload), "
                   f"got {raw['fill_value']!r}; remove the key")
         fill = b""
     else:
@@ -455,7 +366,7 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         if isinstance(fill, str) and fill.lower() == "nan":
             fill = float("nan")
         if not _representable(fill, dtype):
-            _fail(f"{path}.fill_value", f"{fill!r} is not representable in dtype {dtype.name}; "
+            fail(f"{path}.fill_value", f"{fill!r} is not representable in dtype {dtype.name}; "
                   f"use a value within the range of {dtype.name}"
                   + (" (or NaN)" if dtype.kind == "f" else ""))
         if dtype.kind in "iu":
@@ -464,30 +375,30 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
             fill = float(fill)
     params_raw = raw.get("params") or {}
     if params_raw and not red.params:
-        _fail(f"{path}.params", f"{function!r} takes no params; remove this key")
-    _check_keys(params_raw, tuple(red.params), f"{path}.params")
+        fail(f"{path}.params", f"{function!r} takes no params; remove this key")
+    check_keys(params_raw, tuple(red.params), f"{path}.params")
     params = {}
     for key, spec in red.params.items():
         if spec.default is reducers.REQUIRED and key not in params_raw:
-            _fail(f"{path}.params.{key}", f"is required for {function!r} ({spec.valid})")
+            fail(f"{path}.params.{key}", f"is required for {function!r} ({spec.valid})")
         v = params_raw.get(key, spec.default)
         if v is None and spec.default is None:
             params[key] = None
             continue
         if isinstance(v, bool) or not isinstance(v, spec.kind) or not spec.check(v):
-            _fail(f"{path}.params.{key}", f"{v!r} is invalid; expected {spec.valid}")
+            fail(f"{path}.params.{key}", f"{v!r} is invalid; expected {spec.valid}")
         params[key] = v
     attrs = raw.get("attrs") or {}
     if not isinstance(attrs, Mapping):
-        _fail(f"{path}.attrs", f"expected a mapping of attribute names to values, got {attrs!r}")
+        fail(f"{path}.attrs", f"expected a mapping of attribute names to values, got {attrs!r}")
     _check_json(attrs, f"{path}.attrs")
     for key in attrs:
         if key in CF_ENCODING_ATTRS or (key == "units" and " since " in str(attrs[key])):
-            _fail(f"{path}.attrs.{key}", f"'{key}' tells CF readers (xarray, moczarr) to "
+            fail(f"{path}.attrs.{key}", f"'{key}' tells CF readers (xarray, moczarr) to "
                   "transform the stored values when they read them, so they would see other "
                   "numbers than zagg stored; remove it (the field's fill is set by fill_value)")
         if key in SPEC_OWNED_ATTRS:
-            _fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
+            fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
                   "by zagg itself; remove it (spec-owned keys: "
                   f"{', '.join(SPEC_OWNED_ATTRS)})")
     if function == "tdigest":
@@ -495,24 +406,24 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     where = raw.get("where")
     if where is not None:
         if not isinstance(where, str) or not where.strip():
-            _fail(f"{path}.where", f"expected a predicate expression, got {where!r}")
+            fail(f"{path}.where", f"expected a predicate expression, got {where!r}")
         try:
             where = str(predicate.parse(where, variables))
         except predicate.PredicateError as exc:
-            _fail(f"{path}.where", str(exc))
+            fail(f"{path}.where", str(exc))
     stratum = _parse_stratum(raw.get("stratum"), f"{path}.stratum", where)
     located = raw.get("located", False)
     if not isinstance(located, bool):
-        _fail(f"{path}.located", f"expected true or false, got {located!r}")
+        fail(f"{path}.located", f"expected true or false, got {located!r}")
     if located and red.kind != "ragged":
-        _fail(f"{path}.located", f"only digest (ragged) fields carry locations, not "
+        fail(f"{path}.located", f"only digest (ragged) fields carry locations, not "
               f"{function!r}")
     if function == "composition":
         if "fill_value" in raw and raw["fill_value"] != 0:
-            _fail(f"{path}.fill_value", f"a composition word's fill is 0 (an unwritten cell "
+            fail(f"{path}.fill_value", f"a composition word's fill is 0 (an unwritten cell "
                   f"must read as 'no flags', spec §3), got {raw['fill_value']!r}")
         if source is None:
-            _fail(f"{path}.source", "composition needs the (n, 5) signal confidence variable, "
+            fail(f"{path}.source", "composition needs the (n, 5) signal confidence variable, "
                   "e.g. signal_conf_ph")
         _check_composition_of(params, f"{path}.params", fields_raw or {})
     return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs), where,
@@ -523,32 +434,32 @@ def _check_flux(params, path: str, variables) -> None:
     """Flux digests name their weight variable and gain; counts digests name neither."""
     if params["weights"] == "flux":
         if params["weight_source"] is None:
-            _fail(f"{path}.weight_source", "a flux digest needs the variable holding each "
+            fail(f"{path}.weight_source", "a flux digest needs the variable holding each "
                   f"observation's flux; one of: {', '.join(variables)}")
         if params["weight_source"] not in variables:
-            _fail(f"{path}.weight_source", f"{params['weight_source']!r} is not declared in "
+            fail(f"{path}.weight_source", f"{params['weight_source']!r} is not declared in "
                   f"data_source.variables ({', '.join(variables)})")
         if params["gain"] is None:
-            _fail(f"{path}.gain", "a flux digest must record its calibration (spec §2.0): "
+            fail(f"{path}.gain", "a flux digest must record its calibration (spec §2.0): "
                   "{name: ..., version: ...}")
     else:
         for key in ("weight_source", "gain"):
             if params[key] is not None:
-                _fail(f"{path}.{key}", "only a digest with weights: flux takes this; remove it "
+                fail(f"{path}.{key}", "only a digest with weights: flux takes this; remove it "
                       "or set weights: flux")
 
 
 def _parse_stratum(raw, path: str, where) -> dict | None:
     if raw is None:
         return None
-    _check_keys(raw, ("name", "threshold"), path, ("name", "threshold"))
+    check_keys(raw, ("name", "threshold"), path, ("name", "threshold"))
     if raw["name"] not in ("signal", "noise"):
-        _fail(f"{path}.name", f"{raw['name']!r} is not a stratum; valid: signal, noise")
+        fail(f"{path}.name", f"{raw['name']!r} is not a stratum; valid: signal, noise")
     t = raw["threshold"]
     if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= 4:
-        _fail(f"{path}.threshold", f"expected a confidence level 1..4, got {t!r}")
+        fail(f"{path}.threshold", f"expected a confidence level 1..4, got {t!r}")
     if where is None:
-        _fail(path, "a stratum selects its rows with 'where'; add the predicate that defines "
+        fail(path, "a stratum selects its rows with 'where'; add the predicate that defines "
               f"the {raw['name']} photons")
     return {"name": raw["name"], "threshold": t}
 
@@ -559,55 +470,38 @@ def _check_composition_of(params, path: str, fields_raw: Mapping) -> None:
     if not isinstance(target, Mapping) or target.get("function") != "tdigest":
         digests = sorted(n for n, f in fields_raw.items()
                          if isinstance(f, Mapping) and f.get("function") == "tdigest")
-        _fail(f"{path}.of", f"{of!r} must name a t-digest field of this config (its weights "
+        fail(f"{path}.of", f"{of!r} must name a t-digest field of this config (its weights "
               f"are N_signal); declared digests: {', '.join(digests) or 'none'}")
     if ((target.get("params") or {}).get("weights", "counts")) != "counts":
-        _fail(f"{path}.of", f"{of!r} is flux-weighted; a composition word's N_signal is a "
+        fail(f"{path}.of", f"{of!r} is flux-weighted; a composition word's N_signal is a "
               "photon count, so 'of' must name a counts digest (spec §4.5)")
     stratum = target.get("stratum")
     if isinstance(stratum, Mapping) and stratum.get("threshold") != params["threshold"]:
-        _fail(f"{path}.threshold", f"{params['threshold']} differs from the stratum threshold "
+        fail(f"{path}.threshold", f"{params['threshold']} differs from the stratum threshold "
               f"{stratum.get('threshold')!r} of {of!r}; they must be equal (spec §3.3)")
 
 
 def _parse_grid(raw) -> Grid:
     path = "output.grid"
-    _check_keys(raw, _GRID, path, ("parent_order", "child_order"))
+    check_keys(raw, _GRID, path, ("parent_order", "child_order"))
     gtype = raw.get("type", "healpix")
     if gtype != "healpix":
-        _fail(f"{path}.type", f"{gtype!r} is not supported; the morton hive needs 'healpix'")
-    p = _order(raw["parent_order"], f"{path}.parent_order")
-    c = _order(raw["child_order"], f"{path}.child_order")
+        fail(f"{path}.type", f"{gtype!r} is not supported; the morton hive needs 'healpix'")
+    p = check_order(raw["parent_order"], f"{path}.parent_order")
+    c = check_order(raw["child_order"], f"{path}.child_order")
     if p > c:
-        _fail(path, f"parent_order {p} > child_order {c}; need 0 <= parent_order <= "
+        fail(path, f"parent_order {p} > child_order {c}; need 0 <= parent_order <= "
               f"chunk_inner <= child_order <= {MAX_ORDER}")
-    ci = _order(raw.get("chunk_inner", min(c, p + 4)), f"{path}.chunk_inner")
+    ci = check_order(raw.get("chunk_inner", min(c, p + 4)), f"{path}.chunk_inner")
     if not p <= ci <= c:
-        _fail(f"{path}.chunk_inner", f"{ci} must lie between parent_order {p} and child_order "
+        fail(f"{path}.chunk_inner", f"{ci} must lie between parent_order {p} and child_order "
               f"{c} (0 <= parent_order <= chunk_inner <= child_order <= {MAX_ORDER})")
     if c > 27:
-        _fail(f"{path}.child_order", f"cell order {c} is not supported yet; use an order <= 27")
+        fail(f"{path}.child_order", f"cell order {c} is not supported yet; use an order <= 27")
     sharded = raw.get("sharded", True)
     if not isinstance(sharded, bool):
-        _fail(f"{path}.sharded", f"expected true or false, got {sharded!r}")
+        fail(f"{path}.sharded", f"expected true or false, got {sharded!r}")
     return Grid(p, ci, c, sharded)
-
-
-def _parse_bytes(value, path: str) -> int:
-    units = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-             "kb": 1000, "mb": 1000**2, "gb": 1000**3}
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        s = value.strip().lower().replace(" ", "")
-        num = s.rstrip("kmgtib")
-        unit = s[len(num):]
-        try:
-            if unit in units and float(num) > 0:
-                return int(float(num) * units[unit])
-        except ValueError:
-            pass
-    _fail(path, f"{value!r} is not a positive size; use bytes or e.g. '2GiB', '512MiB'")
 
 
 def _shard_bytes(grid: Grid, fields: Mapping[str, FieldSpec]) -> int:
@@ -618,59 +512,57 @@ def _shard_bytes(grid: Grid, fields: Mapping[str, FieldSpec]) -> int:
 
 
 def _parse_output(raw, fields) -> Output:
-    _check_keys(raw, _OUTPUT, "output", ("dataset", "grid"))
+    check_keys(raw, _OUTPUT, "output", ("dataset", "grid"))
     layout = raw.get("store_layout", "hive")
     if layout != "hive":
-        _fail("output.store_layout", f"{layout!r} is not supported; use 'hive'")
+        fail("output.store_layout", f"{layout!r} is not supported; use 'hive'")
     store = raw.get("store")
     if store is not None and (not isinstance(store, str) or not store):
-        _fail("output.store", f"expected a path or s3:// URL, got {store!r}")
+        fail("output.store", f"expected a path or s3:// URL, got {store!r}")
     ds = raw["dataset"]
-    _check_keys(ds, ("short_name", "version"), "output.dataset", ("short_name", "version"))
+    check_keys(ds, ("short_name", "version"), "output.dataset", ("short_name", "version"))
     short_name = ds["short_name"]
     if not isinstance(short_name, str) or not short_name:
-        _fail("output.dataset.short_name", f"expected a non-empty string, got {short_name!r}")
+        fail("output.dataset.short_name", f"expected a non-empty string, got {short_name!r}")
     version = ds["version"]
     if isinstance(version, int) and not isinstance(version, bool):
-        _fail("output.dataset.version", f"got the number {version!r}; write the version as "
+        fail("output.dataset.version", f"got the number {version!r}; write the version as "
               f"text, quoted (version: '{version:03d}' or '{version}'): unquoted, 007 reads "
               "as the number 7")
     if not isinstance(version, str) or not version:
-        _fail("output.dataset.version", f"expected a string such as '007', got {version!r}")
+        fail("output.dataset.version", f"expected a string such as '007', got {version!r}")
     grid = _parse_grid(raw["grid"])
-    limit = _parse_bytes(raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY),
+    limit = parse_bytes(raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY),
                          "output.shard_memory_limit")
     need = _shard_bytes(grid, fields)
     if need > limit:
-        _fail("output.grid", f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
+        fail("output.grid", f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
               f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
               f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
               "shards) or lower child_order, or raise output.shard_memory_limit")
-    from .credentials import parse_storage_options  # (it imports this module)
-
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
     return Output(store, short_name, str(version), grid, layout, limit, options)
 
 
 def parse_config(raw: Mapping) -> Config:
     """Validate a config mapping (as read from YAML) into a :class:`Config`."""
-    _check_keys(raw, _TOP, "", _TOP)
+    check_keys(raw, _TOP, "", _TOP)
     source = _parse_source(raw["data_source"])
     agg = raw["aggregation"]
-    _check_keys(agg, ("variables",), "aggregation", ("variables",))
+    check_keys(agg, ("variables",), "aggregation", ("variables",))
     fields_raw = agg["variables"]
     if not isinstance(fields_raw, Mapping) or not fields_raw:
-        _fail("aggregation.variables", f"expected a non-empty mapping of output fields, "
+        fail("aggregation.variables", f"expected a non-empty mapping of output fields, "
               f"got {fields_raw!r}")
     fields = {}
     for name, spec in fields_raw.items():
         if not isinstance(name, str) or not name.isidentifier() or name == "morton":
-            _fail(f"aggregation.variables.{name}", "field names must be identifiers "
+            fail(f"aggregation.variables.{name}", "field names must be identifiers "
                   "(letters, digits, underscores) and not 'morton'")
         fields[name] = _parse_field(name, spec, source.variables, fields_raw)
     for f in fields.values():
         if f.located and f.locations_name in fields:
-            _fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
+            fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
                   f"locations sibling of {f.name!r}; rename the field")
     output = _parse_output(raw["output"], fields)
     return Config(source, fields, output, raw)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .config import _check_keys, _fail
+from .validation import check_keys, fail
 
 _SECRET_KEYS = ("key", "secret", "token")
 _STORAGE_KEYS = {  # s3fs options accepted here, with the type each must have
@@ -63,7 +63,7 @@ def parse_storage_options(value, path: str) -> StorageOptions:
     together, an http(s) endpoint; values of credentials never appear in a refusal."""
     if value is None:
         return StorageOptions()
-    _check_keys(value, tuple(_STORAGE_KEYS), path)
+    check_keys(value, tuple(_STORAGE_KEYS), path)
     for key, kind in _STORAGE_KEYS.items():
         if key not in value:
             continue
@@ -71,12 +71,12 @@ def parse_storage_options(value, path: str) -> StorageOptions:
         ok = isinstance(v, kind) and (kind is not str or v.strip())
         if not ok:
             shown = "(value not shown)" if _is_secret(key) or kind is Mapping else f"got {v!r}"
-            _fail(f"{path}.{key}", f"expected {_kind_name(kind)}, {shown}")
+            fail(f"{path}.{key}", f"expected {_kind_name(kind)}, {shown}")
     if ("key" in value) != ("secret" in value):
-        _fail(path, "'key' and 'secret' go together; give both or neither (or use 'profile')")
+        fail(path, "'key' and 'secret' go together; give both or neither (or use 'profile')")
     url = value.get("endpoint_url")
     if url is not None and not url.startswith(("http://", "https://")):
-        _fail(f"{path}.endpoint_url", f"expected an http:// or https:// URL, got {url!r}")
+        fail(f"{path}.endpoint_url", f"expected an http:// or https:// URL, got {url!r}")
     return StorageOptions(value)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import difflib
 
 from . import predicate
-from .config import Config, ConfigError, _fail
+from .config import Config
+from .validation import ConfigError, fail
 
 
 def check_dataset(config: Config, ds) -> None:
@@ -46,17 +47,17 @@ def check_shapes(config: Config, ds) -> None:
     def column_of(path, var, col):
         v = ds.variables[var]
         if v.ndim != 2:
-            _fail(path, f"column {col} of {var!r}, which has dims {v.dims}: only a 2-D "
+            fail(path, f"column {col} of {var!r}, which has dims {v.dims}: only a 2-D "
                   "(points, columns) variable has columns; drop 'column'")
         if not 0 <= col < v.shape[1]:
-            _fail(path, f"column {col} of {var!r}, which has {v.shape[1]} columns "
+            fail(path, f"column {col} of {var!r}, which has {v.shape[1]} columns "
                   f"(0..{v.shape[1] - 1})")
 
     def per_point(path, declared):
         var, col = src.columns.get(declared, (declared, None))
         v = ds.variables[var]
         if col is None and v.ndim != 1:
-            _fail(path, f"{declared!r} is the Dataset variable {var!r} of dims {v.dims}, "
+            fail(path, f"{declared!r} is the Dataset variable {var!r} of dims {v.dims}, "
                   "but one value per point is read here; declare one of its columns in "
                   f"data_source.variables (e.g. {declared}_0: {{variable: {var}, "
                   "column: 0}) and read that")
@@ -65,7 +66,7 @@ def check_shapes(config: Config, ds) -> None:
         var = src.dataset_variable(declared)
         dtype = ds.variables[var].dtype
         if dtype.kind not in "biuf":
-            _fail(path, f"{declared!r} has dtype {dtype}, which zagg cannot read as numbers;"
+            fail(path, f"{declared!r} has dtype {dtype}, which zagg cannot read as numbers;"
                   f" add a numeric copy to the Dataset (e.g. seconds since an epoch: "
                   f"ds[{var!r}].astype('datetime64[ns]').astype('int64') / 1e9) and "
                   "read that")
@@ -86,7 +87,7 @@ def check_shapes(config: Config, ds) -> None:
             var, col = src.columns.get(f.source, (f.source, None))
             v = ds.variables[var]
             if col is not None or v.ndim != 2 or v.shape[1] != 5 or v.dtype.kind not in "iu":
-                _fail(f"{path}.source", f"a composition reads the (points, 5) integer "
+                fail(f"{path}.source", f"a composition reads the (points, 5) integer "
                       f"signal confidence (ATL03 signal_conf_ph); {f.source!r} is "
                       f"{v.dtype} of dims {v.dims}" + (f", column {col}" if col is not None
                                                         else ""))

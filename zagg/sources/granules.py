@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     import dask.array as da
     import xarray as xr
 
-from ..config import ConfigError, DataSource, Filter, _check_keys, _fail, _parse_filters
 from ..credentials import StorageOptions, parse_storage_options
+from ..filters import Filter, parse_filters
+from ..validation import ConfigError, check_keys, fail
 
 __all__ = [
     "CATALOG_SUFFIXES",
@@ -111,12 +112,6 @@ class GranuleSource:
     def is_catalog(self) -> bool:
         return isinstance(self.granules, str) and _is_catalog(self.granules)
 
-    def data_source(self) -> DataSource:
-        """The aggregation's view of the opened Dataset: its variable names and filters."""
-        names = tuple(v.name for v in self.variables) + (("time",) if self.delta_time else ())
-        return DataSource("latitude", "longitude", names, "time" if self.delta_time else None,
-                          self.filters)
-
     def items(self) -> tuple[tuple[str, str, int | None], ...]:
         """(name, path template, column) of everything read per group, coordinates first."""
         out = [("latitude", self.latitude, None), ("longitude", self.longitude, None)]
@@ -132,18 +127,18 @@ class GranuleSource:
 def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSource:
     """Validate a granule ``data_source`` block; every refusal is a ``ConfigError``."""
     if isinstance(raw, Mapping) and "time" in raw:
-        _fail(f"{path}.time", "granule sources set the time variable with 'delta_time' (an "
+        fail(f"{path}.time", "granule sources set the time variable with 'delta_time' (an "
               "HDF5 path such as '/{group}/heights/delta_time'); replace 'time' by it")
     for key in ("input", "synthetic"):
         if isinstance(raw, Mapping) and key in raw:
-            _fail(f"{path}.{key}", f"give either 'granules' or '{key}', not both")
-    _check_keys(raw, _KEYS, path, ("granules", "coordinates"))
+            fail(f"{path}.{key}", f"give either 'granules' or '{key}', not both")
+    check_keys(raw, _KEYS, path, ("granules", "coordinates"))
     granules = _parse_location(raw["granules"], f"{path}.granules")
     groups = _parse_groups(raw.get("groups"), f"{path}.groups")
     grouped = groups is not None
 
     coords = raw["coordinates"]
-    _check_keys(coords, ("latitude", "longitude"), f"{path}.coordinates",
+    check_keys(coords, ("latitude", "longitude"), f"{path}.coordinates",
                 ("latitude", "longitude"))
     lat = _template(coords["latitude"], f"{path}.coordinates.latitude", grouped)
     lon = _template(coords["longitude"], f"{path}.coordinates.longitude", grouped)
@@ -157,7 +152,7 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
 
     on_error = raw.get("on_error", "fail")
     if on_error not in ON_ERROR:
-        _fail(f"{path}.on_error", f"{on_error!r} is not valid; use 'fail' (stop at the first "
+        fail(f"{path}.on_error", f"{on_error!r} is not valid; use 'fail' (stop at the first "
               "unreadable granule) or 'skip' (leave it out and record it)")
     options = parse_storage_options(raw.get("storage_options"), f"{path}.storage_options")
     return GranuleSource(granules, groups, lat, lon, variables, filters, delta_time, on_error,
@@ -169,17 +164,17 @@ def _parse_location(value, path: str) -> str | tuple[str, ...]:
             ".parquet) or a list of granule files")
     if isinstance(value, list):
         if not value:
-            _fail(path, f"the list of granule files is empty; give {what}")
+            fail(path, f"the list of granule files is empty; give {what}")
         for i, v in enumerate(value):
             if not isinstance(v, str) or not v.strip():
-                _fail(f"{path}[{i}]", f"expected a granule file path or URL, got {v!r}")
+                fail(f"{path}[{i}]", f"expected a granule file path or URL, got {v!r}")
             if _is_catalog(v):
-                _fail(f"{path}[{i}]", f"{v!r} is a catalog; give it alone, not in a list")
+                fail(f"{path}[{i}]", f"{v!r} is a catalog; give it alone, not in a list")
         return tuple(value)
     if not isinstance(value, str) or not value.strip():
-        _fail(path, f"expected {what}, got {value!r}")
+        fail(path, f"expected {what}, got {value!r}")
     if "://" in value and not value.startswith(("s3://", "file://")):
-        _fail(path, f"{value!r}: only local paths and s3:// URLs are supported")
+        fail(path, f"{value!r}: only local paths and s3:// URLs are supported")
     return value
 
 
@@ -187,43 +182,43 @@ def _parse_groups(value, path: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     if isinstance(value, str) or not isinstance(value, list) or not value:
-        _fail(path, f"expected a non-empty list of group names such as [gt1l, gt1r, gt2l, gt2r, "
+        fail(path, f"expected a non-empty list of group names such as [gt1l, gt1r, gt2l, gt2r, "
               f"gt3l, gt3r], got {value!r}")
     for i, g in enumerate(value):
         if (not isinstance(g, str) or not g.strip() or "/" in g or g in (".", "..")
                 or "{" in g or "}" in g):
-            _fail(f"{path}[{i}]", f"expected an HDF5 group name (no '/', braces or dots-only), "
+            fail(f"{path}[{i}]", f"expected an HDF5 group name (no '/', braces or dots-only), "
                   f"got {g!r}")
     dup = sorted({g for g in value if value.count(g) > 1})
     if dup:
-        _fail(path, f"{dup} listed more than once; list each group once")
+        fail(path, f"{dup} listed more than once; list each group once")
     return tuple(value)
 
 
 def _template(value, path: str, grouped: bool) -> str:
     """A validated HDF5 path template, normalised to start with '/'."""
     if not isinstance(value, str) or not value.strip():
-        _fail(path, f"expected an HDF5 dataset path such as '/{{group}}/heights/lat_ph', "
+        fail(path, f"expected an HDF5 dataset path such as '/{{group}}/heights/lat_ph', "
               f"got {value!r}")
     try:
         parts = list(string.Formatter().parse(value))
     except ValueError as exc:
-        _fail(path, f"{value!r} has unbalanced braces ({exc}); the only placeholder is "
+        fail(path, f"{value!r} has unbalanced braces ({exc}); the only placeholder is "
               "'{group}'")
     fields = [(f, spec, conv) for _, f, spec, conv in parts if f is not None]
     for f, spec, conv in fields:
         if f != "group" or spec or conv:
-            _fail(path, f"{value!r} uses the placeholder {{{f}}}; the only placeholder is "
+            fail(path, f"{value!r} uses the placeholder {{{f}}}; the only placeholder is "
                   "'{group}'")
     if grouped and not fields:
-        _fail(path, f"{value!r} does not contain '{{group}}'; with data_source.groups set, "
+        fail(path, f"{value!r} does not contain '{{group}}'; with data_source.groups set, "
               "every path must name its group, e.g. '/{group}/heights/h_ph'")
     if not grouped and fields:
-        _fail(path, f"{value!r} uses '{{group}}' but data_source.groups is not set; list the "
+        fail(path, f"{value!r} uses '{{group}}' but data_source.groups is not set; list the "
               "groups, e.g. groups: [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r]")
     norm = "/" + value.strip("/")
     if any(c in ("", ".", "..") for c in norm[1:].split("/")):
-        _fail(path, f"{value!r} has an empty, '.' or '..' component; give an absolute HDF5 "
+        fail(path, f"{value!r} has an empty, '.' or '..' component; give an absolute HDF5 "
               "path such as '/{group}/heights/h_ph'")
     return norm
 
@@ -232,23 +227,23 @@ def _parse_variables(value, path: str, grouped: bool) -> tuple[GranuleVariable, 
     if value is None:
         return ()
     if not isinstance(value, Mapping):
-        _fail(path, f"expected a mapping of variable name to HDF5 path (or to {{path, "
+        fail(path, f"expected a mapping of variable name to HDF5 path (or to {{path, "
               f"column}}), e.g. {{h_ph: '/{{group}}/heights/h_ph'}}, got {value!r}")
     out = []
     for name, spec in value.items():
         p = f"{path}.{name}"
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            _fail(p, "variable names must be identifiers (letters, digits, underscores)")
+            fail(p, "variable names must be identifiers (letters, digits, underscores)")
         if name in RESERVED_NAMES:
-            _fail(p, f"{name!r} is reserved for the Dataset's own variables "
+            fail(p, f"{name!r} is reserved for the Dataset's own variables "
                   f"({', '.join(RESERVED_NAMES)}); choose another name")
         column = None
         if isinstance(spec, Mapping):
-            _check_keys(spec, ("path", "column"), p, ("path",))
+            check_keys(spec, ("path", "column"), p, ("path",))
             column = spec.get("column")
             if column is not None and (isinstance(column, bool) or not isinstance(column, int)
                                        or column < 0):
-                _fail(f"{p}.column", f"expected a non-negative column index of the 2-D "
+                fail(f"{p}.column", f"expected a non-negative column index of the 2-D "
                       f"dataset, got {column!r}")
             spec = spec["path"]
             p = f"{p}.path"
@@ -260,12 +255,12 @@ def _parse_granule_filters(value, declared, path: str) -> tuple[Filter, ...]:
     if isinstance(value, list):
         for i, f in enumerate(value):
             if isinstance(f, Mapping) and "column" in f:
-                _fail(f"{path}[{i}].column", "granule filters take no column; declare the "
+                fail(f"{path}[{i}].column", "granule filters take no column; declare the "
                       "column as its own variable, e.g. variables: {land_ice_conf: {path: "
                       "'/{group}/heights/signal_conf_ph', column: 3}}, and filter on that name")
-            _check_keys(f, ("variable", "op", "value"), f"{path}[{i}]",
+            check_keys(f, ("variable", "op", "value"), f"{path}[{i}]",
                         ("variable", "op", "value"))
-    return _parse_filters(value, tuple(declared), path)
+    return parse_filters(value, tuple(declared), path)
 
 
 # --------------------------------------------------------------------------- locations

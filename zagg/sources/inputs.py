@@ -7,8 +7,8 @@ import os
 import warnings
 from typing import TYPE_CHECKING
 
-from ..config import ConfigError
 from ..credentials import StorageOptions
+from ..validation import ConfigError
 
 if TYPE_CHECKING:
     import xarray as xr
