@@ -49,6 +49,17 @@ def _cmd_catalog(args) -> int:
     return 0
 
 
+def _cmd_configs(args) -> int:
+    from .packaged import find, names, summary
+
+    for kind, title in (("config", "configs (zagg run NAME)"),
+                        ("region", "regions (zagg run CONFIG --region NAME)")):
+        print(f"{title}:")
+        for name in names(kind):
+            print(f"  {name:<28} {summary(find(kind, name))}".rstrip())
+    return 0
+
+
 def _storage_options(pairs) -> dict | None:
     """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
     if not pairs:
@@ -108,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a pipeline config into its store")
-    r.add_argument("config", help="pipeline config (YAML)")
+    r.add_argument("config", help="pipeline config: a YAML file, or the name of a shipped one "
+                                  "(python -m zagg configs lists them)")
     r.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     r.add_argument("--scheduler", help="address of an existing dask scheduler")
     r.add_argument("--workers", type=_at_least_one,
@@ -117,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--memory-limit", type=_memory_limit,
                    help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto")
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
-    r.add_argument("--region", help="GeoJSON polygon file: only the shards it covers")
+    r.add_argument("--region", help="GeoJSON polygon file, or a shipped region's name: only "
+                                    "the shards it covers")
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
@@ -136,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="pipeline config whose data_source names the paths")
     c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
     c.set_defaults(func=_cmd_catalog)
+
+    k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
+    k.set_defaults(func=_cmd_configs)
 
     i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
     i.add_argument("store")

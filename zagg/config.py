@@ -569,12 +569,19 @@ def parse_config(raw: Mapping) -> Config:
 
 
 def load_config(source) -> Config:
-    """Load a config from a YAML file path, a YAML string, or a mapping."""
+    """Load a config from a YAML file path, the name of a shipped config (e.g.
+    ``"atl03_tdigest"``, see ``python -m zagg configs``), a YAML string, or a mapping."""
     if isinstance(source, Config):
         return source
     if isinstance(source, Mapping):
         return parse_config(source)
     text = None
+    if isinstance(source, str) and "\n" not in source and not Path(source).exists():
+        from .packaged import find
+
+        shipped = find("config", source)
+        if shipped is not None:
+            source = shipped
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
                                      and source.endswith((".yaml", ".yml"))):
         path = Path(source)
@@ -596,8 +603,11 @@ def load_config(source) -> Config:
         raise ConfigError(f"config is not valid YAML: {exc}") from exc
     if not isinstance(raw, Mapping):
         if isinstance(source, str) and "\n" not in source and not isinstance(raw, list):
-            raise ConfigError(f"config {source!r} is neither an existing .yaml/.yml file nor "
-                              "YAML text of a mapping; give the path of the config file "
-                              "(ending in .yaml or .yml)")
+            from .packaged import names
+
+            raise ConfigError(f"config {source!r} is neither an existing .yaml/.yml file, the "
+                              "name of a shipped config nor YAML text of a mapping; give the "
+                              "path of the config file (ending in .yaml or .yml) or one of: "
+                              f"{', '.join(names('config'))}")
         raise ConfigError(f"config must be a YAML mapping at the top level, got {raw!r}")
     return parse_config(raw)

@@ -81,10 +81,15 @@ def cover_rings(rings, order: int) -> np.ndarray:
 
 
 def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -> list[str]:
-    """Decimal ids of the shards at ``order`` that a GeoJSON file or a box touches."""
+    """Decimal ids of the shards at ``order`` that a GeoJSON file (a path, or the name of a
+    shipped region such as ``"pine_island"``) or a box touches."""
     words = []
     if geojson is not None:
         path = Path(geojson)
+        if not path.exists():
+            from .packaged import find
+
+            path = find("region", str(geojson)) or path
         try:
             geo = json.loads(path.read_text())
         except OSError as exc:
