@@ -251,27 +251,17 @@ def cli_run(cfg: dict, workdir: str) -> float:
 
 def longest_shard_chain(records: list) -> float:
     """Seconds of the longest chain of dependent shard tasks in a run's task stream: per
-    shard, its slowest block's combines, contents and encode, then its contents and leaf
-    write. After the reduction, a cluster with threads to spare waits for this chain."""
-    blocks: dict = {}
-    tail: dict = {}
+    shard, its pieces and combines, its last merge and finalize, then its leaf write.
+    After the reduction, a cluster with threads to spare waits for this chain."""
+    stages = ("piece-", "combine-", "shard-cells-", "write-leaf-")
+    per_shard: dict = {}
     for r in records:
         key = r["key"]
-        if not isinstance(key, tuple) or not str(key[0]).startswith("zagg-"):
+        if not isinstance(key, tuple) or not str(key[0]).startswith(stages):
             continue
-        name = str(key[0])
-        stage = "encode" if "-encode-" in name else name.split("-")[1]
         took = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "compute")
-        if stage in ("combine", "blockcontents", "encode"):
-            block = (key[1], key[2])
-            blocks[block] = blocks.get(block, 0.0) + took
-        elif stage in ("contents", "write"):
-            tail[key[1]] = tail.get(key[1], 0.0) + took
-    slowest: dict = {}
-    for (shard, _), took in blocks.items():
-        slowest[shard] = max(slowest.get(shard, 0.0), took)
-    return max((slowest.get(i, 0.0) + tail.get(i, 0.0) for i in set(slowest) | set(tail)),
-               default=0.0)
+        per_shard[key[1]] = per_shard.get(key[1], 0.0) + took
+    return max(per_shard.values(), default=0.0)
 
 
 def one_run(cfg: dict, client) -> tuple[float, object, int, str, float]:
@@ -328,10 +318,7 @@ def main() -> int:
     import zagg.aggregate  # noqa: F401
     import zagg.write  # noqa: F401
     from zagg.cluster import client_for
-    from zagg.heap import own_process, trim_heap
     from zagg.sources.synthetic import DEFAULT_REGION
-
-    own_process()  # as `python -m zagg`: a worker inside this process tunes its heap
 
     region = list(args.region or DEFAULT_REGION)
     base = geo2mort_rate()
@@ -362,10 +349,7 @@ def main() -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
                 runs.append((wall, summary, peak, chain))
             t_read_key = read_and_key(client, cfg, n, args.chunk)
-        # what a worker inside this process kept goes back to the system, as a worker
-        # process's memory does when it exits: the CLI run below starts from the same state
         gc.collect()
-        trim_heap(0)
         t_cli = cli_run(cfg, points) if args.cli else None
         shutil.rmtree(points, ignore_errors=True)
         wall, summary, _, chain = runs[0]
@@ -390,8 +374,8 @@ def main() -> int:
               f"(first run)")
         print(f"  peak RSS        {max(r[2] for r in runs) / 2**30:7.2f} GiB (all processes)")
         print(f"  longest chain   {chain:7.2f} s       (first run: the heaviest shard's tasks "
-              "after the reduction, its slowest block's combine and encode, then its write; "
-              "what a cluster with threads to spare waits for)")
+              "after the reduction, its merges, finalize and write; what a cluster with "
+              "threads to spare waits for)")
         print(f"  ratio to geo2mort {rate / base:5.2f}   (end to end)")
         t_hash = (summary.shards * leaf_bytes + vlen_bytes) / hash_rate
         t_floor = n / base + t_hash + t_zstd

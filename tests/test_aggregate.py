@@ -103,27 +103,38 @@ def test_every_reducer_matches_brute_force():
         np.testing.assert_array_equal(arr[:, 0], np.sort(f.astype(np.float32)))
         np.testing.assert_array_equal(arr[:, 1], np.ones(f.size, np.float32))
     assert singles > 3  # single-point cells were exercised
-    # every other cell is empty and holds the fill
-    empty = np.ones(res.sizes["cells"], bool)
-    empty[[idx[w] for w in truth]] = False
-    assert (res["count"].values[empty] == 0).all()
-    assert np.isnan(res["h_mean"].values[empty]).all()
-    assert all(b == b"" for b in res["h_td"].values[empty])
+    # the result holds exactly the occupied cells; the dense twin holds the fill elsewhere
+    assert sorted(idx) == sorted(truth) and res.sizes["cells"] == len(truth)
+    dense = computed(ds, make_config(), chunk_size=3_000, dense=True)
+    empty = ~np.isin(dense["morton"].values, np.array(list(truth), np.uint64))
+    assert empty.sum() == dense.sizes["cells"] - len(truth) > 0
+    assert (dense["count"].values[empty] == 0).all()
+    assert np.isnan(dense["h_mean"].values[empty]).all()
+    assert all(b == b"" for b in dense["h_td"].values[empty])
+    at = np.searchsorted(dense["morton"].values, res["morton"].values)
+    for var in ("count", "h_sum", "h_min", "h_max", "h_var"):
+        np.testing.assert_array_equal(dense[var].values[at], res[var].values)
+    assert list(dense["h_td"].values[at]) == list(res["h_td"].values)
 
 
 def test_layout_is_canonical_and_one_chunk_per_shard():
     ds = make_points(5_000, seed=2)
+    truth = np.array(sorted(brute_force(ds)), np.uint64)
     out = zagg.aggregate(ds, make_config())
-    n = 4 ** (C - P)
-    assert all(ch == n for ch in out["count"].chunks[0])
     shards = G.from_decimal(out.attrs["zagg"]["shards"])
-    assert (np.diff(shards.astype(object)) > 0).all()
+    np.testing.assert_array_equal(shards, np.unique(G.ancestor(truth, P)))  # only shards with data
+    # sparse: the occupied cells, ascending, one chunk per shard holding that shard's cells
     words = out["morton"].values
+    np.testing.assert_array_equal(words, truth)
+    per_shard = [int((G.ancestor(truth, P) == s).sum()) for s in shards]
+    assert list(out["count"].chunks[0]) == per_shard == out.attrs["zagg"]["shard_cells"]
+    # the dense twin: every cell of every shard, in canonical nested order
+    dense = zagg.aggregate(ds, make_config(), dense=True)
+    n = 4 ** (C - P)
+    assert all(ch == n for ch in dense["count"].chunks[0])
+    words = dense["morton"].values
     for k, s in enumerate(shards):
         np.testing.assert_array_equal(words[k * n:(k + 1) * n], G.shard_cell_words(s, P, C))
-    # only shards with data
-    truth_shards = np.unique(G.ancestor(np.array(list(brute_force(ds)), np.uint64), P))
-    np.testing.assert_array_equal(shards, truth_shards)
 
 
 def test_cell_words_agree_with_mortie_keying_at_cell_order():
@@ -174,14 +185,27 @@ def test_filters_apply_before_aggregation():
             assert res["h_max"].values[idx[w]] == np.float32(f.max())
 
 
-def test_shards_argument_restricts_and_stays_lazy():
+def test_shards_argument_restricts_the_result():
     ds = make_points(6_000, seed=6)
     full = computed(ds, make_config())
     shards = full.attrs["zagg"]["shards"]
     pick = shards[1:3]
     out = zagg.aggregate(ds, make_config(), shards=pick)
-    assert out.attrs["zagg"]["points"] is None  # nothing computed yet
     assert out.attrs["zagg"]["shards"] == pick
+    inside = np.isin(G.ancestor(full["morton"].values, P), G.from_decimal(pick))
+    sub = out.compute()
+    np.testing.assert_array_equal(sub["morton"].values, full["morton"].values[inside])
+    for var in ("count", "h_min", "h_sum"):
+        np.testing.assert_array_equal(sub[var].values, full[var].values[inside])
+    assert list(sub["h_td"].values) == list(full["h_td"].values[inside])
+
+
+def test_the_dense_twin_of_given_shards_stays_lazy():
+    ds = make_points(6_000, seed=6)
+    full = computed(ds, make_config(), dense=True)
+    pick = full.attrs["zagg"]["shards"][1:3]
+    out = zagg.aggregate(ds, make_config(), shards=pick, dense=True)
+    assert out.attrs["zagg"]["points"] is None  # nothing computed yet
     sub = out.compute()
     n = 4 ** (C - P)
     for var in ("count", "h_min", "h_sum"):
@@ -215,14 +239,10 @@ def test_variables_stored_as_coordinates_are_read_like_data_variables():
 def test_in_memory_inputs_are_read_in_chunks_and_later_edits_do_not_reach_the_result():
     ds = make_points(5_000, seed=10)
     expected = computed(ds.chunk({"obs": 700}), make_config())
-    discovered = zagg.aggregate(ds, make_config(), chunk_size=700)
-    lazy = zagg.aggregate(ds, make_config(), chunk_size=700,
-                          shards=expected.attrs["zagg"]["shards"])
-    assert lazy.attrs["zagg"]["points"] is None  # nothing read yet
+    result = zagg.aggregate(ds, make_config(), chunk_size=700)
     ds["h"].values[:] = -1.0  # the caller reuses its buffers before computing
     ds["lat"].values[:] = 0.0
-    for out in (discovered, lazy):
-        xr.testing.assert_identical(out.compute().drop_attrs(), expected.drop_attrs())
+    xr.testing.assert_identical(result.compute().drop_attrs(), expected.drop_attrs())
 
 
 def test_aggregating_in_memory_inputs_leaves_them_untouched():
@@ -316,26 +336,33 @@ def test_integer_and_dask_backed_lazy_input_not_materialised():
     assert (res["q_max"].values >= 0).sum() > 0
 
 
-def test_compacted_partials_combine_exactly_like_full_ones():
+def test_compacted_states_combine_exactly_like_full_ones():
     """Chunk partials wait in int32 counts and float32 extremes where exact; combining
     them gives the full-width states bit for bit."""
-    from zagg.partials import Partial, combine
+    from zagg.partials import Groups
+    from zagg.reducers import COUNT, MAX, MIN
 
-    cells = np.array([5, 9, 12], dtype=np.uint64)
-    a = Partial(cells, {"h": {"count": np.array([1, 2, 3]), "min": np.array([0.5, -1.0, np.nan]),
-                              "max": np.array([0.1, 1e300, 2.0])}})
-    b = Partial(cells[1:], {"h": {"count": np.array([4, 5]), "min": np.array([-2.0, 0.25]),
-                                  "max": np.array([3.0, 1.0 / 3.0])}})
-    small = a.compact()
-    assert small.states["h"]["count"].dtype == np.int32
-    assert small.states["h"]["min"].dtype == np.float32  # every min is exact in float32
-    assert small.states["h"]["max"].dtype == np.float64  # 1e300 is not
-    assert b.compact().states["h"]["max"].dtype == np.float64  # neither is 1/3
-    full, packed = combine([a, b], {}), combine([small, b.compact()], {})
-    for k in ("count", "min", "max"):
-        assert packed.states["h"][k].dtype == full.states["h"][k].dtype
-        np.testing.assert_array_equal(packed.states["h"][k], full.states["h"][k])
-    np.testing.assert_array_equal(full.states["h"]["count"], [1, 6, 8])
+    a = {"count": np.array([1, 2, 3]), "min": np.array([0.5, -1.0, np.nan]),
+         "max": np.array([0.1, 1e300, 2.0])}
+    b = {"count": np.array([4, 5]), "min": np.array([-2.0, 0.25]),
+         "max": np.array([3.0, 1.0 / 3.0])}
+    states = {"count": COUNT, "min": MIN, "max": MAX}
+    small = {k: states[k].compact(v) for k, v in a.items()}
+    assert small["count"].dtype == np.int32
+    assert small["min"].dtype == np.float32  # every min is exact in float32
+    assert small["max"].dtype == np.float64  # 1e300 is not
+    assert states["max"].compact(b["max"]).dtype == np.float64  # neither is 1/3
+    groups, cells = Groups.of(np.array([5, 9, 12, 9, 12], dtype=np.uint64))
+    np.testing.assert_array_equal(cells, [5, 9, 12])
+    for k, state in states.items():
+        full = state.combine([a[k], b[k]], groups, None)
+        packed = state.combine([small[k], state.compact(b[k])], groups, None)
+        assert packed.dtype == full.dtype
+        np.testing.assert_array_equal(packed, full)
+    np.testing.assert_array_equal(states["count"].combine([a["count"], b["count"]], groups,
+                                                          None), [1, 6, 8])
+    np.testing.assert_array_equal(states["min"].combine([a["min"], b["min"]], groups, None),
+                                  [0.5, -2.0, 0.25])
 
 
 @pytest.mark.parametrize("function, dtype, value, shown", [

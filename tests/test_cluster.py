@@ -1,77 +1,22 @@
-"""Where runs execute: starting a cluster in the background, and what a run's client
-imports before that start."""
+"""Where runs execute: local clusters zagg starts, clusters it is given, and what a run's
+client imports before its cluster starts."""
 
 import json
 import os
 import subprocess
 import sys
-import threading
 
 import dask
 import dask.array
 import pytest
-
-from zagg.cluster import entered_in_background
-
-
-class Recorder:
-    """A context manager that records its enters and exits; its start can be held or
-    made to fail."""
-
-    def __init__(self, *, hold: threading.Event | None = None, fail: bool = False):
-        self.hold, self.fail = hold, fail
-        self.events = []
-
-    def __enter__(self):
-        if self.hold is not None:
-            assert self.hold.wait(10), "the body never ran while the start was pending"
-        if self.fail:
-            raise OSError("no cluster today")
-        self.events.append(("enter", threading.current_thread().name))
-        return "client"
-
-    def __exit__(self, kind, exc, tb):
-        self.events.append(("exit", kind))
-        return False
-
-
-def test_the_body_runs_while_the_start_is_pending():
-    body_ran = threading.Event()
-    manager = Recorder(hold=body_ran)
-    with entered_in_background(manager) as started:
-        body_ran.set()  # the start only ends once the body has run
-        assert started.result(timeout=10) == "client"
-    assert manager.events[0][0] == "enter" and manager.events[0][1].startswith("zagg-start")
-    assert manager.events[1] == ("exit", None)
-
-
-def test_a_failing_body_exits_the_manager_with_its_exception():
-    manager = Recorder()
-    with pytest.raises(KeyError, match="from the body"):
-        with entered_in_background(manager):
-            raise KeyError("from the body")
-    assert manager.events[-1] == ("exit", KeyError)
-
-
-def test_a_failed_start_raises_from_the_future_and_is_never_exited():
-    manager = Recorder(fail=True)
-    with pytest.raises(OSError, match="no cluster today"):
-        with entered_in_background(manager) as started:
-            started.result()
-    assert manager.events == []
-    # a body that fails first reports its own error, not the start's
-    with pytest.raises(ValueError, match="bad input"):
-        with entered_in_background(Recorder(fail=True)):
-            raise ValueError("bad input")
-
 
 HEAVY = ("numba", "mortie", "pandas", "dask", "distributed", "xarray", "scipy", "h5py")
 
 
 def test_a_run_reaches_its_cluster_start_without_the_heavy_imports(tmp_path):
     """``import zagg``, loading a config and checking the store's manifest import none of
-    numba, mortie, dask or xarray (about 2 s), so the CLI starts a run's cluster first and
-    its workers import theirs while the client imports the rest."""
+    numba, mortie, dask or xarray, so a run refuses a bad config or an incompatible store
+    at once, before it pays for any of them."""
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({
         "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
@@ -122,14 +67,13 @@ print(sorted(zagg.__all__))
 
 def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
     """Before any task runs, each worker has imported what its tasks run and has paid
-    numba's one-time set-up (a compiled kernel's first call), never xarray or dask.array."""
+    numba's one-time set-up (a compiled kernel's first call)."""
     from zagg.cluster import client_for
 
     def state():
         setup = sys.modules.get("zagg.kernels.setup")
         return {"modules": sorted(m for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf",
-                                              "zagg.preload", "numba", "xarray", "dask.array")
-                                  if m in sys.modules),
+                                              "zagg.preload", "numba") if m in sys.modules),
                 "numba ready": bool(setup and setup._first_call.signatures)}
 
     with client_for(None, workers=1, threads=1) as client:
@@ -187,44 +131,6 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
         assert int(dask.array.ones(4).sum().compute()) == 4
 
 
-def test_a_run_imports_dask_and_distributed_before_its_cluster_starts_in_the_background(
-        tmp_path):
-    """Two threads importing one package at once can see each other's half-initialised
-    modules (``ImportError: ... partially initialized module 'dask.base'``, seen in about
-    half of fresh-process runs): the start thread must find them loaded already."""
-    code = f"""
-import sys, contextlib
-import numpy as np, xarray as xr
-import zagg.run
-R = sys.modules["zagg.run"]  # (zagg.run the name is the function)
-seen = {{}}
-real = R.cluster_for
-
-@contextlib.contextmanager
-def watched(*args, **kwargs):
-    seen["loaded"] = all(m in sys.modules for m in ("dask.base", "distributed"))
-    with real(*args, **kwargs) as target:
-        yield target
-
-R.cluster_for = watched
-n = 500
-ds = xr.Dataset({{"lat": ("obs", np.linspace(-60, -59.9, n)),
-                 "lon": ("obs", np.linspace(10, 10.1, n)), "h": ("obs", np.ones(n))}})
-cfg = {{"data_source": {{"coordinates": {{"latitude": "lat", "longitude": "lon"}},
-                         "variables": ["h"]}},
-        "aggregation": {{"variables": {{"count": {{"function": "count"}}}}}},
-        "output": {{"dataset": {{"short_name": "T", "version": "1"}},
-                    "grid": {{"parent_order": 4, "child_order": 8}}}}}}
-summary = R.run(cfg, store={str(tmp_path / "s")!r}, source=ds, workers=1, threads=1,
-                progress=False)
-print(seen["loaded"], summary.points)
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "500"]
-
-
 def test_one_worker_on_every_core_runs_inside_this_process():
     from zagg.cluster import runs_in_process
 
@@ -245,24 +151,61 @@ def test_an_in_process_cluster_shares_this_process_and_listens_on_no_port():
     with client_for(None, workers=1, threads=cores, processes=True) as client:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert list(client.run(os.getpid).values()) != [os.getpid()]
-        # a worker process's threads share one malloc arena (zagg.heap), as the CLI's do
-        assert list(client.run(os.environ.get, "MALLOC_ARENA_MAX").values()) == ["1"]
+        # a worker process starts with the deployment profile's environment
+        env = list(client.run(lambda: {k: os.environ.get(k) for k in (
+            "MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "RAYON_NUM_THREADS")}).values())
+        assert env == [{"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "67108864",
+                        "RAYON_NUM_THREADS": str(cores)}]
 
 
-@pytest.mark.parametrize("owned", [False, True])
-def test_an_in_process_worker_tunes_the_heap_only_of_zaggs_own_process(owned):
-    """``python -m zagg`` declares its process zagg's: a worker inside it reuses freed
-    buffers as a worker process does. A notebook's or script's heap is left alone."""
-    probe = f"""
-import ctypes.util, os
-from zagg import heap
-from zagg.cluster import client_for
-if {owned!r}:
-    heap.own_process()
-with client_for(None, workers=1, threads=os.cpu_count() or 1) as client:
-    tuned = list(client.run(lambda: heap._tuned).values())
-print(tuned == [{owned!r} and ctypes.util.find_library("c") is not None])
-"""
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+def test_a_cluster_zagg_did_not_start_is_used_as_it_is(tmp_path):
+    """A run on a cluster given to it (a shared dask-gateway cluster, say) registers
+    nothing on it and leaves its workers' environment and plugins as they were."""
+    import numpy as np
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    import zagg
+
+    n = 2_000
+    ds = xr.Dataset({"lat": ("obs", np.linspace(-60, -59.9, n)),
+                     "lon": ("obs", np.linspace(10, 10.1, n)), "h": ("obs", np.ones(n))})
+    cfg = {"data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
+                           "variables": ["h"]},
+           "aggregation": {"variables": {"count": {"function": "count"}}},
+           "output": {"dataset": {"short_name": "T", "version": "1"},
+                      "grid": {"parent_order": 4, "child_order": 8}}}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        before = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+        summary = zagg.run(cfg, store=str(tmp_path / "s"), source=ds, scheduler=client,
+                           progress=False)
+        after = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+        assert client.status == "running"  # the caller's client stays open
+    assert summary.points == n
+    assert after == before
+
+
+def test_a_default_run_listens_on_no_address_but_loopback(tmp_path):
+    """No dashboard unless asked for; schedulers and workers zagg starts bind 127.0.0.1."""
+    import psutil
+
+    from zagg.cluster import client_for
+
+    def listening() -> set[str]:
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+        found = set()
+        for proc in procs:
+            try:
+                conns = proc.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            found |= {c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}
+        return found
+
+    before = listening()
+    for kw in ({}, {"processes": True, "workers": 2, "threads": 1}):
+        with client_for(None, **kw):
+            new = listening() - before
+            assert new <= {"127.0.0.1"}, new

@@ -96,7 +96,8 @@ def test_a_loaded_config_is_read_only_and_survives_pickling():
 
 def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path):
     with pytest.raises(ConfigError, match=r"'configs/atl03_synthetic' is neither an existing "
-                                          r"\.yaml/\.yml file nor YAML text.*ending in \.yaml"):
+                                          r"\.yaml/\.yml file, the name of a shipped config nor "
+                                          r"YAML text.*ending in \.yaml"):
         load_config("configs/atl03_synthetic")
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_config(str(tmp_path / "missing.yaml"))
@@ -269,8 +270,9 @@ def test_reducer_registry_is_consistent():
     from zagg import reducers
 
     for r in reducers.REGISTRY.values():
-        assert r.kind in ("dense", "ragged")
-        assert r.pyramid_class in reducers.PYRAMID_CLASSES
-        assert set(r.chunk) <= set(reducers.STATE_COMBINE), r.name
-        assert (r.finalize is None) == (r.kind == "ragged"), r.name
-        assert (r.pyramid_method is None) == (r.pyramid_class == "none"), r.name
+        assert r.kind in reducers.KINDS and r.pyramid_class in reducers.PYRAMID_CLASSES
+        assert r.chunk and all(callable(s.chunk) and callable(s.combine) for s in r.chunk)
+        assert callable(r.finalize), r.name
+    # the moments share their states by name: mean and std of one variable share "sum"
+    names = {r.name: [s.name for s in r.chunk] for r in reducers.REGISTRY.values()}
+    assert names["mean"] == ["count", "sum"] and names["std"] == ["count", "sum", "sumsq"]

@@ -119,14 +119,14 @@ def test_malformed_cells_refused_before_any_write(tmp_path, bad, message):
     assert not any(tmp_path.iterdir())
 
 
-def test_to_hive_from_cells_equals_dense_fallback(tmp_path):
-    """The lazy Dataset is written from each shard's occupied cells; a computed one through
-    its dense arrays; both give the same leaves byte for byte (stamp clock aside)."""
+def test_every_shape_of_the_result_writes_the_same_leaves(tmp_path):
+    """The lazy sparse result, its computed copy, an edit that changes nothing and the
+    dense twin all give the same leaves byte for byte (stamp clock aside)."""
     import dask
 
     import zagg
     from zagg.sources.synthetic import synthetic_photons
-    from zagg.write import contents_tasks, to_hive
+    from zagg.write import to_hive
 
     cfg = {
         "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
@@ -142,15 +142,15 @@ def test_to_hive_from_cells_equals_dense_fallback(tmp_path):
     ds = synthetic_photons(60_000, chunk_size=20_000, seed=2)
     with dask.config.set(scheduler="sync"):
         lazy = zagg.aggregate(ds, cfg)
-        assert contents_tasks(lazy) is not None
-        computed = lazy.compute()
-        assert contents_tasks(computed) is None
-        assert contents_tasks(lazy.assign(count=lazy["count"] + 0)) is None
-        a = to_hive(lazy, tmp_path / "a")
-        b = to_hive(computed, tmp_path / "b")
-    assert a.leaves_written == b.leaves_written > 1
-    assert [r["content_hashes"] for r in a.records] == [r["content_hashes"] for r in b.records]
-    assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
+        shapes = {"lazy": lazy, "computed": lazy.compute(),
+                  "edited": lazy.assign(count=lazy["count"] + 0),
+                  "dense": zagg.aggregate(ds, cfg, dense=True)}
+        written = {name: to_hive(d, tmp_path / name) for name, d in shapes.items()}
+    hashes = {name: [r["content_hashes"] for r in s.records] for name, s in written.items()}
+    assert written["lazy"].leaves_written > 1
+    assert all(h == hashes["lazy"] for h in hashes.values())
+    trees = {name: _tree(tmp_path / name) for name in shapes}
+    assert all(t == trees["lazy"] for t in trees.values())
 
 
 @pytest.mark.parametrize("word_sized", [True, False])

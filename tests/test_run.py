@@ -62,7 +62,7 @@ def _hashes(root):
 
 
 def test_store_roundtrip_matches_the_aggregate_and_moczarr(tmp_path, photons):
-    leaves = zagg.aggregate(photons, config()).compute()
+    leaves = zagg.aggregate(photons, config(), dense=True).compute()
     summary = to_hive(leaves, tmp_path / "s")
     assert summary.leaves_written == summary.shards == len(leaves.attrs["zagg"]["shards"])
     assert summary.cells_with_data == int((leaves["count"].values > 0).sum())
@@ -103,33 +103,21 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
     assert seen == int((ours["count"].values > 0).sum())
 
 
-def test_content_hashes_do_not_depend_on_workers_chunking_or_blocks(tmp_path, photons,
-                                                                     monkeypatch):
-    from zagg import graph
+@pytest.mark.parametrize("fan_in", [64, 2])
+def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
+        tmp_path, photons, monkeypatch, fan_in):
+    from zagg import collection
 
     cfg = config()
     # digests are chunking-invariant while loss-free: give every cell room for its photons
     cfg["aggregation"]["variables"]["h_tdigest"]["params"] = {"delta": 100_000}
-    split = []
-    real = graph.shard_blocks
-
-    def counted(*args):
-        split.append(real(*args))
-        return split[-1]
-
-    monkeypatch.setattr(graph, "shard_blocks", counted)
+    monkeypatch.setattr(collection, "FAN_IN", fan_in)  # deep trees merge in many steps
     runs = {}
-    for label, chunk, workers, block_rows in (("a", 30_000, 1, graph.BLOCK_ROWS),
-                                              ("b", 17_000, 2, graph.BLOCK_ROWS),
-                                              ("c", 17_000, 2, 2_000)):
-        monkeypatch.setattr(graph, "BLOCK_ROWS", block_rows)
-        split.clear()
+    for label, chunk, workers in (("a", 30_000, 1), ("b", 17_000, 2), ("c", 7_000, 1)):
         store = tmp_path / label
         run(cfg, store=str(store), source=photons.chunk({"photon": chunk}), workers=workers,
             threads=1, progress=False)
         runs[label] = _hashes(store)
-        # the third run combines and compresses its heavy shards in blocks on two workers
-        assert (max(split) > 1) == (label == "c")
     assert runs["a"] == runs["b"] == runs["c"] and len(runs["a"]) >= 2
 
 
@@ -279,13 +267,10 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
         assert summary.leaves_written >= 2
         # the run's own tasks (reductions, leaf writes) ran on this client's workers
         keys = [r["key"] for r in stream.data if isinstance(r["key"], tuple)]
-        assert any(k[0].startswith("zagg-reduce") for k in keys)
-        writes = [k for k in keys if k[0].startswith("zagg-write")]
+        assert any(k[0].startswith("reduce-chunk-") for k in keys)
+        writes = [k for k in keys if k[0].startswith("write-leaf-")]
         assert len(writes) == summary.shards  # one write task per shard
         assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
-    from zagg import heap
-
-    assert heap._tuned is False  # the in-process workers left this process's heap alone
     expected = to_hive(zagg.aggregate(photons, config()), tmp_path / "d")
     assert _hashes(tmp_path / "c") == _hashes(tmp_path / "d") and expected.leaves_written
 
@@ -297,51 +282,8 @@ def test_region_and_bbox_together_are_refused(tmp_path, photons):
     assert not (tmp_path / "s").exists()
 
 
-def test_a_run_opens_its_source_while_its_cluster_starts(tmp_path, photons, monkeypatch):
-    """The cluster's start (its workers' imports, 2-3 s) overlaps the client's own work:
-    here the cluster only comes up once the source has been opened, which would hang a run
-    that opened the source after the start (the wait times out instead)."""
-    import contextlib
-    import threading
-
-    module = sys.modules["zagg.run"]
-    real_cluster_for, real_open_source = module.cluster_for, module.open_source
-    source_opened = threading.Event()
-    order = []
-
-    loaded = {}
-
-    @contextlib.contextmanager
-    def cluster_after_source(*args, **kwargs):
-        order.append(("cluster start", source_opened.wait(30)))
-        with real_cluster_for(*args, **kwargs) as cluster:
-            yield cluster
-            from distributed import Client
-
-            with Client(cluster) as client:  # the run is over; its worker is still up
-                loaded.update(client.run(lambda: "dask.array" in sys.modules))
-
-    def open_source(*args, **kwargs):
-        order.append(("source opened",))
-        source_opened.set()
-        return real_open_source(*args, **kwargs)
-
-    monkeypatch.setattr(module, "cluster_for", cluster_after_source)
-    monkeypatch.setattr(module, "open_source", open_source)
-    points = tmp_path / "points.zarr"
-    photons.chunk({"photon": 40_000}).to_zarr(points, zarr_format=3, consolidated=False)
-    cfg = config()
-    cfg["data_source"]["input"] = str(points)
-    summary = run(cfg, store=str(tmp_path / "s"), workers=1, threads=1, progress=False)
-    assert order == [("source opened",), ("cluster start", True)]
-    assert summary.leaves_written >= 2
-    # the worker read the zarr input without dask.array, whose import (≈ 0.8 s with the
-    # scipy modules it loads) would hold up a fresh cluster's first reduction
-    assert list(loaded.values()) == [False]
-
-
 def test_unsharded_store_reads_back_identically(tmp_path, photons):
-    a = zagg.aggregate(photons, config(sharded=False)).compute()
+    a = zagg.aggregate(photons, config(sharded=False), dense=True).compute()
     to_hive(a, tmp_path / "u")
     b = open_hive(tmp_path / "u")
     np.testing.assert_array_equal(a["count"].values, b["count"].values)
@@ -483,104 +425,6 @@ def shutil_rmtree(path):
     import shutil
 
     shutil.rmtree(path)
-
-
-def test_cluster_workers_reuse_their_heap():
-    """Every worker of a zagg cluster has glibc's thresholds raised (not distributed's
-    pre-spawn trim setting, which remaps every array) and trims after tasks that keep
-    partials; the client process is left alone."""
-    from zagg import heap
-    from zagg.cluster import _register, client_for
-
-    def state():
-        import ctypes.util
-
-        from zagg import heap as h
-
-        return h._tuned or ctypes.util.find_library("c") is None
-
-    def kept():
-        from zagg import heap as h
-
-        return h._keep_free, h._outside
-
-    with client_for(None, workers=1, threads=1, memory_limit="4GiB") as client:
-        assert all(client.run(state).values())
-        # an eighth of the worker's memory limit stays free for its next tasks
-        (keep, outside), = client.run(kept).values()
-        assert keep == 512 * 2**20
-        # the memory outside malloc is measured once, as the worker starts: a later client
-        # sets the plugin up again, when free heap would count as outside
-        client.run(lambda: __import__("numpy").ones(2**26).sum())
-        _register(client)
-        assert list(client.run(kept).values()) == [(keep, outside)]
-    assert heap._tuned is False
-    heap.trim_heap()  # a no-op outside tuned processes
-
-
-def test_worker_processes_freeze_garbage_only_as_they_close():
-    """A zagg worker process skips the interpreter's final garbage walk when it closes
-    (the cluster's close waits for it), but not when its plugin is merely registered
-    again, and a worker sharing the client's process never freezes the client's heap."""
-    import gc
-
-    from distributed import Client, LocalCluster
-
-    from zagg.cluster import _register, client_for
-
-    with client_for(None, workers=1, threads=1) as client:
-        plugins = client.run(lambda dask_worker: sorted(dask_worker.plugins))
-        assert all({"zagg-fast-exit", "zagg-heap-reuse"} <= set(p) for p in plugins.values())
-        _register(client)  # replacing the plugin tears the old one down on a live worker
-        assert set(client.run(gc.get_freeze_count).values()) == {0}
-    before = gc.get_freeze_count()
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        _register(client)
-    assert gc.get_freeze_count() == before == 0
-
-
-def _closing_worker_freezes() -> int:
-    import gc
-    from types import SimpleNamespace
-
-    from distributed.core import Status
-
-    from zagg.cluster import _worker_plugins
-
-    fast = [p for p in _worker_plugins() if p.name == "zagg-fast-exit"][0]
-    fast.teardown(SimpleNamespace(status=Status.running, nanny="tcp://127.0.0.1:1"))
-    fast.teardown(SimpleNamespace(status=Status.closing, nanny=None))
-    untouched = gc.get_freeze_count()
-    fast.teardown(SimpleNamespace(status=Status.closing, nanny="tcp://127.0.0.1:1"))
-    return untouched, gc.get_freeze_count()
-
-
-def test_a_closing_worker_process_freezes_its_objects():
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        untouched, closing = pool.apply(_closing_worker_freezes)
-    assert untouched == 0 and closing > 1000
-
-
-def test_workers_run_a_store_run_without_xarray_or_dask_array(tmp_path):
-    """Only the client needs xarray and dask.array: a worker that generated, reduced and
-    wrote a whole run never imported them (they cost about 0.8 s of every worker start),
-    nor h5py, which only granule sources need."""
-    from zagg.cluster import client_for
-    from zagg.config import load_config
-    from zagg.run import open_source
-    from zagg.write import to_hive
-
-    cfg = load_config(config(points=60_000))
-    with client_for(None, workers=1, threads=2, processes=True) as client:
-        summary = to_hive(zagg.aggregate(open_source(cfg), cfg), str(tmp_path / "s"))
-        loaded = client.run(lambda: sorted(m for m in ("xarray", "dask.array", "h5py",
-                                                       "zagg.write", "zagg.aggregate")
-                                           if m in sys.modules))
-    assert summary.shards >= 2
-    assert list(loaded.values()) == [["zagg.aggregate", "zagg.write"]]
 
 
 def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons):

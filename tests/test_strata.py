@@ -310,23 +310,21 @@ def test_composition_of_a_flux_digest_is_refused():
 
 
 @pytest.mark.parametrize("located", [False, True])
-def test_strata_leaves_written_in_blocks_are_the_same_bytes(photons, tmp_path, monkeypatch,
-                                                            located):
-    """Composition words, where-selected digests and location siblings: a store whose
-    heavy shards were combined and compressed in blocks holds the same bytes."""
-    from zagg import graph
+def test_strata_leaves_do_not_depend_on_the_chunking_or_the_combine_tree(
+        photons, tmp_path, monkeypatch, located):
+    """Composition words, where-selected digests and location siblings: a store reduced
+    from other chunks and merged in a deeper tree holds the same bytes."""
+    from zagg import collection
 
     stores = {}
-    for label, rows in (("whole", graph.BLOCK_ROWS), ("blocks", 3_000)):
-        monkeypatch.setattr(graph, "BLOCK_ROWS", rows)
-        leaves = zagg.aggregate(photons.chunk({"photon": 20_000}), strata_config(located))
-        blocks = leaves.attrs["zagg"]["contents"]["blocks"]
-        assert (max(blocks) > 1) == (label == "blocks")
+    for label, chunk, fan_in in (("whole", 20_000, 64), ("deep", 7_000, 2)):
+        monkeypatch.setattr(collection, "FAN_IN", fan_in)
+        leaves = zagg.aggregate(photons.chunk({"photon": chunk}), strata_config(located))
         summary = to_hive(leaves, tmp_path / label)
         stores[label] = {r["shard_id"]: r["content_hashes"] for r in summary.records}
         stores[label + " objects"] = chunk_objects(tmp_path / label)
-    assert stores["whole"] == stores["blocks"]
-    assert stores["whole objects"] == stores["blocks objects"]
-    names = {k.split("/")[-3] for k in stores["blocks objects"]}
+    assert stores["whole"] == stores["deep"]
+    assert stores["whole objects"] == stores["deep objects"]
+    names = {k.split("/")[-3] for k in stores["deep objects"]}
     assert {"composition", "h_tdigest_signal"} <= names
     assert located == ("h_tdigest_signal_locations" in names)

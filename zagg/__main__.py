@@ -205,64 +205,79 @@ def _joined_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def _quiet_client_shutdown() -> None:
-    """Keep asyncio from reporting, one traceback each, the shutdown signal (distributed's
-    ``AllExit``) that a closing client leaves in waits nobody collects: after Ctrl-C they
-    would bury the one-line message. Only the command's own process is filtered."""
-    import logging
+class _CommandProcess:
+    """What the command sets up in its process for the length of one command: asyncio's
+    reports of the closing client's shutdown signal (distributed's ``AllExit``, left in
+    waits nobody collects) are dropped, so after Ctrl-C they do not bury the one-line
+    message; and Ctrl-C also asks zagg's waits to stop (:func:`zagg.progress.request_stop`),
+    so an interrupt Python swallows (one landing in an object's ``__del__`` or a garbage
+    collector callback, which distributed runs) still stops the run at its next wait. A
+    SIGINT ignored at start (a background job) stays ignored."""
 
-    def keep(record) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return type(exc).__name__ != "AllExit"
+    def __enter__(self):
+        import logging
+        import signal
 
-    logging.getLogger("asyncio").addFilter(keep)
+        self.logger = logging.getLogger("asyncio")
+        self.logger.addFilter(_drop_all_exit)
+        self.previous = signal.getsignal(signal.SIGINT)
+        if self.previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        from .progress import clear_stop
+
+        if self.previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.previous)
+        self.logger.removeFilter(_drop_all_exit)
+        clear_stop()
+        return False
 
 
-def _redeliver_swallowed_interrupts() -> None:
-    """Ctrl-C raises KeyboardInterrupt wherever the main thread is. Inside an object's
-    ``__del__`` or a garbage-collector callback (distributed runs both) Python reports the
-    exception as unraisable and carries on, so the run would ignore the keypress. Such an
-    interrupt is sent again a moment later instead, and not reported. A SIGINT ignored at
-    start (a background job) stays ignored."""
-    import signal
-    import threading
+def _drop_all_exit(record) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ != "AllExit"
 
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return
-    previous = sys.unraisablehook
 
-    def hook(unraisable):
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            threading.Timer(0.02, signal.raise_signal, (signal.SIGINT,)).start()
-            return
-        previous(unraisable)
+def _interrupt(signum, frame):
+    from .progress import request_stop
 
-    sys.unraisablehook = hook
+    request_stop()
+    raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
+    """Run one command; returns its exit status (what the ``zagg`` script exits with)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(_joined_negative_values(argv))
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo)
-                                     else ""), file=sys.stderr)
-        return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
-    except argparse.ArgumentTypeError as exc:
-        print(f"zagg: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        print(f"zagg: error: {exc}", file=sys.stderr)
-        return 2
+    with _CommandProcess():
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except KeyboardInterrupt:
+            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo)
+                                         else ""), file=sys.stderr)
+            return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
+        except BrokenPipeError:
+            return _reader_gone()
+        except argparse.ArgumentTypeError as exc:
+            print(f"zagg: error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:
+            if not isinstance(exc, _user_errors()):
+                raise
+            print(f"zagg: error: {exc}", file=sys.stderr)
+            return 2
 
 
 def _reader_gone() -> int:
-    """The output's reader closed the pipe (``python -m zagg inspect S | head``): stop
-    quietly, as command-line tools do, with stdout pointed at /dev/null so the
-    interpreter's final flush cannot fail again."""
+    """The output's reader closed the pipe (``zagg inspect S | head``): stop quietly, as
+    command-line tools do, with stdout pointed at /dev/null so the interpreter's final
+    flush cannot fail again."""
     import os
 
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -270,17 +285,4 @@ def _reader_gone() -> int:
 
 
 if __name__ == "__main__":
-    from .heap import own_process
-
-    own_process()  # a local cluster's worker in this process may tune its heap
-    _quiet_client_shutdown()
-    _redeliver_swallowed_interrupts()
-    try:
-        code = main()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = _reader_gone()
-    from .cluster import fast_exit
-
-    fast_exit()  # the command is done: skip the interpreter's final garbage walk
-    sys.exit(code)
+    sys.exit(main())

@@ -1,34 +1,26 @@
 """Where a run executes: a LocalCluster sized to the machine, or an existing scheduler.
 
-Worker processes get ``RAYON_NUM_THREADS`` equal to their thread count so mortie's Rust
-kernels share the worker's cores instead of each spawning a thread per machine core, and
-``MALLOC_ARENA_MAX`` so that their threads share one malloc arena (see :mod:`zagg.heap`;
-distributed's nanny sets it in the client's environment as it spawns them, as it does its
-own ``MALLOC_TRIM_THRESHOLD_``). A
-local cluster of one worker whose threads take every core (the default on one or two
-cores: see :func:`runs_in_process`) runs inside the client's process instead.
-
-Every worker also keeps freed buffers in its heap for reuse (see :mod:`zagg.heap`), and
-freezes its objects out of the garbage collector when it closes (see :func:`fast_exit`);
-both are made from inside each worker by plugins, so they also reach workers of clusters
-zagg did not start.
+A local cluster of one worker whose threads take every core (the default on one or two
+cores: see :func:`runs_in_process`) runs inside the client's process; otherwise its
+worker processes start with zagg's deployment profile (:mod:`zagg.deploy`): mortie's
+thread pool sized to the worker's threads, glibc's heap settings. Everything listens on
+127.0.0.1 only, and no dashboard is started unless asked for. A cluster or client passed
+in is used as it is: zagg never changes a cluster it did not start.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import gc
 import os
 
-import psutil
-
-from .heap import ARENA_MAX, process_is_owned, tune_heap
+from .deploy import local_cluster_config, worker_environ
 from .progress import active_client
 
 
 def machine_defaults() -> dict:
     """Workers, threads and memory per worker for this machine (2 threads per worker)."""
+    import psutil
+
     cores = os.cpu_count() or 1
     threads = 2 if cores >= 2 else 1
     workers = max(1, cores // threads)
@@ -40,79 +32,9 @@ def machine_defaults() -> dict:
 def runs_in_process(n_workers: int, threads_per_worker: int) -> bool:
     """Whether a local cluster of these sizes runs inside this process: one worker whose
     threads take every core. mortie's pool then needs no pinning, and a worker process
-    would only add its start (≈ 0.8 s here: distributed's imports, the task modules',
-    numba's set-up) and a copy of every result it hands back."""
+    would only add its start (imports, numba's set-up) and a copy of every result it
+    hands back."""
     return n_workers == 1 and threads_per_worker >= (os.cpu_count() or 1)
-
-
-def fast_exit() -> None:
-    """Let this process exit without collecting garbage it is about to drop anyway.
-
-    With numba, llvmlite, xarray and pandas loaded, the interpreter's final collections
-    walk millions of objects: about 0.9 s of every exit here, and a cluster's close waits
-    for each worker's. Freezing moves every object out of the collector's sight; nothing
-    is leaked, the process memory goes back to the system as it ends.
-    """
-    gc.freeze()
-
-
-def _worker_plugins():
-    from distributed import WorkerPlugin
-
-    class HeapReuse(WorkerPlugin):
-        """Runs :func:`tune_heap` in every worker process, current and future (one a nanny
-        started), and in the CLI's own process for a worker running inside it: never in
-        a process the worker shares otherwise, such as a notebook running an in-process
-        cluster, whose heap is not zagg's to tune."""
-
-        name = "zagg-heap-reuse"
-
-        def setup(self, worker):
-            if worker.nanny or process_is_owned():
-                tune_heap(memory_limit=worker.memory_manager.memory_limit)
-
-    class FastExit(WorkerPlugin):
-        """Runs :func:`fast_exit` as a worker process closes (one a nanny started, so
-        the process ends with it): not when the plugin is only replaced, nor for workers
-        that share another process."""
-
-        name = "zagg-fast-exit"
-
-        def teardown(self, worker):
-            from distributed.core import Status
-
-            if worker.status == Status.closing and worker.nanny:
-                fast_exit()
-
-    return HeapReuse(), FastExit()
-
-
-def _register(client) -> None:
-    for plugin in _worker_plugins():
-        client.register_plugin(plugin)
-
-
-@contextlib.contextmanager
-def entered_in_background(manager):
-    """Enter the context manager ``manager`` (a cluster's start, say) in a background
-    thread and yield a future of what it gives, so the caller works on meanwhile.
-
-    On the way out the start is waited for and ``manager`` is exited in the caller's thread,
-    with the body's exception if there is one. A start that failed raises from
-    ``future.result()``; when the body raised first, the body's exception propagates.
-    """
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zagg-start")
-    future = pool.submit(manager.__enter__)
-    pool.shutdown(wait=False)
-    try:
-        yield future
-    except BaseException as exc:
-        started = future.exception() is None  # waits for the start to end
-        if not (started and manager.__exit__(type(exc), exc, exc.__traceback__)):
-            raise
-    else:
-        if future.exception() is None:
-            manager.__exit__(None, None, None)
 
 
 class ClusterError(ValueError):
@@ -152,7 +74,7 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
     """Yield what a client connects to: ``scheduler`` itself when given, else a new
     LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`;
     ``processes`` (default: unless :func:`runs_in_process`) puts the workers in processes
-    of their own."""
+    of their own; ``dashboard`` serves distributed's dashboard on 127.0.0.1:8787."""
     if scheduler:
         yield scheduler
         return
@@ -169,20 +91,19 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
         opts["memory_limit"] = memory_limit
     if processes is None:
         processes = not runs_in_process(opts["n_workers"], opts["threads_per_worker"])
+    # the scheduler always serves HTTP (health, metrics; the dashboard when asked for);
+    # without an address it would take port 8787 on every interface
+    # (workers too: an in-process worker's would take a random port on every interface)
+    where = {"processes": processes,
+             "dashboard_address": "127.0.0.1:8787" if dashboard else "127.0.0.1:0",
+             "scheduler_kwargs": {"dashboard": bool(dashboard)},
+             "worker_dashboard_address": "127.0.0.1:0"}
     if processes:
-        env = {"RAYON_NUM_THREADS": str(opts["threads_per_worker"]), "OMP_NUM_THREADS": "1"}
-        where = {"processes": True, "env": env, "host": "127.0.0.1",
-                 "preload": ["zagg.preload"], "dashboard_address": ":8787" if dashboard
-                 else ":0"}
-    else:  # in-process transport: nothing listens on the network but a dashboard asked for
-        where = {"processes": False,
-                 "dashboard_address": "127.0.0.1:8787" if dashboard else None}
-    # CRITICAL: a task error reaches the client as its exception (with the remote
+        where.update(host="127.0.0.1", env=worker_environ(opts["threads_per_worker"]),
+                     preload=["zagg.preload"])
+    # silence_logs: a task error reaches the client as its exception (with the remote
     # traceback); the worker need not also log a "Compute Failed" block on stderr
-    # glibc reads MALLOC_ARENA_MAX as a process starts: the nanny sets it (like its own
-    # MALLOC_TRIM_THRESHOLD_) in this process's environment just before spawning a worker
-    spawn_env = {"distributed.nanny.pre-spawn-environ.MALLOC_ARENA_MAX": str(ARENA_MAX)}
-    with dask.config.set(spawn_env if processes else {}):
+    with dask.config.set(local_cluster_config() if processes else {}):
         cluster = LocalCluster(silence_logs=50, **where, **opts)
     with cluster:
         yield cluster
@@ -191,13 +112,12 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
 @contextlib.contextmanager
 def connected(target):
     """Yield a ``distributed.Client`` of ``target`` (an address, a cluster, or a client of
-    one, e.g. a dask-gateway notebook's) with zagg's worker plugins registered. Enter it in
-    the thread that computes: the client becomes that thread's current one. A client
-    passed in stays open afterwards: it is the caller's."""
+    one, e.g. a dask-gateway notebook's). Enter it in the thread that computes: the
+    client becomes that thread's current one. A client passed in stays open afterwards:
+    it is the caller's."""
     from distributed import Client
 
     if isinstance(target, Client):
-        _register(target)
         with target.as_current():
             yield target
         return
@@ -213,7 +133,6 @@ def connected(target):
                            "address (e.g. tcp://10.0.0.5:8786) and that its scheduler is "
                            "running, or leave --scheduler out for a local cluster") from exc
     with client:
-        _register(client)
         yield client
 
 

@@ -1,9 +1,9 @@
 """Partial aggregates: per-cell states of one piece of input, and how pieces combine.
 
-A :class:`Partial` holds, for a sorted set of cell words, the dense states of every source
-variable (count, double-double sums, min, max) and the t-digest centroids of every digest
-source (CSR float32). Partials of the same shard from different input chunks combine by
-grouping equal cells — never by revisiting raw points — which is what bounds memory.
+A :class:`Partial` holds, for a sorted set of cell words, the value of every state the
+plan computes (keyed by :attr:`zagg.plan.StateSpec.key`). Partials of the same shard from
+different input chunks combine by grouping equal cells and calling each state's own
+``combine`` — never by revisiting raw points — which is what bounds memory.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from .kernels import located, segments, tdigest
 
 
 @dataclass
@@ -27,7 +25,7 @@ class Digests:
     @classmethod
     def of(cls, means, weights, offsets, locs=None) -> Digests:
         """Float32 digests; unit weights are dropped (half the memory of a loss-free
-        partial, which is most of what a run holds between its two phases)."""
+        partial, which is most of what a run holds while its shards wait)."""
         means = np.asarray(means).astype(np.float32, copy=False)
         if weights is not None:
             weights = np.asarray(weights).astype(np.float32, copy=False)
@@ -46,10 +44,39 @@ class Digests:
         return Digests(self.means[lo:hi], weights, self.offsets[a : b + 1] - lo, locs)
 
     @property
+    def rows(self) -> np.ndarray:
+        """Centroids per cell."""
+        return np.diff(self.offsets)
+
+    @property
     def nbytes(self) -> int:
         n = self.means.nbytes + self.offsets.nbytes
         n += 0 if self.weights is None else self.weights.nbytes
         return n + (0 if self.locs is None else self.locs.nbytes)
+
+
+def take_rows(value, a: int, b: int):
+    """Rows ``a:b`` (cells) of a state value: an array's rows or a :class:`Digests`' cells."""
+    return value[a:b] if isinstance(value, np.ndarray) else value.take(a, b)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """How the rows of several pieces' concatenated cells group into merged cells: rows
+    ``perm[offsets[j]:offsets[j+1]]`` (in piece order) are merged cell j."""
+
+    perm: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, keys: np.ndarray) -> tuple[Groups, np.ndarray]:
+        """The grouping of possibly repeated ``keys`` (stable) and the unique keys."""
+        perm = np.argsort(keys, kind="stable")
+        sk = keys[perm]
+        if sk.size == 0:
+            return cls(perm, np.zeros(1, np.int64)), sk
+        starts = np.flatnonzero(np.concatenate(([True], sk[1:] != sk[:-1])))
+        return cls(perm, np.append(starts, sk.size).astype(np.int64)), sk[starts]
 
 
 @dataclass
@@ -57,116 +84,36 @@ class Partial:
     """Per-cell states of one piece of input; ``cells`` are sorted unique cell words."""
 
     cells: np.ndarray
-    states: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # source → arrays
-    digests: dict[str, Digests] = field(default_factory=dict)  # digest key → centroids
+    states: dict[str, object] = field(default_factory=dict)  # state key → value
 
     def take(self, a: int, b: int) -> Partial:
         """Rows ``a:b`` (a contiguous run of cells, e.g. one shard)."""
-        return Partial(
-            self.cells[a:b],
-            {s: {k: v[a:b] for k, v in arrs.items()} for s, arrs in self.states.items()},
-            {k: d.take(a, b) for k, d in self.digests.items()},
-        )
+        return Partial(self.cells[a:b], {k: take_rows(v, a, b) for k, v in self.states.items()})
 
-    def compact(self) -> Partial:
-        """The same partial in less memory while it waits to be combined: counts as int32
-        and extremes as float32 where that is exact (:func:`combine` widens them back)."""
-        states = {}
-        for src, arrs in self.states.items():
-            out = {}
-            for k, v in arrs.items():
-                if k == "count" and v.dtype == np.int64 and (v.size == 0 or v.max() < 2**31):
-                    v = v.astype(np.int32)
-                elif k in ("min", "max") and v.dtype == np.float64:
-                    with np.errstate(over="ignore"):
-                        narrow = v.astype(np.float32)
-                    if np.array_equal(narrow, v, equal_nan=True):
-                        v = narrow
-                out[k] = v
-            states[src] = out
-        return Partial(self.cells, states, self.digests)
+    def compact(self, specs) -> Partial:
+        """The same partial in less memory while it waits to be combined (each state's own
+        ``compact``, when it has one)."""
+        out = {}
+        for key, value in self.states.items():
+            squeeze = specs[key].state.compact
+            out[key] = value if squeeze is None else squeeze(value)
+        return Partial(self.cells, out)
 
     @property
     def nbytes(self) -> int:
-        n = self.cells.nbytes + sum(d.nbytes for d in self.digests.values())
-        return n + sum(v.nbytes for arrs in self.states.values() for v in arrs.values())
+        return self.cells.nbytes + sum(int(v.nbytes) for v in self.states.values())
 
 
-@dataclass(frozen=True)
-class DigestSpec:
-    """One digest to build: of ``source`` over the rows ``where`` selects."""
-
-    source: str
-    delta: int
-    where: str | None = None
-    located: bool = False
-    weight_source: str | None = None  # flux weights per observation (None: counts)
-
-    @property
-    def declaration(self) -> str:
-        return "counts" if self.weight_source is None else "flux"
-
-    @property
-    def key(self) -> str:
-        loc = "+loc" if self.located else ""
-        flux = f"*{self.weight_source}" if self.weight_source else ""
-        return f"{self.source}@{self.delta}{loc}{flux}" + (f"|{self.where}" if self.where else "")
-
-
-def group_key(source: str | None, where: str | None) -> str:
-    """Key of the dense states of ``source`` ("" = no source) over the rows ``where`` keeps."""
-    return (source or "") + (f"|{where}" if where else "")
-
-
-def _widened(name: str, x: np.ndarray) -> np.ndarray:
-    """Undo :meth:`Partial.compact` before states are summed across partials."""
-    if name == "count" and x.dtype != np.int64:
-        return x.astype(np.int64)
-    if name in ("min", "max") and x.dtype != np.float64:
-        return x.astype(np.float64)
-    return x
-
-
-def combine(parts: list[Partial], digest_specs: dict[str, DigestSpec]) -> Partial:
-    """Merge partials: states of equal cells combine, digests merge (k-way, loss-free while
-    a cell's total weight stays within delta). Parts are taken in list order."""
+def combine(parts: list[Partial], specs) -> Partial:
+    """Merge partials: for each state, the values of equal cells combine through the
+    state's own ``combine`` (``specs``: state key → :class:`zagg.plan.StateSpec`). Parts
+    are taken in list order."""
     parts = [p for p in parts if p.cells.size]
     if not parts:
         raise ValueError("combine() needs at least one non-empty partial")
     if len(parts) == 1:
         return parts[0]
-    cells = np.concatenate([p.cells for p in parts])
-    perm, ucells, offsets = segments.group_sorted(cells)
-    states = {}
-    for src in parts[0].states:
-        cat = {k: _widened(k, np.concatenate([p.states[src][k] for p in parts]))
-               for k in parts[0].states[src]}
-        states[src] = segments.combine_states(cat, perm, offsets)
-    digests = {}
-    for key, spec in digest_specs.items():
-        means = np.concatenate([p.digests[key].means for p in parts])
-        unit = all(p.digests[key].weights is None for p in parts)
-        weights = None if unit else np.concatenate([p.digests[key].weights_or_ones()
-                                                    for p in parts])
-        sizes = np.concatenate([np.diff(p.digests[key].offsets) for p in parts])
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        # rows of row-group perm[i] in grouped order
-        gsizes = sizes[perm]
-        run_starts = starts[perm]
-        if not spec.located:
-            m, w, o = tdigest.merge_runs(means, weights, run_starts, gsizes, offsets, spec.delta,
-                                         declaration=spec.declaration, out_dtype=np.float32)
-            digests[key] = Digests.of(m, w, o)
-            continue
-        if weights is None:
-            weights = np.ones(means.size, np.float32)
-        cell_rows = np.add.reduceat(gsizes, offsets[:-1]) if gsizes.size else gsizes
-        new_off = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
-        means = segments.gather_runs(means, run_starts, gsizes)
-        weights = segments.gather_runs(weights, run_starts, gsizes)
-        locs = np.concatenate([p.digests[key].locs for p in parts])
-        locs = segments.gather_runs(locs, run_starts, gsizes)
-        m, w, o, loc = located.located_merge(means, weights, locs, new_off, spec.delta,
-                                             declaration=spec.declaration)
-        digests[key] = Digests.of(m, w, o, loc)
-    return Partial(ucells, states, digests)
+    groups, cells = Groups.of(np.concatenate([p.cells for p in parts]))
+    states = {key: spec.state.combine([p.states[key] for p in parts], groups, spec)
+              for key, spec in specs.items()}
+    return Partial(cells, states)

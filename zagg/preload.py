@@ -1,11 +1,9 @@
 """Worker start-up for clusters zagg starts: load what the tasks will need before any task.
 
-distributed imports this module in each worker process as it starts (``preload``). The
-worker then imports the modules its tasks run (keying, reduction, leaf writes: numba,
-mortie, zarr) and pays numba's one-time set-up of its typing registries, ≈ 0.6 s on the
-first call of any compiled kernel. ``zagg.run`` starts its cluster in the background, so
-this happens while the client imports dask, numba and xarray and opens the source, instead
-of on the first tasks of the run.
+distributed imports this module in each worker process as it starts (``preload``; pass
+``--preload zagg.preload`` to ``dask worker`` on a cluster of your own). The worker then
+imports the modules its tasks run (keying, reduction, leaf writes: numba, mortie, zarr) and
+pays numba's one-time set-up before its first task instead of during it.
 """
 
 from __future__ import annotations

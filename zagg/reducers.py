@@ -1,11 +1,22 @@
-"""The reducer registry: declarative records saying how each aggregation function is built.
+"""The reducer registry: one declarative record per aggregation function.
 
-A reducer names the per-cell *states* it needs (``chunk``), how those states merge across
-input chunks (``combine`` — fixed per state, see :data:`STATE_COMBINE`) and how the stored
-value is made from them (``finalize``), plus its default dtype, fill value and pyramid
-composability class. The engine computes the union of states per source variable in one
-pass, so ``mean`` + ``std`` + ``count`` on one variable share their sums. Kernels live in
-:mod:`zagg.kernels`; nothing here runs per point.
+In the spirit of flox's ``Aggregation``, a :class:`Reducer` says everything the engine needs
+and nothing the engine decides on its own:
+
+- ``chunk``: the per-cell :class:`State` records it needs. A state knows how the points of a
+  cell run become it (its own ``chunk`` kernel) and how k of its values for the same cell
+  merge into one (its ``combine``: associative and commutative, so the same function merges
+  the partials of input chunks, the pieces of a shard and, later, the cells of a pyramid
+  fold). States are shared: ``mean``, ``std`` and ``count`` of one variable compute their
+  ``count`` and ``sum`` once.
+- ``finalize``: the stored value of each cell from its states; ``present`` says which
+  cells hold one (the others get the field's fill).
+- the stored dtype and fill, its parameters, the spec attrs it stamps and its pyramid
+  composability class (exact / approximate / packed / none).
+
+Adding a reducer is one record (plus the kernels of any new state) passed to
+:func:`register`. Nothing here runs per point: the kernels live in :mod:`zagg.states` and
+:mod:`zagg.kernels`, imported only when a chunk is reduced.
 """
 
 from __future__ import annotations
@@ -15,22 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import states as S
 from .kernels.constants import DEFAULT_DELTA
-
-#: How each state combines across partial aggregates (the combine step of every reducer).
-STATE_COMBINE = {
-    "count": "sum",  # finite source values (keyed points when there is no source)
-    "sum": "dd-sum",  # double-double sum of finite values
-    "sumsq": "dd-sum",  # double-double sum of squares
-    "min": "min",
-    "max": "max",
-    "digest": "tdigest-merge",
-    "lanes": "sum",  # exact per-lane photon counts of the composition word (and N_signal)
-}
 
 REQUIRED = object()  # a Param default meaning "the config must give it"
 
 PYRAMID_CLASSES = ("exact", "approximate", "packed", "none")
+KINDS = ("dense", "ragged")
 
 
 @dataclass(frozen=True)
@@ -44,29 +46,79 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Reducer:
+class State:
+    """A per-cell intermediate: ``chunk(points, spec)`` gives its value for every cell of one
+    input chunk (:class:`zagg.keying.CellPoints`); ``combine(values, groups, spec)`` merges
+    values of the same cells from several pieces (:class:`zagg.partials.Groups`);
+    ``compact(value)`` may return a smaller copy that combines to the same result (how
+    partials wait for their shard). ``options`` names the field settings the state depends
+    on (its identity: two fields share a state only when these agree); ``reads(spec,
+    declared)`` names the variables it reads beyond its source and predicate."""
+
     name: str
-    kind: str  # "dense" or "ragged"
-    chunk: tuple[str, ...]  # states it needs
-    #: stored values of the populated cells from their states (None for ragged reducers)
-    finalize: Callable[[Mapping[str, np.ndarray], Mapping[str, object]], np.ndarray] | None
+    chunk: Callable
+    combine: Callable
+    compact: Callable | None = None
+    options: tuple[str, ...] = ()
+    reads: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Reducer:
+    """How one aggregation function is computed, stored and folded."""
+
+    name: str
+    chunk: tuple[State, ...]
+    #: stored values of the cells from ``{state name: value}`` and the field's params
+    finalize: Callable[[Mapping[str, object], Mapping[str, object]], object]
     default_dtype: str
     pyramid_class: str
-    pyramid_method: str | None
+    kind: str = "dense"  # "dense": one value per cell; "ragged": a t-digest payload per cell
+    #: which cells hold a value, from the same states (None: every cell whose ``count``
+    #: state is positive when it has one, else every cell); NaN results never count
+    present: Callable[[Mapping[str, object]], np.ndarray] | None = None
     needs_source: bool = True
     source_optional: bool = False
     params: Mapping[str, Param] = field(default_factory=dict)
     dtype_kinds: str = "fiu"  # numpy dtype kinds accepted for the output
     spec_attrs: Callable[[Mapping[str, object]], dict] = lambda params: {}
+    #: state settings a field resolves from the other fields of its config, beyond its
+    #: params and flags (e.g. the rows of the digest a composition describes)
+    options: Callable[[object, Mapping[str, object]], dict] | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"reducer {self.name!r}: kind must be one of {KINDS}")
+        if self.pyramid_class not in PYRAMID_CLASSES:
+            raise ValueError(f"reducer {self.name!r}: pyramid_class must be one of "
+                             f"{PYRAMID_CLASSES}")
+        if not self.chunk or not all(isinstance(s, State) for s in self.chunk):
+            raise ValueError(f"reducer {self.name!r}: chunk must be a non-empty tuple of State")
 
     def default_fill(self, dtype: np.dtype):
         if self.kind == "ragged":
             return b""
         return np.nan if np.dtype(dtype).kind == "f" else 0
 
+    def has_value(self, states: Mapping[str, object]) -> np.ndarray | None:
+        """Mask of the cells holding a value (None: all of them), NaN results aside."""
+        if self.present is not None:
+            return self.present(states)
+        if "count" in states:
+            return np.asarray(states["count"]) > 0
+        return None
 
-def _dd_value(hi, lo):
-    return hi + lo
+
+# -- the built-in reducers -----------------------------------------------------------------
+COUNT = State("count", S.count_chunk, S.sum_combine, S.compact_count)
+SUM = State("sum", S.sum_dd_chunk, S.dd_combine)
+SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine)
+MIN = State("min", S.min_chunk, S.min_combine, S.compact_extreme)
+MAX = State("max", S.max_chunk, S.max_combine, S.compact_extreme)
+DIGEST = State("digest", S.digest_chunk, S.digest_combine,
+               options=("delta", "located", "weight_source", "weights"), reads=S.digest_reads)
+LANES = State("lanes", S.lanes_chunk, S.sum_combine,
+              options=("threshold", "of_source", "of_where"), reads=S.lanes_reads)
 
 
 def _fin_count(s, p):
@@ -82,18 +134,16 @@ def _fin_max(s, p):
 
 
 def _fin_sum(s, p):
-    return _dd_value(s["sum_hi"], s["sum_lo"])
+    return S.dd_value(s["sum"])
 
 
 def _fin_mean(s, p):
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _dd_value(s["sum_hi"], s["sum_lo"]) / s["count"]
+        return S.dd_value(s["sum"]) / s["count"]
 
 
 def _fin_var(s, p):
-    from .kernels.segments import dd_variance
-
-    return dd_variance(s["count"], s["sum_hi"], s["sum_lo"], s["sumsq_hi"], s["sumsq_lo"], p["ddof"])
+    return S.dd_variance(s["count"], s["sum"], s["sumsq"], p["ddof"])
 
 
 def _fin_std(s, p):
@@ -106,10 +156,21 @@ def _ddof_param():
     }
 
 
-def _fin_composition(s, p):
-    from .kernels.composition import compose
+def _fin_digest(s, p):
+    return s["digest"]
 
-    return compose(s["lanes"], s["nsig"])
+
+def _fin_composition(s, p):
+    return S.compose_lanes(s["lanes"])
+
+
+def _composition_options(f, fields):
+    of = fields[f.params["of"]]
+    return {"of_source": of.source, "of_where": of.where}
+
+
+def _composition_present(s):
+    return S.lanes_signal(s["lanes"]) > 0
 
 
 def _composition_attrs(params):
@@ -131,88 +192,65 @@ def _tdigest_attrs(params):
     return attrs
 
 
-REGISTRY: dict[str, Reducer] = {
-    r.name: r
-    for r in (
-        Reducer(
-            "count",
-            "dense",
-            ("count",),
-            _fin_count,
-            "int64",
-            "exact",
-            "sum",
-            source_optional=True,
-            dtype_kinds="iu",
-        ),
-        Reducer("sum", "dense", ("count", "sum"), _fin_sum, "float64", "exact", "sum", dtype_kinds="f"),
-        Reducer("mean", "dense", ("count", "sum"), _fin_mean, "float32", "none", None, dtype_kinds="f"),
-        Reducer("min", "dense", ("count", "min"), _fin_min, "float32", "exact", "min", dtype_kinds="fi"),
-        Reducer("max", "dense", ("count", "max"), _fin_max, "float32", "exact", "max", dtype_kinds="fi"),
-        Reducer(
-            "var",
-            "dense",
-            ("count", "sum", "sumsq"),
-            _fin_var,
-            "float32",
-            "none",
-            None,
-            params=_ddof_param(),
-            dtype_kinds="f",
-        ),
-        Reducer(
-            "std",
-            "dense",
-            ("count", "sum", "sumsq"),
-            _fin_std,
-            "float32",
-            "none",
-            None,
-            params=_ddof_param(),
-            dtype_kinds="f",
-        ),
-        Reducer(
-            "tdigest",
-            "ragged",
-            ("digest",),
-            None,
-            "float32",
-            "approximate",
-            "tdigest_kway",
-            params={
-                "delta": Param(
-                    DEFAULT_DELTA,
-                    int,
-                    lambda v: 16 <= v <= 1_000_000,
-                    "an integer from 16 to 1000000",
-                ),
-                "weights": Param("counts", str, lambda v: v in ("counts", "flux"),
-                                 "'counts' (observation counts) or 'flux'"),
-                "weight_source": Param(None, str, lambda v: bool(v),
-                                       "a declared variable holding each observation's flux"),
-                "gain": Param(None, dict, lambda v: {"name", "version"} <= set(v),
-                              "a mapping with at least the gain constant's name and version"),
-            },
-            dtype_kinds="f",
-            spec_attrs=_tdigest_attrs,
-        ),
-        Reducer(
-            "composition",
-            "dense",
-            ("lanes",),
-            _fin_composition,
-            "uint64",
-            "packed",
-            "composition_kway",
+_TDIGEST_PARAMS = {
+    "delta": Param(DEFAULT_DELTA, int, lambda v: 16 <= v <= 1_000_000,
+                   "an integer from 16 to 1000000"),
+    "weights": Param("counts", str, lambda v: v in ("counts", "flux"),
+                     "'counts' (observation counts) or 'flux'"),
+    "weight_source": Param(None, str, lambda v: bool(v),
+                           "a declared variable holding each observation's flux"),
+    "gain": Param(None, dict, lambda v: {"name", "version"} <= set(v),
+                  "a mapping with at least the gain constant's name and version"),
+}
+
+REGISTRY: dict[str, Reducer] = {}
+
+
+def register(reducer: Reducer, *, replace: bool = False) -> Reducer:
+    """Make ``reducer`` available to configs as ``function: <reducer.name>``.
+
+    Refuses to shadow a registered name unless ``replace``. On a cluster of worker
+    processes, define the reducer in a module the workers can import too (its kernels
+    travel by reference).
+    """
+    if not isinstance(reducer, Reducer):
+        raise TypeError(f"register() needs a Reducer, got {type(reducer).__name__}")
+    if reducer.name in REGISTRY and not replace:
+        raise ValueError(f"a reducer named {reducer.name!r} is already registered; pick "
+                         "another name or pass replace=True")
+    REGISTRY[reducer.name] = reducer
+    return reducer
+
+
+def unregister(name: str) -> None:
+    """Remove a registered reducer (configs can no longer name it)."""
+    REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Reducer:
+    return REGISTRY[name]
+
+
+for _r in (
+    Reducer("count", (COUNT,), _fin_count, "int64", "exact", source_optional=True,
+            dtype_kinds="iu"),
+    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f"),
+    Reducer("mean", (COUNT, SUM), _fin_mean, "float32", "none", dtype_kinds="f"),
+    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi"),
+    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi"),
+    Reducer("var", (COUNT, SUM, SUMSQ), _fin_var, "float32", "none", params=_ddof_param(),
+            dtype_kinds="f"),
+    Reducer("std", (COUNT, SUM, SUMSQ), _fin_std, "float32", "none", params=_ddof_param(),
+            dtype_kinds="f"),
+    Reducer("tdigest", (DIGEST,), _fin_digest, "float32", "approximate", kind="ragged",
+            params=_TDIGEST_PARAMS, dtype_kinds="f", spec_attrs=_tdigest_attrs),
+    Reducer("composition", (LANES,), _fin_composition, "uint64", "packed",
+            present=_composition_present, options=_composition_options,
             params={
                 "of": Param(REQUIRED, str, lambda v: bool(v), "the name of the signal digest"),
                 "threshold": Param(2, int, lambda v: 1 <= v <= 4, "a confidence level 1..4"),
             },
-            dtype_kinds="u",
-            spec_attrs=_composition_attrs,
-        ),
-    )
-}
-
-def get(name: str) -> Reducer:
-    return REGISTRY[name]
+            dtype_kinds="u", spec_attrs=_composition_attrs),
+):
+    register(_r)
+del _r

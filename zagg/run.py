@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from . import hive
 from .checks import require_dataset
-from .cluster import cluster_for, connected, entered_in_background
+from .cluster import cluster_for, connected
 from .config import Config, ConfigError, load_config
 from .hive.paths import MANIFEST_KEY
 from .manifests import check_store
@@ -112,24 +112,15 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
     check_store(root, probe)
-    # the cluster starts in the background: its workers import their modules while this
-    # process opens the source and imports numba and xarray. dask and distributed are
-    # imported here first: two threads importing one package at once can each see the
-    # other's half-initialised modules (ImportError: partially initialized module), and
-    # the start needs distributed loaded before it can begin anyway
-    import dask.base  # noqa: F401
-    import distributed  # noqa: F401
-
-    with entered_in_background(cluster_for(scheduler, workers=workers, threads=threads,
-                                           memory_limit=memory_limit)) as cluster:
+    with cluster_for(scheduler, workers=workers, threads=threads,
+                     memory_limit=memory_limit) as cluster, connected(cluster):
         ds = open_source(cfg, shards=shards) if source is None else source
-        from .aggregate import aggregate
-        from .write import prepare_write
+        from .aggregate import shard_collection
+        from .write import write_shards
 
-        with connected(cluster.result()):
-            # the aggregated Dataset is not kept: once the write is submitted, each input
-            # chunk's partial is freed as soon as the shards it feeds are written
-            write = prepare_write(aggregate(ds, cfg, shards=shards, discover=True,
-                                            progress=progress),
-                                  store, storage_options=options, t_start=t0)
-            return write.execute(progress=progress)
+        # the shards are written as they are aggregated: once the writes are submitted,
+        # each input chunk's partial is freed as soon as the shards it feeds are written
+        cfg.check_dataset(ds)
+        found = shard_collection(ds, cfg, shards=shards, progress=progress)
+        return write_shards(found, store, storage_options=options, progress=progress,
+                            t_start=t0)

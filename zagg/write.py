@@ -1,24 +1,33 @@
-"""Leaf Dataset → morton-hive store: one dask task per shard chunk writes one leaf.
+"""Aggregated shards → morton-hive store: one ``write-leaf`` task per shard writes one leaf.
 
-The client checks and writes the manifest before any leaf, submits one write task per
-shard (each returns a small record), then writes the root coverage. Tasks never share an
+There is one write path: ``map_blocks`` of :meth:`LeafWriter.write` over the central
+collection (:class:`zagg.collection.Shards`). :func:`zagg.run` hands it the collection it
+aggregated; :func:`to_hive` first rebuilds it from a Dataset (sparse or dense, lazy,
+persisted, computed or edited: whatever its arrays hold is what is written). The client
+checks and writes the manifest before any leaf, submits one task per shard (each returns a
+small record), then writes the sidecars and the root coverage. Tasks never share an
 object and only the client touches root objects.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import dask
+import dask.array as da
+import numpy as np
 
-from . import graph, hive
+from . import grid as G
+from . import hive
 from . import progress as progress_
 from .checks import require_dataset
-from .grid import from_decimal
+from .collection import Shards, block_tasks, shard_priorities
 from .hive.paths import MANIFEST_KEY
 from .manifests import ensure_store
+from .shards import ShardCells, from_sparse
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -93,11 +102,10 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class LeafWriter:
-    """What every leaf-write task shares (stored once in the graph): the store, the
-    fields and their attrs, the grid, the semantic hash and per-shard granule ids."""
+    """What every leaf-write task shares: the store, the fields and their attrs, the grid,
+    the semantic hash and per-shard granule ids."""
 
     root: hive.StoreRoot
-    names: tuple
     fields: dict
     grid: dict
     attrs: dict
@@ -106,68 +114,47 @@ class LeafWriter:
     stats_extra: dict | None
     fresh: bool = False  # the store was empty when this write began: no leaf to clear
 
-    def _kwargs(self, shard_id: str) -> dict:
+    def write(self, sc: ShardCells) -> dict | None:
+        """Write one shard's leaf from its occupied cells; None (nothing written) when no
+        cell holds a value."""
+        shard_id = G.to_decimal(np.uint64(sc.shard))[0]
         ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
-        return {"attrs": self.attrs, "granule_count": None if ids is not None else 0,
-                "granule_ids": ids, "semantic_hash": self.semantic_hash,
-                "stats_extra": self.stats_extra, "fresh": self.fresh, "defer_siblings": True}
-
-    def from_cells(self, shard_id: str, contents: dict) -> dict | None:
-        """Write one leaf straight from its occupied cells (no dense arrays are built)."""
-        return hive.write_leaf_cells(self.root, shard_id, contents, self.fields, self.grid,
-                                     **self._kwargs(shard_id))
-
-    def encode_block(self, contents: dict, block: int, blocks: int) -> dict:
-        """The compressed chunk objects of one block of a leaf's ragged arrays (see
-        :func:`zagg.hive.encode_block`), made beside the other blocks' before the write."""
-        return hive.encode_block(contents, self.fields, self.grid, block, blocks, attrs=self.attrs)
-
-    def from_blocks(self, shard_id: str, blocks: list, encoded: list) -> dict | None:
-        """Write one leaf from its blocks' occupied cells and their compressed chunks."""
-        return hive.write_leaf_blocks(
-            self.root, shard_id, blocks, encoded, self.fields, self.grid, **self._kwargs(shard_id)
-        )
-
-    def from_arrays(self, shard_id: str, *blocks) -> dict | None:
-        """Write one leaf from its dense per-cell blocks (a Dataset computed or changed
-        since :func:`zagg.aggregate` made it)."""
-        arrays = dict(zip(self.names, blocks, strict=True))
-        return hive.write_leaf(self.root, shard_id, arrays, self.fields, self.grid,
-                               **self._kwargs(shard_id))
+        return hive.write_leaf_cells(
+            self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
+            granule_count=None if ids is not None else 0, granule_ids=ids,
+            semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
+            defer_siblings=True)
 
 
-def contents_tasks(ds: xr.Dataset) -> tuple[list, list] | None:
-    """Per shard, the graph key holding its occupied cells (or the list of its blocks'),
-    and those keys as dependencies, while ``ds`` is exactly the lazy Dataset
-    :func:`zagg.aggregate` returned (every array's graph name unchanged and the tasks still
-    in its graph); None otherwise (computed, persisted or edited)."""
-    info = (ds.attrs.get("zagg") or {}).get("contents")
-    if not info:
-        return None
-    for name, array_name in info["arrays"].items():
-        data = ds.variables[name].data if name in ds.variables else None
-        if not dask.is_dask_collection(data) or data.name != array_name:
-            return None
-    if set(info["arrays"]) != set(ds.variables):
-        return None
-    hlg = ds.__dask_graph__()
-    sources = graph.contents_sources(hlg, info, len(ds.attrs["zagg"]["shards"]))
-    if sources is None:
-        return None
-    return sources, graph.source_delayed(hlg, info["layer"], sources)
+def _write_block(block, writer: LeafWriter) -> np.ndarray:
+    out = np.empty(1, dtype=object)
+    out[0] = writer.write(block[0])
+    return out
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
             t_start: float | None = None) -> RunSummary:
-    """Write a leaf Dataset from :func:`zagg.aggregate` as a morton-hive store.
+    """Write a Dataset from :func:`zagg.aggregate` (sparse or ``dense=True``, as returned
+    or persisted, computed or edited since) as a morton-hive store.
 
+    Every stored array of its config must be present; each cell's values are written as
+    the Dataset holds them (a cell whose every field holds its fill is not occupied).
     Refuses up front (nothing written) when ``store`` already holds a store whose frozen
-    manifest keys differ. Returns a :class:`RunSummary`; empty shards write nothing. When
-    the Dataset tracked its granules, each leaf records the ids of the granules that
-    contributed to it (its stamp's ``granule_count`` and the ``granules.json`` sibling), and
-    granules that failed to read are listed in every leaf's stats sidecar.
+    manifest keys differ. Returns a :class:`RunSummary`; shards without a value write
+    nothing. When the Dataset tracked its granules, each leaf records the ids of the
+    granules that contributed to it (its stamp's ``granule_count`` and the
+    ``granules.json`` sibling), and granules that failed to read are listed in every
+    leaf's stats sidecar.
     """
-    return prepare_write(ds, store, storage_options=storage_options,
+    t0 = time.perf_counter() if t_start is None else t_start
+    return write_shards(shards_from_dataset(ds), store, storage_options=storage_options,
+                        progress=progress, t_start=t0)
+
+
+def write_shards(shards: Shards, store, *, storage_options=None, progress: bool = False,
+                 t_start: float | None = None) -> RunSummary:
+    """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`)."""
+    return prepare_write(shards, store, storage_options=storage_options,
                          t_start=t_start).execute(progress=progress)
 
 
@@ -177,7 +164,7 @@ class HiveWrite:
 
     :meth:`execute` submits the tasks and lets go of the graph at once, so on a
     distributed cluster each input chunk's partial is freed as soon as the last shard it
-    feeds has been written (as long as nothing else holds the aggregated Dataset).
+    feeds has been written (as long as nothing else holds the aggregated shards).
     """
 
     root: hive.StoreRoot
@@ -192,8 +179,8 @@ class HiveWrite:
         records = progress_.compute(
             tasks, progress=progress, label="writing leaves", release=True,
             # the leaves stamped before a failure keep their sidecars
-            on_failure=lambda done: hive.write_siblings(self.root, [r for r in done if r]))
-        written = [r for r in records if r]
+            on_failure=lambda done: hive.write_siblings(self.root, _records(done)))
+        written = _records(records)
         if written:
             # every leaf is stamped: its sidecars follow, all at once (one batch of
             # concurrent PUTs on an object store instead of a round trip in each leaf task)
@@ -215,70 +202,140 @@ class HiveWrite:
         )
 
 
-def prepare_write(ds: xr.Dataset, store, *, storage_options=None,
+def _records(blocks) -> list[dict]:
+    """The leaf records of computed write blocks (shards that wrote nothing left out)."""
+    return [r for b in blocks for r in np.asarray(b, dtype=object).ravel().tolist() if r]
+
+
+def prepare_write(shards: Shards, store, *, storage_options=None,
                   t_start: float | None = None) -> HiveWrite:
-    """Check ``ds`` and the store, write the manifest and build one write task per shard
-    (see :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
+    """Check the store, write its manifest and build one write task per shard (see
+    :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
+    z = shards.meta
+    root = hive.StoreRoot(store, storage_options)
+    fresh = not hive.check_store_root(root, MANIFEST_KEY)
+    semantic = ensure_store(root, z)["semantic_hash"]
+    failed = z.get("failed_granules") or []
+    writer = LeafWriter(root, {n: dict(z["fields"][n]) for n in shards.arrays}, z["grid"],
+                        shards.attrs, semantic,
+                        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
+                        {"failed_granules": failed} if failed else None, fresh)
+    tasks = []
+    if shards.words.size:
+        with dask.annotate(priority=shards.priority("output")):
+            records = shards.cells.map_blocks(_write_block, writer=writer, dtype=object,
+                                              meta=np.empty(0, object),
+                                              name=f"write-leaf-{uuid.uuid4().hex}")
+        tasks = block_tasks(records)
+    info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
+            "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
+    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
+
+
+# -- a Dataset back into shards ------------------------------------------------------------
+def shards_from_dataset(ds: xr.Dataset) -> Shards:
+    """The :class:`Shards` a Dataset from :func:`zagg.aggregate` holds, checked: its
+    ``morton`` coordinate says where each cell lies; its arrays are cut by shard."""
     require_dataset(ds, "to_hive", "pass the Dataset zagg.aggregate(points, config) returned")
     z = ds.attrs.get("zagg")
-    if not z or "grid" not in z:
-        raise ValueError("to_hive needs the Dataset returned by zagg.aggregate "
-                         "(its attrs['zagg'] block is missing)")
-    missing = [n for n in z["fields"] if n not in ds.variables]
+    if not z or "grid" not in z or "fields" not in z:
+        raise ValueError("to_hive needs a Dataset made by zagg.aggregate (its attrs['zagg'] "
+                         "block is missing)")
+    names = list(z["fields"])
+    missing = [n for n in names if n not in ds.variables]
     if missing:
         raise ValueError(f"the Dataset lacks {', '.join(map(repr, missing))}, which its config "
                          "declares; a store holds every field of its config, so write the whole "
                          "Dataset zagg.aggregate returned (to store fewer fields, aggregate with "
                          "a config that declares only those)")
-    root = hive.StoreRoot(store, storage_options)
-    grid = z["grid"]
-    shard_ids = list(z["shards"])
-    from_decimal(shard_ids)  # every path component validated before anything is written
-    names = list(z["fields"])
-    per_shard = 4 ** (grid["child_order"] - grid["parent_order"])
-    if ds.sizes["cells"] != per_shard * len(shard_ids):
-        raise ValueError(f"the Dataset has {ds.sizes['cells']} cells; {len(shard_ids)} shards "
-                         f"of {per_shard} cells need {per_shard * len(shard_ids)}: a leaf holds "
-                         "every cell of its shard, so write the Dataset zagg.aggregate returned "
-                         "without selecting cells (to write only some shards, pass "
-                         "shards=[...] to zagg.aggregate)")
-    fresh = not hive.check_store_root(root, MANIFEST_KEY)
-    semantic = ensure_store(root, z)["semantic_hash"]
-
-    if any(ds[n].chunks is None for n in names):
-        ds = ds.chunk({"cells": per_shard})  # a computed Dataset: one chunk per shard again
+    if "morton" not in ds.variables or ds["morton"].dims != ("cells",):
+        raise ValueError("to_hive needs the Dataset's 'morton' coordinate of cell words on "
+                         "dimension 'cells' (zagg.aggregate makes it)")
+    arrays = {n: (z["fields"][n]["kind"], z["fields"][n]["dtype"], z["fields"][n]["fill_value"])
+              for n in names}
+    for n in names:
+        _check_array(ds[n], n, *arrays[n])
+    p, c = z["grid"]["parent_order"], z["grid"]["child_order"]
+    morton = np.asarray(ds["morton"].values)
+    if morton.size and np.any(morton[1:] <= morton[:-1]):
+        ds = ds.sortby("morton")
+        morton = np.asarray(ds["morton"].values)
+    words, sizes = _shard_runs(morton, p, c)
+    _check_whole_shards(z, words, sizes)
+    ds = ds.chunk({"cells": tuple(sizes) if sizes else -1})
     attrs = {n: dict(ds[n].attrs) for n in names}
-    if "morton" in ds.coords:  # the cell coordinate's attrs are stored with it too
-        attrs["morton"] = dict(ds["morton"].attrs)
-    fields = {n: dict(z["fields"][n]) for n in names}
-    failed = z.get("failed_granules") or []
-    writer = LeafWriter(root, tuple(names), fields, grid, attrs, semantic,
-                        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-                        {"failed_granules": failed} if failed else None, fresh)
-    contents = contents_tasks(ds)
-    priorities = (z.get("contents") or {}).get("priority")
-    if priorities is not None and len(priorities) != len(shard_ids):
-        priorities = None  # attrs edited since aggregate(): schedule in shard order
-    if contents is not None:
-        sources, deps = contents
-        tasks = graph.blocked_write_tasks(
-            "zagg-write",
-            writer,
-            LeafWriter.from_cells,
-            LeafWriter.encode_block,
-            LeafWriter.from_blocks,
-            shard_ids,
-            sources,
-            deps,
-            priorities,
-        )
-    else:
-        arrays = [ds[n].data for n in names]
-        keys = [a.__dask_keys__() for a in arrays]
-        args = [(sid, *[k[i] for k in keys]) for i, sid in enumerate(shard_ids)]
-        tasks = graph.shard_tasks("zagg-write", LeafWriter.from_arrays, writer, args, arrays,
-                                  priorities)
-    info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
-            "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
-    return HiveWrite(root, shard_ids, grid["parent_order"], tasks, info, t0)
+    attrs["morton"] = dict(ds["morton"].attrs)
+    chunks = ((1,) * len(words),) if words else ((0,),)
+    cells = da.map_blocks(
+        _from_sparse_block, da.from_array(morton, chunks=ds.chunks["cells"]),
+        *[ds[n].data for n in names], names=tuple(names), arrays=arrays, p=p, c=c,
+        words=[int(w) for w in words], chunks=chunks, dtype=object, meta=np.empty(0, object),
+        name=f"cells-{uuid.uuid4().hex}")
+    prio = shard_priorities(sizes, len(words))
+    meta = {k: v for k, v in z.items()}
+    meta["shards"] = G.to_decimal(np.asarray(words, np.uint64))
+    return Shards(cells, np.asarray(words, np.uint64), meta, arrays, attrs, prio, sizes, morton)
+
+
+def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
+    if var.dims != ("cells",):
+        raise ValueError(f"{name!r} has dims {var.dims}; every stored array runs along 'cells'")
+    if kind == "ragged":
+        if var.dtype != object:
+            raise ValueError(f"ragged field {name!r} must hold one payload (bytes) per cell, in "
+                             f"an object array; it has dtype {var.dtype}")
+        return
+    if var.dtype.kind not in "biuf":
+        raise ValueError(f"dense field {name!r} got values of dtype {var.dtype}")
+    if not np.can_cast(var.dtype, np.dtype(dtype), casting="same_kind"):
+        raise ValueError(f"dense field {name!r}: values of dtype {var.dtype} cannot be stored "
+                         f"as {dtype}")
+
+
+def _check_whole_shards(z: dict, words: list[int], sizes: list[int]) -> None:
+    """Refuse a Dataset holding only some cells of a shard it was made with: a leaf holds
+    every cell of its shard, so writing a selection would lose the others."""
+    made = dict(zip(z.get("shards") or [], z.get("shard_cells") or [], strict=False))
+    for sid, size in zip(G.to_decimal(np.asarray(words, np.uint64)), sizes, strict=True):
+        if sid in made and size != made[sid]:
+            raise ValueError(f"the Dataset holds {size} of the {made[sid]} cells of shard {sid}: "
+                             "a leaf holds every cell of its shard, so write the Dataset "
+                             "without selecting cells (to write only some shards, select "
+                             "whole shards, or pass shards=[...] to zagg.aggregate)")
+
+
+def _shard_runs(morton: np.ndarray, p: int, c: int) -> tuple[list[int], list[int]]:
+    """The shards of ascending cell words and how many cells each holds, refusing words
+    that are not distinct cells at the cell order."""
+    morton = np.asarray(morton)
+    if morton.dtype != np.uint64:
+        raise ValueError(f"'morton' must hold uint64 cell words, got {morton.dtype}")
+    if not morton.size:
+        return [], []
+    if np.any(morton[1:] == morton[:-1]):
+        raise ValueError("'morton' lists a cell twice; each cell appears once")
+    if np.any((morton & np.uint64(63)) != c):
+        raise ValueError(f"'morton' holds words that are not cells at the cell order {c}")
+    shard = G.ancestor(morton, p)
+    starts = np.flatnonzero(np.concatenate(([True], shard[1:] != shard[:-1])))
+    sizes = np.diff(np.append(starts, morton.size))
+    return shard[starts].tolist(), sizes.tolist()
+
+
+def _from_sparse_block(morton, *values, names, arrays, p, c, words, block_info=None):
+    shard = words[block_info[None]["chunk-location"][0]]
+    ranks = G.cell_rank(morton, np.uint64(shard), p, c)
+    out = np.empty(1, dtype=object)
+    out[0] = from_sparse(shard, ranks, dict(zip(names, values, strict=True)),
+                         arrays, _payload)
+    return out
+
+
+def _payload(name: str, i: int, cell) -> bytes:
+    if cell is None:
+        return b""
+    if isinstance(cell, bytes | bytearray | memoryview):
+        return bytes(cell)
+    raise ValueError(f"ragged field {name!r}: cell {i} holds a {type(cell).__name__}; expected "
+                     "raw payload bytes (b'' when empty)")

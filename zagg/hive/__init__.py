@@ -2,8 +2,7 @@
 
 Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied cells) or
 :func:`write_leaf` (from dense arrays) writes one self-describing leaf and returns a small
-record; a heavy leaf can have its blocks' chunks compressed first by separate tasks
-(:func:`encode_block`) and be written from them (:func:`write_leaf_blocks`). Client side, before any leaf: :func:`build_manifest` +
+record. Client side, before any leaf: :func:`build_manifest` +
 :func:`write_manifest` (or the read-only :func:`check_manifest`); after the leaves:
 :func:`write_siblings` (the leaves' sidecars, when their tasks deferred them) and
 :func:`update_root_coverage`. Nothing here knows about dask.
@@ -18,7 +17,7 @@ lazy_package(__name__, {name: f".{module}" for module, names in {
     "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
     "hashes": ["array_digest", "combined_digest", "content_hashes"],
     "layout": ["Geometry", "dggs_attrs"],
-    "leaf": ["encode_block", "write_leaf", "write_leaf_blocks", "write_leaf_cells"],
+    "leaf": ["write_leaf", "write_leaf_cells"],
     "manifest": ["ManifestConflictError", "build_manifest", "check_manifest", "read_manifest",
                  "write_manifest"],
     "paths": ["leaf_path"],

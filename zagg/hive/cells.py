@@ -16,14 +16,9 @@ Dense numpy/object arrays convert to and from this form (:func:`dense_cells`,
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 
-import numba
 import numpy as np
-
-from zagg.filled import filled
-from zagg.hive import encode
 
 
 @dataclass
@@ -53,91 +48,20 @@ class RaggedCells:
         return np.diff(self.offsets)
 
     def payloads(self) -> np.ndarray:
-        """Each cell's payload as a ``bytes`` object, in an object array.
-
-        Making a Python object per cell is most of a shard's finalize and holds the GIL, so
-        the objects are made in one C-level pass: the payloads are framed as a pickle of a
-        tuple of byte strings (:func:`_pickled_payloads`) and unpickled, which takes about
-        a quarter off a dense shard's finalize against slicing a ``bytes`` copy per cell.
-        """
-        n = len(self.offsets) - 1
-        size = int(self.offsets[-1] - self.offsets[0]) if n else 0
-        stream = np.empty(len(PICKLE_HEAD) + 5 * n + size + len(PICKLE_TAIL), np.uint8)
-        return unpickled_items(stream, self._pickle_into(stream), n)
-
-    def _pickle_into(self, stream: np.ndarray) -> int:
-        return _pickled_payloads(self.data, self.offsets, stream)
+        """Each cell's payload as a ``bytes`` object, in an object array (what a user sees
+        in a Dataset; the writer never needs them)."""
+        return _sliced(self.data, self.offsets)
 
 
-PICKLE_HEAD = bytes([0x80, 4, 0x28])  # PROTO 4, MARK
-PICKLE_TAIL = bytes([0x74, 0x2E])  # TUPLE, STOP
-SHORT_BINBYTES, BINBYTES = 0x43, 0x42  # length in 1 byte / 4 little-endian bytes
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _item_header(out, o, n):
-    """Opcode and length of one byte string of ``n`` bytes at ``out[o:]``; returns the
-    position of its first byte."""
-    if n < 256:
-        out[o] = SHORT_BINBYTES
-        out[o + 1] = n
-        return o + 2
-    out[o] = BINBYTES
-    for b in range(4):
-        out[o + 1 + b] = (n >> (8 * b)) & 0xFF
-    return o + 5
-
-
-def unpickled_items(stream: np.ndarray, end: int, n: int) -> np.ndarray:
-    """The ``n`` byte strings of the pickle ``stream[:end]`` (framed by the kernels below),
-    as an object array."""
-    return np.fromiter(pickle.loads(stream[:end]), dtype=object, count=n)
-
-
-@numba.njit(cache=True, nogil=True)
-def empty_items(out, o, per):
-    """Append ``per`` empty byte strings to the pickle stream ``out[o:]``."""
-    for _ in range(per):
-        o = _item_header(out, o, 0)
-    return o
-
-
-@numba.njit(cache=True, nogil=True)
-def _pickled_payloads(data, offsets, out):
-    """Write into ``out`` a protocol-4 pickle of the tuple of byte strings
-    ``data[offsets[i]:offsets[i + 1]]`` (the opcodes are those of :mod:`pickletools`:
-    PROTO, MARK, SHORT_BINBYTES or BINBYTES per item, TUPLE, STOP); returns its length.
-    ``out`` holds at least 5 + 5 * items + payload bytes."""
-    out[0:3] = np.frombuffer(PICKLE_HEAD, np.uint8)
-    o = 3
-    for i in range(offsets.size - 1):
-        a = offsets[i]
-        n = offsets[i + 1] - a
-        o = _item_header(out, o, n)
-        out[o : o + n] = data[a : a + n]
-        o += n
-    out[o : o + 2] = np.frombuffer(PICKLE_TAIL, np.uint8)
-    return o + 2
-
-
-@numba.njit(cache=True, nogil=True)
-def _pickled_rows(mean_bytes, weight_bytes, unit, offsets, out):
-    """:func:`_pickled_payloads` of t-digest rows interleaved on the fly from the float32
-    columns' bytes (``unit``: every weight is 1 and ``weight_bytes`` holds one 1.0), so the
-    interleaved payloads are never made as a whole."""
-    out[0:3] = np.frombuffer(PICKLE_HEAD, np.uint8)
-    o = 3
-    for i in range(offsets.size - 1):
-        a = offsets[i]
-        o = _item_header(out, o, offsets[i + 1] - a)
-        for r in range(a // 8, offsets[i + 1] // 8):
-            w = 0 if unit else 4 * r
-            for b in range(4):
-                out[o + b] = mean_bytes[4 * r + b]
-                out[o + 4 + b] = weight_bytes[w + b]
-            o += 8
-    out[o : o + 2] = np.frombuffer(PICKLE_TAIL, np.uint8)
-    return o + 2
+def _sliced(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The byte strings ``data[offsets[i]:offsets[i+1]]`` as an object array."""
+    n = len(offsets) - 1
+    out = np.empty(n, dtype=object)
+    if n:
+        buf = np.ascontiguousarray(data).tobytes()
+        bounds = (np.asarray(offsets, np.int64) - int(offsets[0])).tolist()
+        out[:] = [buf[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return out
 
 
 class DigestRows(RaggedCells):
@@ -151,12 +75,6 @@ class DigestRows(RaggedCells):
         self.offsets = np.asarray(row_offsets, dtype=np.int64) * 8
         self.means = np.ascontiguousarray(means, dtype="<f4")
         self.weights = None if weights is None else np.ascontiguousarray(weights, dtype="<f4")
-
-    def _pickle_into(self, stream: np.ndarray) -> int:
-        unit = self.weights is None
-        weights = np.ones(1, "<f4") if unit else self.weights
-        return _pickled_rows(self.means.view(np.uint8), weights.view(np.uint8), unit,
-                             self.offsets, stream)
 
     @property
     def data(self) -> np.ndarray:
@@ -238,25 +156,19 @@ def ragged_cells(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray) -> Ra
 
 def ragged_from_objects(cells: np.ndarray, payload) -> RaggedCells:
     """The non-empty cells of an object array of payloads; ``payload(i, cell)`` turns a
-    cell that is not plain ``bytes`` into bytes (or raises)."""
-    cells = np.ascontiguousarray(cells, dtype=object)
-    filled = np.flatnonzero(encode.object_pointers(cells) != encode.EMPTY_BYTES_ID)
-    items = cells[filled].tolist()
-    if items and set(map(type, items)) != {bytes}:
-        items = [payload(int(i), c) for i, c in zip(filled, items, strict=True)]
-    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    keep = lengths > 0
-    if not keep.all():
-        filled, lengths = filled[keep], lengths[keep]
-        items = [c for c, k in zip(items, keep, strict=True) if k]
-    data = np.frombuffer(b"".join(items), dtype=np.uint8)
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    cell that is not plain ``bytes`` into bytes (or raises). ``None`` is an empty cell."""
+    items = np.asarray(cells, dtype=object).reshape(-1).tolist()
+    plain = [c if type(c) is bytes else payload(i, c) for i, c in enumerate(items)]
+    lengths = np.fromiter(map(len, plain), dtype=np.int64, count=len(plain))
+    filled = np.flatnonzero(lengths)
+    data = np.frombuffer(b"".join(plain[i] for i in filled.tolist()), dtype=np.uint8)
+    offsets = np.concatenate(([0], np.cumsum(lengths[filled]))).astype(np.int64)
     return RaggedCells(filled.astype(np.int64), offsets, data)
 
 
 def to_dense(cells: DenseCells, n: int, dtype: np.dtype, fill) -> np.ndarray:
     """The dense array of ``n`` cells (fill where no value)."""
-    out = filled(n, dtype, fill)  # pages no cell writes cost no memory
+    out = np.full(n, fill, dtype=dtype)
     out[cells.ranks] = cells.values
     return out
 
@@ -284,53 +196,3 @@ def occupied_ranks(arrays, n: int) -> np.ndarray:
     for p in parts:
         mask[p] = True
     return np.flatnonzero(mask)
-
-
-class BlockedRagged(RaggedCells):
-    """A vlen array written from blocks (runs of whole inner chunks, ascending) whose chunk
-    objects were compressed beforehand, one block per task: ``blocks`` are the blocks'
-    cells (all :class:`RaggedCells` or all :class:`DigestRows`), ``chunks`` the compressed
-    chunk objects ``(inner chunk index, bytes)`` of them all. The payloads stay in their
-    blocks; ``ranks`` and ``offsets`` describe the whole array for checks and coverage."""
-
-    def __init__(self, blocks: list, chunks: list):
-        self.blocks = [b for b in blocks if len(b)]
-        self.chunks = sorted(chunks, key=lambda kc: kc[0])
-        self.ranks = (
-            np.concatenate([b.ranks for b in self.blocks]) if self.blocks else np.zeros(0, np.int64)
-        )
-        lengths = [np.diff(b.offsets) for b in self.blocks]
-        self.offsets = np.concatenate(
-            ([0], np.cumsum(np.concatenate(lengths))) if lengths else ([0],)
-        ).astype(np.int64)
-
-
-def join_cells(blocks: list):
-    """One array's cells from its blocks' (ascending, disjoint ranks), as one object of the
-    blocks' own kind."""
-    blocks = list(blocks)
-    if len(blocks) == 1:
-        return blocks[0]
-    ranks = np.concatenate([b.ranks for b in blocks])
-    if isinstance(blocks[0], DenseCells):
-        return DenseCells(ranks, np.concatenate([b.values for b in blocks]))
-    lengths = np.concatenate([np.diff(b.offsets) for b in blocks])
-    if isinstance(blocks[0], DigestRows):
-        rows = np.concatenate(([0], np.cumsum(lengths // 8))).astype(np.int64)
-        means = np.concatenate([b.means[: b.offsets[-1] // 8] for b in blocks])
-        unit = all(b.weights is None for b in blocks)
-        weights = (
-            None
-            if unit
-            else np.concatenate(
-                [
-                    np.ones(b.offsets[-1] // 8, "<f4")
-                    if b.weights is None
-                    else b.weights[: b.offsets[-1] // 8]
-                    for b in blocks
-                ]
-            )
-        )
-        return DigestRows(ranks, rows, means, weights)
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    return RaggedCells(ranks, offsets, np.concatenate([b.data[: b.offsets[-1]] for b in blocks]))

@@ -25,8 +25,6 @@ import numba
 import numpy as np
 import zstandard
 
-from ..filled import filled
-from .cells import BINBYTES, PICKLE_HEAD, PICKLE_TAIL, empty_items, unpickled_items
 from .encode import ABSENT
 
 VLEN = "variable_length_bytes"
@@ -53,7 +51,7 @@ def read_array(root, key: str, found=None) -> np.ndarray | None:
     chunks = inner_chunks(root, key, found)
     if dtype is None:
         return _ragged(chunks, per, key)
-    out = filled(n, dtype, fill)
+    out = np.full(n, fill, dtype=dtype)
     for k, chunk in enumerate(chunks):
         if chunk is None:
             continue
@@ -145,35 +143,28 @@ def _shard_chunks(obj: bytes, n_inner: int, where: str) -> list[bytes | None]:
 
 
 def _ragged(chunks, per: int, where: str) -> np.ndarray:
-    """Object array of every cell's payload from the vlen inner chunks (None: all empty).
-
-    A vlen frame is u32 length ‖ payload per cell; a pickle BINBYTES item is one opcode byte
-    then the same u32 length and payload. So each frame becomes part of a pickle stream of
-    a tuple of byte strings by inserting one byte per cell, and one unpickling makes every
-    cell's ``bytes`` object in C (see :meth:`RaggedCells.payloads`)."""
+    """Object array of every cell's payload from the vlen inner chunks (None: all empty)."""
     zstd = zstandard.ZstdDecompressor()
-    frames = {}
+    out = np.empty(len(chunks) * per, dtype=object)
+    out.fill(b"")
     for k, chunk in enumerate(chunks):
         if chunk is None:
             continue
         try:
-            frames[k] = np.frombuffer(zstd.decompress(chunk), dtype=np.uint8)
+            frame = zstd.decompress(chunk)
         except zstandard.ZstdError as exc:
             raise CorruptChunkError(f"{where}: inner chunk {k} is not a zstd frame: {exc}") \
                 from exc
-    n = len(chunks) * per
-    size = sum(f.size for f in frames.values())
-    stream = np.empty(len(PICKLE_HEAD) + size + 2 * n + len(PICKLE_TAIL), dtype=np.uint8)
-    stream[: len(PICKLE_HEAD)] = np.frombuffer(PICKLE_HEAD, np.uint8)
-    o = len(PICKLE_HEAD)
-    for k in range(len(chunks)):
-        frame = frames.get(k)
-        o = empty_items(stream, o, per) if frame is None else _frame_items(frame, per, stream, o)
-        if o < 0:
+        starts = np.empty(per + 1, np.int64)
+        if not _frame_bounds(np.frombuffer(frame, dtype=np.uint8), per, starts):
             raise CorruptChunkError(f"{where}: inner chunk {k} is not a vlen frame of {per} "
                                     "cells")
-    stream[o : o + len(PICKLE_TAIL)] = np.frombuffer(PICKLE_TAIL, np.uint8)
-    return unpickled_items(stream, o + len(PICKLE_TAIL), n)
+        # starts[i] is where cell i's payload begins, its length the 4 bytes before it
+        ends = starts[1:] - 4
+        ends[-1] = len(frame)
+        bounds = np.stack([starts[:-1], ends], axis=1).tolist()
+        out[k * per : (k + 1) * per] = [frame[a:b] for a, b in bounds]
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -183,20 +174,20 @@ def _u32(data, o):
 
 
 @numba.njit(cache=True, nogil=True)
-def _frame_items(frame, per, out, o):
-    """Append the ``per`` cells of one vlen frame to the pickle stream ``out[o:]`` as
-    BINBYTES items; returns the new position, or -1 for a malformed frame."""
+def _frame_bounds(frame, per, starts):
+    """Where each of the ``per`` cells of one vlen frame starts (``starts[i]``; a cell runs
+    to the next one's length word, the last to the frame's end); False for a malformed
+    frame."""
     if frame.size < 4 or _u32(frame, 0) != per:
-        return -1
+        return False
     i = 4
-    for _ in range(per):
+    for c in range(per):
         if i + 4 > frame.size:
-            return -1
+            return False
         n = _u32(frame, i)
         if i + 4 + n > frame.size:
-            return -1
-        out[o] = BINBYTES
-        out[o + 1 : o + 5 + n] = frame[i : i + 4 + n]
-        o += 5 + n
+            return False
+        starts[c] = i + 4
         i += 4 + n
-    return o if i == frame.size else -1
+    starts[per] = i + 4
+    return i == frame.size

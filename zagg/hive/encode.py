@@ -19,7 +19,6 @@ Readers (zarr, moczarr) decode these objects exactly like zarr's own; the tests 
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import struct
@@ -34,7 +33,6 @@ import zstandard
 from zagg.hive.parts import Parts
 
 ABSENT = 0xFFFFFFFFFFFFFFFF
-EMPTY_BYTES_ID = id(b"")  # CPython shares one empty bytes object
 ZSTD_LEVEL = 3
 
 
@@ -44,16 +42,6 @@ class EncodedArray:
 
     objects: list[tuple[int, bytes]]
     digest: str
-
-
-def object_pointers(cells: np.ndarray) -> np.ndarray:
-    """The object pointers of a contiguous 1-D object array, as uint64 (a read-only view)."""
-    n = cells.shape[0]
-    if n == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if cells.dtype != object or not cells.flags.c_contiguous or cells.ndim != 1:
-        raise ValueError("object_pointers needs a contiguous 1-D object array")
-    return np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(cells.ctypes.data))
 
 
 class _Fill:
@@ -269,13 +257,6 @@ def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bo
         t = end
 
 
-def _cells_args(cells):
-    """``(ranks, byte offsets, data, rows)`` of Ragged/DigestRows cells for the encoders."""
-    if hasattr(cells, "means"):
-        return cells.ranks, cells.offsets, None, (cells.means, cells.weights)
-    return cells.ranks, cells.offsets, cells.data, None
-
-
 def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | None, n: int,
                   n_inner: int, level: int = ZSTD_LEVEL, rows=None) -> EncodedArray:
     """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
@@ -295,29 +276,13 @@ def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | Non
     return EncodedArray(ragged_objects(chunks, n_inner), digest.hexdigest())
 
 
-def ragged_chunks(cells, n: int, n_inner: int, level: int = ZSTD_LEVEL) -> list[tuple[int, bytes]]:
-    """The compressed inner chunks ``(index, bytes)`` of the vlen ``cells`` (Ragged or
-    DigestRows), without hashing: one block's share of :func:`encode_ragged`."""
-    zstd = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
-    ranks, offsets, data, rows = _cells_args(cells)
-    return [(k, zstd.compress(frame)) for k, frame, _ in
-            _ragged_batches(ranks, offsets, data, n, n_inner, rows, True, False)]
-
-
-def ragged_digest(blocks: list, n: int, n_inner: int) -> str:
-    """The §5.2 digest of a vlen array of ``n`` cells held as ``blocks`` (Ragged or
-    DigestRows cells of ascending, disjoint inner chunks), without compressing."""
-    per = n // n_inner
-    fill = fill_of(np.dtype("<u8"), 0, n, per)
-    blocks = [b for b in blocks if len(b)]
-    first = int(blocks[0].ranks[0]) // per if blocks else fill.n_chunks
-    digest = _ChunkDigest(fill, first)
-    for block in blocks:
-        ranks, offsets, data, rows = _cells_args(block)
-        for k, _, stream in _ragged_batches(ranks, offsets, data, n, n_inner, rows, False,
-                                            True):
-            digest.add(k, stream)
-    return digest.hexdigest()
+def encode_ragged_cells(cells, n: int, n_inner: int) -> EncodedArray:
+    """:func:`encode_ragged` of :class:`~zagg.hive.cells.RaggedCells` (raw payloads) or
+    :class:`~zagg.hive.cells.DigestRows` (t-digest columns)."""
+    if hasattr(cells, "means"):
+        return encode_ragged(cells.ranks, cells.offsets, None, n, n_inner,
+                             rows=(cells.means, cells.weights))
+    return encode_ragged(cells.ranks, cells.offsets, cells.data, n, n_inner)
 
 
 def ragged_objects(chunks: list[tuple[int, bytes]], n_inner: int) -> list[tuple[int, bytes]]:

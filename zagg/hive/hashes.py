@@ -63,15 +63,11 @@ def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
 
     Only occupied cells are visited in Python; a run of empty cells is 8 zero bytes each.
     """
-    from zagg.hive.encode import EMPTY_BYTES_ID, object_pointers
-
     if lengths is None:
-        filled = np.flatnonzero(object_pointers(cells) != EMPTY_BYTES_ID)
-        payloads = [element_bytes(c) for c in cells[filled].tolist()]
-        lengths = np.zeros(cells.shape[0], dtype=np.int64)
-        lengths[filled] = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-        keep = lengths[filled] > 0
-        filled, payloads = filled[keep], [p for p, k in zip(payloads, keep, strict=True) if k]
+        payloads = [element_bytes(c) for c in cells.tolist()]
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        filled = np.flatnonzero(lengths)
+        payloads = [payloads[i] for i in filled.tolist()]
     else:
         filled = np.flatnonzero(lengths)
         payloads = cells[filled].tolist()

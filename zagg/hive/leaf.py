@@ -29,7 +29,7 @@ import numpy as np
 from zagg import grid as _grid
 from zagg.hive import cells as cells_
 from zagg.hive import coverage, encode, hashes, paths, stamp, stats
-from zagg.hive.cells import DenseCells, DigestRows, RaggedCells
+from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.parts import object_size
 from zagg.hive.storage import StoreRoot, as_root
@@ -191,72 +191,6 @@ def write_leaf_cells(
                 raise
             warnings.warn(f"stats sidecar for leaf {rel} was not written: {exc}", stacklevel=2)
     return record
-
-
-def encode_block(
-    contents: Mapping[str, DenseCells | RaggedCells],
-    fields: Mapping[str, dict],
-    grid: Mapping,
-    block: int,
-    blocks: int,
-    *,
-    attrs: Mapping[str, dict] | None = None,
-) -> dict[str, list[tuple[int, bytes]]]:
-    """The compressed inner chunks of every vlen array of one block of a leaf: the cells
-    of ``contents`` lie in inner chunks ``block * K/blocks`` up to the next block's first.
-    Compressing is most of a dense leaf's write; blocks compressed by separate tasks let
-    one heavy leaf use many threads. :func:`write_leaf_blocks` writes the leaf from them."""
-    geometry = Geometry.from_grid(dict(grid))
-    specs = field_specs(dict(fields), dict(attrs or {}))
-    n, k = geometry.n_cells, geometry.n_inner
-    if k % blocks:
-        raise ValueError(f"{blocks} blocks do not divide the leaf's {k} inner chunks")
-    lo, hi = block * (n // blocks), (block + 1) * (n // blocks)
-    out = {}
-    for name, spec in specs.items():
-        if not spec.ragged:
-            continue
-        cells = contents[name]
-        if len(cells) and (cells.ranks[0] < lo or cells.ranks[-1] >= hi):
-            raise ValueError(
-                f"field {name!r}: block {block} of {blocks} holds cells outside "
-                f"its ranks [{lo}, {hi})"
-            )
-        out[name] = encode.ragged_chunks(cells, n, k)
-    return out
-
-
-def write_leaf_blocks(
-    root: str | StoreRoot,
-    shard_id: str,
-    blocks: list[Mapping[str, DenseCells | RaggedCells]],
-    encoded: list[Mapping[str, list]],
-    fields: Mapping[str, dict],
-    grid: Mapping,
-    **kwargs,
-) -> dict | None:
-    """Write the leaf of ``shard_id`` from the contents of its blocks (ascending runs of
-    whole inner chunks) and each block's :func:`encode_block` output; the same bytes and
-    record as :func:`write_leaf_cells` of the joined contents. Only the hashing of the vlen
-    arrays (sequential by the spec) and the dense arrays are left to this task."""
-    if len(blocks) != len(encoded) or not blocks:
-        raise ValueError(f"shard {shard_id}: {len(blocks)} blocks with {len(encoded)} encodings")
-    per = Geometry.from_grid(dict(grid)).cells_per_chunk
-    contents = {}
-    for name in blocks[0]:
-        parts = [b[name] for b in blocks]
-        if isinstance(parts[0], RaggedCells) and name in encoded[0]:
-            for b, (part, enc) in enumerate(zip(parts, encoded, strict=True)):
-                made = [k for k, _ in enc[name]]
-                if made != np.unique(part.ranks // per).tolist():
-                    raise ValueError(
-                        f"shard {shard_id}: the encoded chunks {made[:4]} of "
-                        f"field {name!r} in block {b} are not its cells' chunks"
-                    )
-            contents[name] = cells_.BlockedRagged(parts, [c for e in encoded for c in e[name]])
-        else:
-            contents[name] = cells_.join_cells(parts)
-    return write_leaf_cells(root, shard_id, contents, fields, grid, **kwargs)
 
 
 def _check_clearable(root: StoreRoot, rel: str) -> None:
@@ -477,14 +411,8 @@ def _write_chunks(out: _Unstamped, rel, shard_id, geometry: Geometry, specs, con
     total = count = 0
     io_s = 0.0
     for name, cells, fill in arrays:
-        if isinstance(cells, cells_.BlockedRagged):
-            enc = encode.EncodedArray(encode.ragged_objects(cells.chunks, k),
-                                      encode.ragged_digest(cells.blocks, n, k))
-        elif isinstance(cells, DigestRows):
-            enc = encode.encode_ragged(cells.ranks, cells.offsets, None, n, k,
-                                       rows=(cells.means, cells.weights))
-        elif isinstance(cells, RaggedCells):
-            enc = encode.encode_ragged(cells.ranks, cells.offsets, cells.data, n, k)
+        if isinstance(cells, RaggedCells):
+            enc = encode.encode_ragged_cells(cells, n, k)
         else:
             enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k,
                                       geometry.dense_sharded)

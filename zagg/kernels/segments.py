@@ -185,40 +185,48 @@ def _accumulate(hi, lo, x, x_lo):
 
 
 @nb.njit(cache=True, nogil=True)
-def _dense_states(values, starts, offsets, want_sum, want_sq, want_min, want_max,
-                  count, s_hi, s_lo, q_hi, q_lo, vmin, vmax):
-    m = offsets.shape[0] - 1
-    for j in range(m):
+def _count_finite(values, starts, offsets, out):
+    for j in range(offsets.shape[0] - 1):
         c = 0
+        a = starts[j]
+        for i in range(a, a + offsets[j + 1] - offsets[j]):
+            c += np.isfinite(np.float64(values[i]))
+        out[j] = c
+
+
+@nb.njit(cache=True, nogil=True)
+def _dd_sums(values, starts, offsets, squares, out):
+    for j in range(offsets.shape[0] - 1):
         h = 0.0
         lo = 0.0
-        qh = 0.0
-        ql = 0.0
-        mn = np.inf
-        mx = -np.inf
+        a = starts[j]
+        for i in range(a, a + offsets[j + 1] - offsets[j]):
+            x = np.float64(values[i])
+            if not np.isfinite(x):
+                continue
+            if squares:
+                p, e = _two_prod(x, x)
+                h, lo = _accumulate(h, lo, p, e)
+            else:
+                h, lo = _accumulate(h, lo, x, 0.0)
+        out[j, 0], out[j, 1] = _two_sum(h, lo)
+
+
+@nb.njit(cache=True, nogil=True)
+def _extremes(values, starts, offsets, take_max, out):
+    for j in range(offsets.shape[0] - 1):
+        c = 0
+        best = -np.inf if take_max else np.inf
         a = starts[j]
         for i in range(a, a + offsets[j + 1] - offsets[j]):
             x = np.float64(values[i])
             if not np.isfinite(x):
                 continue
             c += 1
-            if want_sum:
-                h, lo = _accumulate(h, lo, x, 0.0)
-            if want_sq:
-                p, e = _two_prod(x, x)
-                qh, ql = _accumulate(qh, ql, p, e)
             z = x + 0.0  # -0.0 → 0.0, so which zero is kept never depends on the order
-            mn = min(mn, z)  # branch-free: a running extreme's updates are unpredictable
-            mx = max(mx, z)
-        count[j] = c
-        if want_sum:
-            s_hi[j], s_lo[j] = _two_sum(h, lo)
-        if want_sq:
-            q_hi[j], q_lo[j] = _two_sum(qh, ql)
-        if want_min:
-            vmin[j] = mn if c > 0 else np.nan
-        if want_max:
-            vmax[j] = mx if c > 0 else np.nan
+            # branch-free: a running extreme's updates are unpredictable
+            best = max(best, z) if take_max else min(best, z)
+        out[j] = best if c > 0 else np.nan
 
 
 @nb.njit(cache=True, nogil=True)
@@ -248,36 +256,39 @@ def segment_sums(x: np.ndarray, offsets: np.ndarray, starts=None) -> np.ndarray:
     return csum[starts + np.diff(offsets)] - csum[starts]
 
 
-def dense_states(values, starts, offsets, states) -> dict[str, np.ndarray]:
-    """Per-cell states (a subset of count/sum/sumsq/min/max) of finite ``values``.
-
-    Cell j's values are ``values[starts[j]:starts[j] + offsets[j+1] - offsets[j]]``
-    (see :class:`Grouping`); ``starts=None`` means contiguous segments, ``offsets[:-1]``.
-    """
-    states = set(states)
+def _checked(values, starts, offsets):
     values = np.ascontiguousarray(values)
-    if values.dtype.kind not in "fiu" or values.dtype.itemsize > 8:
+    if values.dtype.kind not in "fiub" or values.dtype.itemsize > 8:
         raise TypeError(f"cannot aggregate values of dtype {values.dtype}")
-    m = offsets.shape[0] - 1
-
-    def buf(name):
-        return np.empty(m if name in states else 0)
-
-    count = np.empty(m, np.int64)
-    s_hi, s_lo, q_hi, q_lo = buf("sum"), buf("sum"), buf("sumsq"), buf("sumsq")
-    vmin, vmax = buf("min"), buf("max")
     starts = offsets[:-1] if starts is None else np.asarray(starts, np.int64)
-    _dense_states(values, starts, offsets, "sum" in states, "sumsq" in states, "min" in states,
-                  "max" in states, count, s_hi, s_lo, q_hi, q_lo, vmin, vmax)
-    out = {"count": count}
-    if "sum" in states:
-        out["sum_hi"], out["sum_lo"] = s_hi, s_lo
-    if "sumsq" in states:
-        out["sumsq_hi"], out["sumsq_lo"] = q_hi, q_lo
-    if "min" in states:
-        out["min"] = vmin
-    if "max" in states:
-        out["max"] = vmax
+    return values, starts
+
+
+def count_finite(values, starts, offsets) -> np.ndarray:
+    """Per cell, how many of its values are finite. Cell j's values are
+    ``values[starts[j]:starts[j] + offsets[j+1] - offsets[j]]`` (see :class:`Grouping`);
+    ``starts=None`` means contiguous segments, ``offsets[:-1]``."""
+    values, starts = _checked(values, starts, offsets)
+    out = np.empty(offsets.shape[0] - 1, np.int64)
+    _count_finite(values, starts, offsets, out)
+    return out
+
+
+def dd_sums(values, starts, offsets, squares: bool = False) -> np.ndarray:
+    """Per cell, the double-double sum ``[hi, lo]`` of its finite values (of their squares
+    with ``squares``), addressed as :func:`count_finite`."""
+    values, starts = _checked(values, starts, offsets)
+    out = np.empty((offsets.shape[0] - 1, 2))
+    _dd_sums(values, starts, offsets, bool(squares), out)
+    return out
+
+
+def extremes(values, starts, offsets, take_max: bool) -> np.ndarray:
+    """Per cell, the max (or min) of its finite values, NaN where there is none; -0.0
+    counts as 0.0. Addressed as :func:`count_finite`."""
+    values, starts = _checked(values, starts, offsets)
+    out = np.empty(offsets.shape[0] - 1)
+    _extremes(values, starts, offsets, bool(take_max), out)
     return out
 
 
@@ -294,19 +305,18 @@ def _combine_sum_int(x, perm, offsets):
 
 
 @nb.njit(cache=True, nogil=True)
-def _combine_dd(hi, lo, perm, offsets):
+def _combine_dd(dd, perm, offsets):
     m = offsets.shape[0] - 1
-    out_hi = np.zeros(m)
-    out_lo = np.zeros(m)
+    out = np.zeros((m, 2))
     for j in range(m):
         h = 0.0
         low = 0.0
         for i in range(offsets[j], offsets[j + 1]):
             k = perm[i]
-            h, low = _dd_add(h, low, hi[k], lo[k])
-        out_hi[j] = h
-        out_lo[j] = low
-    return out_hi, out_lo
+            h, low = _dd_add(h, low, dd[k, 0], dd[k, 1])
+        out[j, 0] = h
+        out[j, 1] = low
+    return out
 
 
 @nb.njit(cache=True, nogil=True)
@@ -329,22 +339,24 @@ def _combine_extreme(x, perm, offsets, take_max):
     return out
 
 
-def combine_states(states: dict[str, np.ndarray], perm, offsets) -> dict[str, np.ndarray]:
-    """Merge state rows that belong to the same cell (rows ``perm[offsets[j]:offsets[j+1]]``)."""
-    out = {}
-    for name, x in states.items():
-        if name.endswith("_lo"):
-            continue
-        if name.endswith("_hi"):
-            base = name[:-3]
-            out[name], out[base + "_lo"] = _combine_dd(x, states[base + "_lo"], perm, offsets)
-        elif name in ("min", "max"):
-            out[name] = _combine_extreme(x, perm, offsets, name == "max")
-        elif x.ndim == 1:
-            out[name] = _combine_sum_int(x, perm, offsets)
-        else:  # per-cell vectors (composition lane counts)
-            out[name] = np.add.reduceat(x[perm], offsets[:-1], axis=0)
-    return out
+def combine_sum(rows: np.ndarray, perm, offsets) -> np.ndarray:
+    """Integer sums of the rows of each cell (rows ``perm[offsets[j]:offsets[j+1]]``); rows
+    may be vectors (composition lane counts)."""
+    if rows.ndim == 1:
+        return _combine_sum_int(rows, perm, offsets)
+    if offsets.shape[0] < 2:
+        return np.zeros((0, *rows.shape[1:]), rows.dtype)
+    return np.add.reduceat(rows[perm], offsets[:-1], axis=0)
+
+
+def combine_dd(dd: np.ndarray, perm, offsets) -> np.ndarray:
+    """Double-double sums ``(m, 2)`` of the ``[hi, lo]`` rows of each cell."""
+    return _combine_dd(np.ascontiguousarray(dd, np.float64), perm, offsets)
+
+
+def combine_extreme(rows: np.ndarray, perm, offsets, take_max: bool) -> np.ndarray:
+    """NaN-skipping max (or min) of the rows of each cell; NaN where all are NaN."""
+    return _combine_extreme(rows, perm, offsets, bool(take_max))
 
 
 @nb.njit(cache=True, nogil=True)

@@ -1,21 +1,13 @@
-"""Numba's one-time set-up of a process, started in the background by its first input read.
+"""Numba's one-time set-up of a process, paid ahead of the first task where that helps.
 
 The first call of any compiled kernel, cached or not, builds numba's typing registries
-(≈ 0.25 s here, holding the GIL and numba's compiler lock). Left to the first reduction,
-it stops both task threads: one builds them, the other waits for the lock, and a core idles.
-Started as the first input chunk is read, it runs while the chunks are read and keyed
-(mortie's kernels release the GIL), and the first reductions wait less for it: 0.16–0.21 s
-each in a fresh process at dense 10^7, against 0.23–0.28 s.
+(a fraction of a second, holding the GIL and numba's compiler lock). A worker process zagg
+starts pays it in its preload (:mod:`zagg.preload`), before it takes any task.
 """
 
 from __future__ import annotations
 
-import threading
-
 import numba
-
-_thread: threading.Thread | None = None  # the background set-up, once started
-_lock = threading.Lock()
 
 
 @numba.njit(cache=True)
@@ -26,16 +18,3 @@ def _first_call(x: int) -> int:
 def run_numba_setup() -> None:
     """Numba's one-time set-up, in this thread (any cached kernel's first call does it)."""
     _first_call(1)
-
-
-def start_numba_setup() -> None:
-    """Start :func:`run_numba_setup` in a background thread, once per process."""
-    global _thread
-    if _thread is not None:
-        return
-    with _lock:
-        if _thread is not None:
-            return
-        _thread = threading.Thread(target=run_numba_setup, name="zagg-numba-setup",
-                                   daemon=True)
-        _thread.start()
