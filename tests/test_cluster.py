@@ -209,3 +209,32 @@ def test_a_default_run_listens_on_no_address_but_loopback(tmp_path):
         with client_for(None, **kw):
             new = listening() - before
             assert new <= {"127.0.0.1"}, new
+
+
+def test_the_shipped_profile_configures_workers_of_a_cluster_of_ones_own(tmp_path):
+    """``DASK_CONFIG=$(zagg profile --path)``: workers of any dask cluster started with it
+    get the profile's environment (here a LocalCluster that zagg does not start)."""
+    from zagg.deploy import PROFILE
+
+    code = """
+import os
+from distributed import Client, LocalCluster
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address="127.0.0.1:0", host="127.0.0.1") as cluster:
+        with Client(cluster) as client:
+            env = client.run(lambda: {k: os.environ.get(k) for k in (
+                "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "OMP_NUM_THREADS")})
+    print(list(env.values()))
+"""
+    script = tmp_path / "probe.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env={**os.environ, "DASK_CONFIG": str(PROFILE)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([{"MALLOC_ARENA_MAX": "1",
+                                       "MALLOC_MMAP_THRESHOLD_": "16777216",
+                                       "OMP_NUM_THREADS": "1"}])
+    cli = subprocess.run([sys.executable, "-m", "zagg", "profile", "--path"],
+                         capture_output=True, text=True)
+    assert cli.stdout.strip() == str(PROFILE)

@@ -427,19 +427,26 @@ def shutil_rmtree(path):
     shutil.rmtree(path)
 
 
-def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons):
-    """``python -m zagg inspect STORE | head``: no BrokenPipeError traceback."""
+#: both ways to start the command line: the installed script and the module
+ENTRY_POINTS = {"zagg": [str(Path(sys.executable).parent / "zagg")],
+                "python -m zagg": [sys.executable, "-m", "zagg"]}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons, entry):
+    """``zagg inspect STORE | head``: no BrokenPipeError traceback."""
     to_hive(zagg.aggregate(photons, config()), tmp_path / "s")
-    p = subprocess.Popen([sys.executable, "-m", "zagg", "inspect", str(tmp_path / "s")],
+    p = subprocess.Popen([*ENTRY_POINTS[entry], "inspect", str(tmp_path / "s")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()  # the reader is gone before the first line
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and err == ""
 
 
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 @pytest.mark.parametrize("quiet", [False, True])
-def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet):
-    """Ctrl-C during ``python -m zagg run``, while it reduces (behind its progress bar) or
+def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet, entry):
+    """Ctrl-C during ``zagg run``, while it reduces (behind its progress bar) or
     writes (collecting results with none): exit status 130 and one line saying what the
     store holds and how to finish it, with no traceback nor the client's shutdown noise."""
     import signal
@@ -448,7 +455,7 @@ def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet)
     path = tmp_path / "cfg.yaml"
     store = tmp_path / "s"
     path.write_text(json.dumps(config(store, points=3_000_000, child=18)))  # JSON is YAML
-    p = subprocess.Popen([sys.executable, "-m", "zagg", "run", str(path),
+    p = subprocess.Popen([*ENTRY_POINTS[entry], "run", str(path),
                           *(["--quiet"] if quiet else [])],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

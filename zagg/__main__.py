@@ -60,6 +60,14 @@ def _cmd_configs(args) -> int:
     return 0
 
 
+def _cmd_profile(args) -> int:
+    from .deploy import PROFILE
+
+    print(PROFILE if args.path else PROFILE.read_text(encoding="utf-8"), end="\n" if args.path
+          else "")
+    return 0
+
+
 def _storage_options(pairs) -> dict | None:
     """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
     if not pairs:
@@ -152,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
     k.set_defaults(func=_cmd_configs)
+
+    f = sub.add_parser("profile", help="print the deployment profile for dask workers (a "
+                                       "dask config file)")
+    f.add_argument("--path", action="store_true", help="print its path instead")
+    f.set_defaults(func=_cmd_profile)
 
     i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
     i.add_argument("store")
