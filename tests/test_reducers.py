@@ -1,5 +1,8 @@
 """A reducer registered from outside zagg works end to end: aggregate, store, moczarr."""
 
+import re
+from pathlib import Path
+
 import moczarr
 import mortie
 import numpy as np
@@ -8,43 +11,23 @@ import xarray as xr
 
 import zagg
 from zagg import reducers
-from zagg.reducers import Reducer, State
+from zagg.reducers import Reducer
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "reducers.md"
 
 
-# -- a reducer of our own: range = max - min, with states and kernels of its own ------------
-def _lo_hi_chunk(points, spec):
-    """Per cell, the smallest and largest finite value (NaN when none): plain numpy."""
-    grp = points.grouping
-    v = points.contiguous(spec.source, spec.where).astype(np.float64)
-    out = np.full((grp.offsets.size - 1, 2), np.nan)
-    finite = np.isfinite(v)
-    cell = np.repeat(np.arange(out.shape[0]), np.diff(grp.offsets))
-    lo, hi = np.full(out.shape[0], np.inf), np.full(out.shape[0], -np.inf)
-    np.minimum.at(lo, cell[finite], v[finite])
-    np.maximum.at(hi, cell[finite], v[finite])
-    seen = np.bincount(cell[finite], minlength=out.shape[0]) > 0
-    out[seen, 0], out[seen, 1] = lo[seen], hi[seen]
-    return out
-
-
-def _lo_hi_combine(values, groups, spec):
-    rows = np.concatenate(values)[groups.perm]
-    starts = groups.offsets[:-1]
-    with np.errstate(invalid="ignore"):
-        lo = np.fmin.reduceat(rows[:, 0], starts) if rows.size else rows[:0, 0]
-        hi = np.fmax.reduceat(rows[:, 1], starts) if rows.size else rows[:0, 1]
-    return np.stack([lo, hi], axis=1)
-
-
-LO_HI = State("lo_hi", _lo_hi_chunk, _lo_hi_combine)
-RANGE = Reducer("range", (LO_HI,), lambda s, p: s["lo_hi"][:, 1] - s["lo_hi"][:, 0],
-                "float64", "none", dtype_kinds="f")
+def docs_example() -> dict:
+    """Run the reducer example of docs/reducers.md (it registers ``range``)."""
+    (code,) = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    scope: dict = {}
+    exec(code, scope)
+    return scope
 
 
 @pytest.fixture
 def with_range():
-    reducers.register(RANGE)
-    yield RANGE
+    scope = docs_example()
+    yield scope
     reducers.unregister("range")
 
 
@@ -104,14 +87,17 @@ def test_a_registered_reducer_is_chunking_invariant(with_range):
 
 
 def test_registration_refuses_a_taken_name_and_configs_see_it():
-    with pytest.raises(ValueError, match="already registered"):
-        reducers.register(Reducer("mean", (LO_HI,), lambda s, p: None, "float64", "none"))
     with pytest.raises(zagg.ConfigError, match="unknown function 'range'"):
         zagg.load_config(config({"h_range": {"function": "range", "source": "h"}}))
-    reducers.register(RANGE)
+    scope = docs_example()
     try:
         zagg.load_config(config({"h_range": {"function": "range", "source": "h"}}))
+        with pytest.raises(ValueError, match="already registered"):
+            reducers.register(reducers.get("range"))
+        lo_hi = scope["LO_HI"]
+        with pytest.raises(ValueError, match="already registered"):
+            reducers.register(Reducer("mean", (lo_hi,), lambda s, p: None, "float64", "none"))
+        with pytest.raises(ValueError, match="pyramid_class"):
+            Reducer("bad", (lo_hi,), lambda s, p: None, "float64", "sometimes")
     finally:
         reducers.unregister("range")
-    with pytest.raises(ValueError, match="pyramid_class"):
-        Reducer("bad", (LO_HI,), lambda s, p: None, "float64", "sometimes")
