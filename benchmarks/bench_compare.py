@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import standard_config
+from common import sample_rss, standard_config
 
 HERE = Path(__file__).resolve().parent
 DENSE = (-100.2, -75.6, -99.8, -75.4)  # 0.4° × 0.2°: a few shards, most cells occupied
@@ -63,22 +63,6 @@ def _env(checkout: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(checkout)}
 
 
-def peak_rss(stop: threading.Event, out: list) -> None:
-    import psutil
-
-    me, peak = psutil.Process(), 0
-    while not stop.is_set():
-        total = 0
-        for p in (me, *me.children(recursive=True)):
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        peak = max(peak, total)
-        stop.wait(0.1)
-    out.append(peak)
-
-
 def child(points: str, chunk: int, runs: int, in_memory: bool) -> dict:
     """Time the measures in this process (whichever checkout ``zagg`` imports from)."""
     import xarray as xr
@@ -99,7 +83,7 @@ def child(points: str, chunk: int, runs: int, in_memory: bool) -> dict:
         out["aggregate"] = times
         del ds
     stop, peak = threading.Event(), []
-    sampler = threading.Thread(target=peak_rss, args=(stop, peak), daemon=True)
+    sampler = threading.Thread(target=sample_rss, args=(stop, peak, 0.1), daemon=True)
     sampler.start()
     times = []
     with client_for(None) as client:

@@ -44,25 +44,7 @@ import tempfile
 import threading
 import time
 
-from common import standard_config, verdict
-
-
-def sample_rss(stop: threading.Event, out: list) -> None:
-    import psutil
-
-    me = psutil.Process()
-    peak = 0
-    while not stop.is_set():
-        procs = [me, *me.children(recursive=True)]
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        peak = max(peak, total)
-        stop.wait(0.2)
-    out.append(peak)
+from common import sample_rss, standard_config, verdict
 
 
 def write_points(n: int, region, chunk: int, path: str) -> float:

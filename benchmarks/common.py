@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
 
 #: count + mean + min + max + t-digest of synthetic photon heights, order 19 in order 9
@@ -55,3 +56,21 @@ def verdict(ratio: float, ceiling: float | None = None, target: float = TARGET_R
         return (f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} "
                 "puts out of reach here")
     return f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} allows"
+
+
+def sample_rss(stop: threading.Event, out: list, every: float = 0.2) -> None:
+    """Append to ``out`` the peak RSS (bytes) of this process and its children, sampled
+    every ``every`` seconds until ``stop`` is set (run it in a thread)."""
+    import psutil
+
+    me, peak = psutil.Process(), 0
+    while not stop.is_set():
+        total = 0
+        for p in (me, *me.children(recursive=True)):
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        peak = max(peak, total)
+        stop.wait(every)
+    out.append(peak)

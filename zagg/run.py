@@ -118,9 +118,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         from .aggregate import shard_collection
         from .write import write_shards
 
-        # the shards are written as they are aggregated: once the writes are submitted,
-        # each input chunk's partial is freed as soon as the shards it feeds are written
+        # the shards are written as they are aggregated, and nothing here keeps them: each
+        # input chunk's partial is freed as soon as the shards it feeds are written
         cfg.check_dataset(ds)
-        found = shard_collection(ds, cfg, shards=shards, progress=progress)
-        return write_shards(found, store, storage_options=options, progress=progress,
-                            t_start=t0)
+        return write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
+                            store, storage_options=options, progress=progress, t_start=t0)

@@ -153,9 +153,14 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
 
 def write_shards(shards: Shards, store, *, storage_options=None, progress: bool = False,
                  t_start: float | None = None) -> RunSummary:
-    """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`)."""
-    return prepare_write(shards, store, storage_options=storage_options,
-                         t_start=t_start).execute(progress=progress)
+    """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`).
+
+    Once the writes are submitted nothing here holds the shards: when the caller does not
+    either (``write_shards(shard_collection(...), ...)``), each input chunk's partial is
+    freed as soon as the last shard it feeds is written."""
+    write = prepare_write(shards, store, storage_options=storage_options, t_start=t_start)
+    del shards
+    return write.execute(progress=progress)
 
 
 @dataclass
