@@ -1,7 +1,7 @@
 """The central lazy object: a dask array holding each shard's occupied cells, one per chunk.
 
-Built from the chunk reductions: per shard, its pieces are tree-combined
-(:func:`tree_reduce`, fan-in :data:`FAN_IN`) and finalized into a
+Built from the chunk reductions: per shard, its pieces are tree-combined (fan-in
+:data:`FAN_IN`, :func:`tree_levels`) and the last merge is finalized into a
 :class:`~zagg.shards.ShardCells`. Everything downstream is ``map_blocks`` over that array:
 the leaf writer (:mod:`zagg.write`), the sparse Dataset (occupied cells only, one chunk per
 shard) and the dense twin (all 4^(c−p) cells per shard).
@@ -11,7 +11,8 @@ the data, so no blockwise pattern expresses them. Their scheduling preferences g
 ``dask.annotate``: shards heaviest first (the longest chains start earliest), and within a
 shard a later stage before an earlier one, so a worker finishes a shard (and frees its
 pieces) before starting the next one's. Task names read as stages on the dashboard:
-``piece``, ``combine``, ``finalize``, then ``write-leaf`` or the Dataset's arrays.
+``piece``, ``combine``, ``shard-cells`` (the last merge and the finalize), then
+``write-leaf`` or the Dataset's arrays (named after the fields).
 """
 
 from __future__ import annotations
