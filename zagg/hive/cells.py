@@ -56,12 +56,12 @@ class RaggedCells:
 def _sliced(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The byte strings ``data[offsets[i]:offsets[i+1]]`` as an object array."""
     n = len(offsets) - 1
-    out = np.empty(n, dtype=object)
-    if n:
-        buf = np.ascontiguousarray(data).tobytes()
-        bounds = (np.asarray(offsets, np.int64) - int(offsets[0])).tolist()
-        out[:] = [buf[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    return out
+    if not n:
+        return np.empty(0, dtype=object)
+    buf = np.ascontiguousarray(data).tobytes()
+    bounds = (np.asarray(offsets, np.int64) - int(offsets[0])).tolist()
+    return np.fromiter(map(buf.__getitem__, map(slice, bounds[:-1], bounds[1:])), dtype=object,
+                       count=n)
 
 
 class DigestRows(RaggedCells):
