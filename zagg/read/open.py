@@ -86,12 +86,12 @@ def open_leaf(
             f"order {manifest['shard_order']}"
         )
     rel = _paths.leaf_path(shard_id)
-    leaves = _leaves.admit(root, manifest, [(rel, shard_id)], None)
-    if not leaves:
+    if read_stamp(root, rel) is None:
         raise ValueError(
             f"{root.url_of(rel)} has no commit stamp: the leaf is absent or debris from an "
             "unfinished write (re-run the shard to heal it)"
         )
+    leaves = _leaves.admit(root, manifest, [(rel, shard_id)], None)
     return _open(root, manifest, leaves, dense=dense, verify=verify)
 
 
