@@ -227,7 +227,12 @@ def _box_ring(box) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cell_words(cells) -> np.ndarray:
-    items = [cells] if isinstance(cells, str | int | np.integer) else list(np.ravel(cells))
+    if isinstance(cells, str | int | np.integer):
+        items = [cells]
+    elif isinstance(cells, np.ndarray):
+        items = cells.ravel().tolist()
+    else:
+        items = list(cells)
     if not items:
         raise RegionError("cells= is empty; give at least one morton word or decimal id")
     words = np.zeros(len(items), dtype=np.uint64)
