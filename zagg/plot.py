@@ -32,7 +32,7 @@ def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = N
     """
     try:
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:
         raise ImportError("zagg.plot_map needs matplotlib: pip install 'zagg[plot]'") from exc
     import mortie
@@ -57,6 +57,8 @@ def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = N
             (np.sign(lat) == np.sign(lat[0])).all() else "lonlat"
     if projection == "lonlat":
         sc = ax.scatter(lon, lat, c=values, s=s, cmap=cmap, linewidths=0, rasterized=True)
+        ax.xaxis.set_major_locator(MaxNLocator(3))  # degree labels are wide: few of them
+        ax.yaxis.set_major_locator(MaxNLocator(6))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _degrees(v, "E", "W")))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _degrees(v, "N", "S")))
         ax.set_aspect(1.0 / max(np.cos(np.radians(np.median(lat))), 0.05))
@@ -68,6 +70,7 @@ def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = N
         sc = ax.scatter(x, y, c=values, s=s, cmap=cmap, linewidths=0, rasterized=True)
         ax.set_aspect("equal")
         _graticule(ax, south, x, y)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
         ax.set_xlabel(f"km from the {'south' if south else 'north'} pole (polar stereographic)")
         ax.set_ylabel("km")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
