@@ -320,3 +320,16 @@ def test_versioned_leaf_pointer_is_followed(one_leaf):
     )
     with pytest.raises(ValueError, match="invalid version"):
         open_leaf(str(root), NORTH)
+
+
+def test_a_box_only_leaf_takes_its_occupancy_from_its_arrays(two_shards, tmp_path):
+    root, shards = two_shards
+    copy = tmp_path / "s"
+    shutil.copytree(root, copy)
+    meta = copy / leaf_path(NORTH) / "zarr.json"
+    edit_json(meta, lambda d: [d["attributes"]["morton_hive_commit"]["coverage"].pop(k)
+                               for k in ("encoding", "sidecar", "nbytes", "raw_nbytes")])
+    (copy / leaf_path(NORTH) / "coverage.moc").unlink()
+    got, want = open_hive(str(copy)), open_hive(root)
+    np.testing.assert_array_equal(got["morton"].values, want["morton"].values)
+    assert list(got["h_tdigest"].values) == list(want["h_tdigest"].values)

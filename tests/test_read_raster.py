@@ -153,3 +153,21 @@ def test_raster_time_axes_of_two_encodings_never_join(tmp_path):
     update_root_coverage(root, [NORTH, SOUTH], 4)
     with pytest.raises(ValueError, match=r"different encodings.*§8.1"):
         zagg.open_hive(root)
+
+
+def test_a_leaf_whose_coverage_lists_no_cells_is_read_from_its_bands(raster, tmp_path):
+    """A box-only coverage (no bitmap sidecar) leaves occupancy to the data."""
+    import json
+
+    root, _ = raster
+    want = zagg.open_hive(root)
+    meta = tmp_path / leaf_path(SOUTH) / "zarr.json"
+    doc = json.loads(meta.read_text())
+    coverage = doc["attributes"]["morton_hive_commit"]["coverage"]
+    for key in ("encoding", "sidecar", "nbytes", "raw_nbytes"):
+        coverage.pop(key)
+    meta.write_text(json.dumps(doc))
+    (tmp_path / leaf_path(SOUTH) / "coverage.moc").unlink()
+    got = zagg.open_hive(root)
+    np.testing.assert_array_equal(got["morton"].values, want["morton"].values)
+    np.testing.assert_array_equal(got["B04"].values, want["B04"].values)

@@ -34,6 +34,10 @@ def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry
 
     group = str(geom.cell_order)
     fields = schema(arrays)
+    if not dense:
+        leaves = [leaf if leaf.ranks is not None else _occupancy(root, leaf, group, fields)
+                  for leaf in leaves]
+        leaves = [leaf for leaf in leaves if leaf.ranks.size]
     recorded = None
     if verify:
         recorded = [_verify.recorded_hashes(leaf.stamp, root.url_of(leaf.rel))
@@ -102,6 +106,19 @@ def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry
                                ("spec", "cell_order", "shard_order", "semantic_hash")
                                if k in manifest}
     return ds
+
+
+def _occupancy(root, leaf, group: str, fields: dict):
+    """A leaf whose coverage does not list its cells: every cell a band holds a value in
+    at some time (a region then does not narrow it)."""
+    held = None
+    for field in fields.values():
+        band = load_band(root, leaf.prefix, group, field, None, None, 0,
+                         root.url_of(leaf.rel), None, None)
+        got = _held(band, field.fill).any(axis=0)
+        held = got if held is None else held | got
+    occupied = np.flatnonzero(held).astype(np.int64)
+    return _leaves.Leaf(leaf.rel, leaf.shard_id, leaf.stamp, leaf.prefix, occupied, occupied)
 
 
 def _time_axis(root, leaf, group: str):
