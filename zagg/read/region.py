@@ -8,7 +8,7 @@ is ``searchsorted`` arithmetic, never a per-cell geometry test.
 A cell belongs to a polygon or box region when it is in mortie's cover of it at the cell
 order: every cell the boundary touches plus every cell whose centre is inside (holes and
 multipart polygons by mortie's even-odd rule). Box edges are densified first, because mortie
-treats ring edges as great-circle arcs. A ``cells`` region holds every cell at or below the
+treats ring edges as great-circle arcs (:func:`zagg.regions.box_ring`). A ``cells`` region holds every cell at or below the
 listed ones (and the cell containing a listed word finer than the cell order).
 """
 
@@ -22,10 +22,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
-
-
-class RegionError(ValueError):
-    """A region that cannot be read: the message names the value and the fix."""
+from zagg.regions import RegionError, box_ring
 
 
 class Region:
@@ -110,7 +107,7 @@ def parse_region(region=None, bbox=None, cells=None, *, order: int) -> Region | 
         return Region.from_words(_cover_geojson(geo, label, order), order, label)
     if bbox is not None:
         box = _check_bbox(bbox)
-        lats, lons = _box_ring(box)
+        lats, lons = box_ring(box)
         words = mortie.from_wkb(_wkb_polygon([np.stack([lons, lats], 1)]), order=order, moc=True)
         return Region.from_words(np.asarray(words, np.uint64), order, f"bbox={box}")
     if cells is not None:
@@ -201,9 +198,6 @@ def _wkb_polygon(rings: list[np.ndarray]) -> bytes:
 
 
 # -- boxes and cells ---------------------------------------------------------------------
-_DENSIFY = 64  # points per box edge
-
-
 def _check_bbox(bbox) -> tuple[float, float, float, float]:
     try:
         lon0, lat0, lon1, lat1 = (float(v) for v in bbox)
@@ -214,16 +208,6 @@ def _check_bbox(bbox) -> tuple[float, float, float, float]:
         raise RegionError(f"bbox={bbox!r}: need -180 <= lon0 < lon1 <= 360 and "
                           "-90 <= lat0 < lat1 <= 90 (west, south, east, north)")
     return lon0, lat0, lon1, lat1
-
-
-def _box_ring(box) -> tuple[np.ndarray, np.ndarray]:
-    lon0, lat0, lon1, lat1 = box
-    t = np.linspace(0.0, 1.0, _DENSIFY, endpoint=False)
-    lons = np.concatenate([lon0 + (lon1 - lon0) * t, np.full(_DENSIFY, lon1),
-                           lon1 - (lon1 - lon0) * t, np.full(_DENSIFY, lon0)])
-    lats = np.concatenate([np.full(_DENSIFY, lat0), lat0 + (lat1 - lat0) * t,
-                           np.full(_DENSIFY, lat1), lat1 - (lat1 - lat0) * t])
-    return lats, lons
 
 
 def _cell_words(cells) -> np.ndarray:
