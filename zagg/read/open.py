@@ -27,6 +27,7 @@ from zagg.read import verify as _verify
 from zagg.read.loaders import load_field, load_morton
 from zagg.read.region import parse_region
 from zagg.read.schema import TIME, geometry, leaf_group, schema
+from zagg.read.schema import held as _held
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -147,17 +148,12 @@ def _resolve_occupancy(root, leaves, group, fields, region, depth) -> list[_leav
         return leaves
 
     def occupancy(leaf):
-        held = np.zeros(4**depth, dtype=bool)
+        found = np.zeros(4**depth, dtype=bool)
         for field in fields.values():
             values = load_field(root, leaf.prefix, group, field, None, root.url_of(leaf.rel),
                                 None, None)
-            if values.dtype.kind == "O":
-                held |= np.fromiter((len(v) > 0 for v in values), bool, count=values.size)
-            elif values.dtype.kind == "f" and np.isnan(field.fill):
-                held |= ~np.isnan(values)
-            else:
-                held |= values != values.dtype.type(field.fill)
-        occupied = np.flatnonzero(held).astype(np.int64)
+            found |= _held(values, field.fill)
+        occupied = np.flatnonzero(found).astype(np.int64)
         ranks = occupied
         if region is not None:
             ranks = occupied[region.contains(

@@ -24,7 +24,7 @@ from zagg.read import build as _build
 from zagg.read import leaves as _leaves
 from zagg.read import verify as _verify
 from zagg.read.loaders import load_morton
-from zagg.read.schema import TIME, array_meta, check_array, field_kind, schema
+from zagg.read.schema import TIME, array_meta, check_array, field_kind, held, schema
 
 
 def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry,
@@ -111,13 +111,13 @@ def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry
 def _occupancy(root, leaf, group: str, fields: dict):
     """A leaf whose coverage does not list its cells: every cell a band holds a value in
     at some time (a region then does not narrow it)."""
-    held = None
+    found = None
     for field in fields.values():
         band = load_band(root, leaf.prefix, group, field, None, None, 0,
                          root.url_of(leaf.rel), None, None)
-        got = _held(band, field.fill).any(axis=0)
-        held = got if held is None else held | got
-    occupied = np.flatnonzero(held).astype(np.int64)
+        got = held(band, field.fill).any(axis=0)
+        found = got if found is None else found | got
+    occupied = np.flatnonzero(found).astype(np.int64)
     return _leaves.Leaf(leaf.rel, leaf.shard_id, leaf.stamp, leaf.prefix, occupied, occupied)
 
 
@@ -193,8 +193,8 @@ def load_band(root, prefix: str, group: str, field, ranks, rows, n_times: int, w
         if recorded is not None:
             _verify.check_digest(where, path, full, recorded)
             if occupied is not None:
-                held = _held(full, field.fill).any(axis=0)
-                _verify.check_covered(where, path, held, False, occupied)
+                _verify.check_covered(where, path, held(full, field.fill).any(axis=0), None,
+                                      occupied)
         block = full if ranks is None else full[:, ranks]
     else:
         per = int(arr.chunks[-1]) if arr.chunks else int(arr.shape[-1])
@@ -212,8 +212,3 @@ def load_band(root, prefix: str, group: str, field, ranks, rows, n_times: int, w
     out[rows] = block
     return out
 
-
-def _held(values: np.ndarray, fill) -> np.ndarray:
-    if values.dtype.kind == "f" and fill is not None and np.isnan(fill):
-        return ~np.isnan(values)
-    return values != values.dtype.type(fill)

@@ -28,18 +28,17 @@ from zagg.regions import RegionError, box_ring
 class Region:
     """Sorted disjoint intervals ``[lo[i], hi[i])`` of NESTED ids at cell order ``order``."""
 
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, order: int, label: str):
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, order: int):
         self.lo = np.asarray(lo, dtype=np.int64)
         self.hi = np.asarray(hi, dtype=np.int64)
         self.order = int(order)
-        self.label = label
 
     @classmethod
-    def from_words(cls, words: np.ndarray, order: int, label: str) -> Region:
+    def from_words(cls, words: np.ndarray, order: int) -> Region:
         """The region of morton words at any orders (area or point words)."""
         words = np.asarray(words, dtype=np.uint64)
         if words.size == 0:
-            return cls(np.zeros(0), np.zeros(0), order, label)
+            return cls(np.zeros(0), np.zeros(0), order)
         nested, depth = nested_ids(words)
         depth = depth.astype(np.int64)
         finer = depth > order
@@ -55,10 +54,7 @@ class Region:
         out_lo = lo[starts]
         out_hi = np.zeros(out_lo.size, np.int64)
         np.maximum.at(out_hi, group, hi)
-        return cls(out_lo, out_hi, order, label)
-
-    def __len__(self) -> int:
-        return int(self.lo.size)
+        return cls(out_lo, out_hi, order)
 
     def contains(self, nested: np.ndarray) -> np.ndarray:
         """Mask of the order-``order`` NESTED ids that lie in the region."""
@@ -104,14 +100,14 @@ def parse_region(region=None, bbox=None, cells=None, *, order: int) -> Region | 
         raise RegionError(f"give one of region=, bbox= or cells=, not {' and '.join(given)}")
     if region is not None:
         geo, label = _geojson(region)
-        return Region.from_words(_cover_geojson(geo, label, order), order, label)
+        return Region.from_words(_cover_geojson(geo, label, order), order)
     if bbox is not None:
         box = _check_bbox(bbox)
         lats, lons = box_ring(box)
         words = mortie.from_wkb(_wkb_polygon([np.stack([lons, lats], 1)]), order=order, moc=True)
-        return Region.from_words(np.asarray(words, np.uint64), order, f"bbox={box}")
+        return Region.from_words(np.asarray(words, np.uint64), order)
     if cells is not None:
-        return Region.from_words(_cell_words(cells), order, "cells=[...]")
+        return Region.from_words(_cell_words(cells), order)
     return None
 
 

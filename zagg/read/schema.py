@@ -185,6 +185,18 @@ def fill_value(arr: ArrayMeta):
     return arr.dtype.type(fill).item()
 
 
+def held(values: np.ndarray, fill) -> np.ndarray:
+    """Mask of the cells of ``values`` that hold something other than the fill (a
+    non-empty payload for a vlen array; any non-NaN value under a NaN fill)."""
+    if values.dtype.kind == "O":
+        flat = values.reshape(-1)
+        return np.fromiter((len(v) > 0 for v in flat), bool, count=flat.size).reshape(
+            values.shape)
+    if values.dtype.kind == "f" and fill is not None and np.isnan(fill):
+        return ~np.isnan(values)
+    return values != values.dtype.type(fill)
+
+
 def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str,
              group: str) -> Geometry:
     """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""

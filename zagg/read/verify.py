@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from zagg.hive.hashes import array_digest
+from zagg.read.schema import held as _held
 
 
 class IntegrityError(ValueError):
@@ -62,15 +63,11 @@ def check_digest(where: str, key: str, values: np.ndarray, recorded: dict[str, s
 
 
 def check_covered(where: str, key: str, values: np.ndarray, fill, occupied) -> None:
-    """Raise when a cell of ``values`` holds data the coverage bitmap does not list."""
+    """Raise when a cell of ``values`` (or of a boolean mask of held cells) holds data the
+    coverage bitmap does not list."""
     if occupied is None:
         return
-    if values.dtype.kind == "O":
-        held = np.fromiter((len(v) > 0 for v in values), dtype=bool, count=values.size)
-    elif values.dtype.kind == "f" and fill is not None and np.isnan(fill):
-        held = ~np.isnan(values)
-    else:
-        held = values != values.dtype.type(fill)
+    held = values if values.dtype == bool else _held(values, fill)
     listed = np.zeros(values.size, dtype=bool)
     listed[occupied] = True
     stray = np.flatnonzero(held & ~listed)
