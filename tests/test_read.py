@@ -118,6 +118,7 @@ def test_sparse_view_holds_exactly_the_occupied_cells(two_shards):
             else:
                 np.testing.assert_array_equal(got, want)
         assert ds.attrs["zagg"]["shards"] == [NORTH, SOUTH]
+        assert ds.attrs["zagg"]["shard_cells"] == [4, 4]
 
 
 def test_elements_are_reached_without_loading(two_shards):

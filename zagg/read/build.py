@@ -84,7 +84,7 @@ def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
     if not dense:
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
-    ds.attrs["zagg"] = zagg_attrs(manifest, geometry, leaves, fields)
+    ds.attrs["zagg"] = zagg_attrs(manifest, geometry, leaves, fields, dense=dense)
     ds.attrs["morton_hive"] = {k: manifest[k] for k in
                                ("spec", "cell_order", "shard_order", "semantic_hash")
                                if k in manifest}
@@ -108,8 +108,10 @@ def cell_ids_attrs(cell_order: int) -> dict:
 
 
 def zagg_attrs(manifest: dict, geometry: Geometry, leaves: list[Leaf],
-               fields: dict[str, Field]) -> dict:
-    return {
+               fields: dict[str, Field], *, dense: bool) -> dict:
+    """The ``zagg`` attrs block of a read (the engine's shape: ``shard_cells`` gives a
+    sparse read's cells per leaf)."""
+    out = {
         "grid": geometry.as_grid(),
         "shards": [leaf.shard_id for leaf in leaves],
         "fields": {
@@ -122,3 +124,6 @@ def zagg_attrs(manifest: dict, geometry: Geometry, leaves: list[Leaf],
         },
         "dataset": dict(manifest.get("dataset") or {}),
     }
+    if not dense:
+        out["shard_cells"] = [int(leaf.ranks.size) for leaf in leaves]
+    return out

@@ -101,7 +101,7 @@ def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry
     if not dense:
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
-    ds.attrs["zagg"] = _build.zagg_attrs(manifest, geom, leaves, fields)
+    ds.attrs["zagg"] = _build.zagg_attrs(manifest, geom, leaves, fields, dense=dense)
     ds.attrs["morton_hive"] = {k: manifest[k] for k in
                                ("spec", "cell_order", "shard_order", "semantic_hash")
                                if k in manifest}
