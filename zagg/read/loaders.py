@@ -26,7 +26,7 @@ def load_field(root: StoreRoot, prefix: str, group: str, field: Field, ranks, wh
     positions; None: every cell). With ``recorded`` (the stamp's digests) the whole array is
     decoded and verified first, and checked against the coverage ``occupied``."""
     path = f"{group}/{field.name}"
-    arr = _checked_meta(root, prefix, group, field, where)
+    arr = checked_meta(root, prefix, group, field, where)
     if recorded is not None:
         full = _whole(root, prefix, path, arr)
         _verify.check_digest(where, path, full, recorded)
@@ -43,7 +43,9 @@ def load_field(root: StoreRoot, prefix: str, group: str, field: Field, ranks, wh
     return values
 
 
-def _checked_meta(root, prefix, group, field: Field, where: str):
+def checked_meta(root, prefix, group, field: Field, where: str):
+    """The metadata of ``field``'s array in one leaf, refused by name unless it is the
+    store's field (same kind, dtype and data type) and decodable."""
     path = f"{group}/{field.name}"
     doc = root.read_json(f"{prefix}/{path}/zarr.json")
     if not isinstance(doc, dict) or doc.get("node_type") != "array":

@@ -23,8 +23,8 @@ from zagg.hive.layout import CELL_DIM, MORTON, Geometry
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
 from zagg.read import verify as _verify
-from zagg.read.loaders import load_morton
-from zagg.read.schema import TIME, array_meta, check_array, field_kind, held, schema
+from zagg.read.loaders import checked_meta, load_morton
+from zagg.read.schema import TIME, array_meta, check_array, held, schema
 
 
 def open_raster(root, manifest: dict, leaves: list, arrays: dict, geom: Geometry,
@@ -177,16 +177,7 @@ def load_band(root, prefix: str, group: str, field, ranks, rows, n_times: int, w
     """One leaf's ``(time, cells)`` band at ``ranks`` (None: every cell), its rows placed
     at ``rows`` of the joined axis (None: the axis is the leaf's own)."""
     path = f"{group}/{field.name}"
-    doc = root.read_json(f"{prefix}/{path}/zarr.json")
-    if not isinstance(doc, dict) or doc.get("node_type") != "array":
-        raise ValueError(f"leaf {where} has no array {path}, which the store's other leaves "
-                         "have: one store holds one schema")
-    arr = array_meta(doc)
-    check_array(where, group, field.name, arr)
-    if field_kind(field.name, arr) != "raster" or arr.dtype != field.dtype:
-        raise ValueError(f"leaf {where} stores {path} as {arr.dtype} {list(arr.shape)}, unlike "
-                         f"the store's ({field.dtype}, time × cells): one store holds one "
-                         "schema")
+    arr = checked_meta(root, prefix, group, field, where)
     z = zarr.open_array(root.zarr_store(prefix, read_only=True), path=path, mode="r")
     if recorded is not None or ranks is None:
         full = np.asarray(z[...])
