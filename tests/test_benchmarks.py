@@ -85,3 +85,16 @@ def test_bench_s3_counts_requests_per_leaf(expected_counts):
     assert "POST" not in new.group(2)
     assert re.search(rf"POST {shards}\b", again.group(2)), again.group(2)
     assert len(re.findall(r"round trips per leaf, one after another: -?\d+\.\d\d", text)) == 2
+
+
+def test_bench_read_counts_both_readers_and_prints_the_ratios(expected_counts):
+    text = _run("bench_read.py", "--sizes", str(N))
+    assert _counts(text) == expected_counts
+    cells = expected_counts[1]
+    zagg_line = next(s for s in text.splitlines() if s.strip().startswith("zagg "))
+    assert re.search(r"open \+ median map\s+\d+\.\d\d s .* peak RSS \d+\.\d\d GiB", zagg_line)
+    mz = next(s for s in text.splitlines() if s.strip().startswith("moczarr "))
+    assert f"({cells:,} cells)" in mz  # moczarr maps the same cells
+    assert re.search(r"store \d+\.\d MiB on disk", text)
+    assert re.search(r"memory +zagg's peak / \(2 x store \+ interpreter\) = \d+\.\d\d", text)
+    assert re.search(r"speed +moczarr wall / zagg wall = \d+\.\d \(target >= 3\)", text)

@@ -57,8 +57,8 @@ print(sorted(zagg.__all__))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == sorted(
-        ["aggregate", "load_config", "ConfigError", "open_hive", "open_leaf", "quantile",
-         "run", "to_hive"])
+        ["aggregate", "load_config", "ConfigError", "cdf", "composition_lanes", "open_hive",
+         "open_leaf", "open_store", "plot_map", "quantile", "run", "to_hive"])
     import zagg
 
     with pytest.raises(AttributeError, match="no_such"):

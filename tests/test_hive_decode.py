@@ -1,5 +1,5 @@
-"""The direct leaf decoder equals zarr-python on every array zagg writes, declines layouts
-it does not know, and refuses corrupt chunk objects by name."""
+"""The direct leaf decoder equals zarr-python on every array zagg writes (whole arrays and
+chosen cells), declines layouts it does not know, and refuses corrupt chunk objects by name."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import struct
 from pathlib import Path
 
+import moczarr
 import numpy as np
 import pytest
 import zarr
@@ -62,39 +63,58 @@ def test_every_array_decodes_like_zarr(store):
             "h_tdigest_signal", "h_tdigest_signal_locations"} <= seen
 
 
-def test_open_hive_reads_through_the_decoder(store, monkeypatch):
-    """open_hive's metadata, attrs and values are the same whether the leaves' zarr.json
-    and chunks are read directly or by zarr-python."""
-    import zagg.read as read
+def test_chosen_cells_decode_like_zarr(store):
+    """read_cells (the shard index plus only the covering inner chunks) gives zarr-python's
+    values at any set of cells: single cells, a chunk's worth, scattered ones, none."""
+    root = hive.StoreRoot(store)
+    rng = np.random.default_rng(5)
+    for key, leaf, path in _arrays(store):
+        found = decode.layout(json.loads((Path(store) / key / "zarr.json").read_text()))
+        want = zarr.open_array(root.zarr_store(leaf, read_only=True), path=path, mode="r")[...]
+        n = want.shape[0]
+        for ranks in ([0], [n - 1], np.arange(4096, 2 * 4096), rng.choice(n, 300), []):
+            ranks = np.unique(np.asarray(ranks, dtype=np.int64))
+            got = decode.read_cells(root, key, found, ranks)
+            if want.dtype == object:
+                assert list(got) == [b"" if v is None else bytes(v) for v in want[ranks]], key
+            else:
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want[ranks])
 
-    calls = []
-    direct = read._direct_group
-    monkeypatch.setattr(read, "_direct_group", lambda *a: calls.append(a) or direct(*a))
-    lazy = zagg.open_hive(store)
-    assert calls and all(direct(*a) is not None for a in calls)
-    reads = []
-    read_json = hive.StoreRoot.read_json
-    monkeypatch.setattr(hive.StoreRoot, "read_json",
-                        lambda self, key: reads.append(key) or read_json(self, key))
-    fast = lazy.compute()
-    assert reads == []  # the loaders reuse the layouts open_hive read
-    monkeypatch.setattr(hive.StoreRoot, "read_json", read_json)
-    monkeypatch.setattr(read, "_direct_group", lambda *a: None)
-    monkeypatch.setattr(decode, "read_array", lambda *a: None)
-    slow = zagg.open_hive(store).compute()
-    def same(a, b):  # NaN fill values compare equal as JSON text
-        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
-                                                                         default=str)
 
-    assert same(fast.attrs, slow.attrs)
-    assert same({n: fast[n].attrs for n in fast.variables},
-                {n: slow[n].attrs for n in slow.variables})
-    for name in fast.variables:
-        a, b = fast[name].values, slow[name].values
-        if a.dtype == object:
-            assert list(a) == list(b), name
-        else:
-            np.testing.assert_array_equal(a, b)
+def test_open_hive_values_are_zarrs(store):
+    """Every field of the dense and the sparse view equals zarr-python's reading of the
+    leaves (the sparse one at the cells the coverage bitmaps list)."""
+    root = hive.StoreRoot(store)
+    dense = zagg.open_hive(store, dense=True).compute()
+    sparse = zagg.open_hive(store).compute()
+    group = str(dense.attrs["morton_hive"]["cell_order"])
+    per_leaf = dense.sizes["cells"] // len(dense.attrs["zagg"]["shards"])
+    for i, sid in enumerate(dense.attrs["zagg"]["shards"]):
+        leaf = hive.leaf_path(sid)
+        rows = slice(i * per_leaf, (i + 1) * per_leaf)
+        bitmap = moczarr.read_coverage_bitmap(store, leaf)
+        in_sparse = np.isin(sparse["morton"].values, bitmap)
+        np.testing.assert_array_equal(sparse["morton"].values[in_sparse], bitmap)
+        at = np.flatnonzero(np.isin(dense["morton"].values[rows], bitmap))
+        for name in dense.data_vars:
+            want = zarr.open_array(root.zarr_store(leaf, read_only=True), path=f"{group}/{name}",
+                                   mode="r")[...]
+            got_dense, got_sparse = dense[name].values[rows], sparse[name].values[in_sparse]
+            if want.dtype == object:
+                want = [b"" if v is None else bytes(v) for v in want]
+                if name.endswith("_locations"):  # word siblings: one uint64 array per cell
+                    want = [np.frombuffer(v, "<u8") for v in want]
+                    assert all(np.array_equal(a, b) for a, b in zip(got_dense, want,
+                                                                     strict=True))
+                    assert all(np.array_equal(got_sparse[j], want[k])
+                               for j, k in enumerate(at))
+                else:
+                    assert list(got_dense) == want
+                    assert list(got_sparse) == [want[k] for k in at]
+            else:
+                np.testing.assert_array_equal(got_dense, want)
+                np.testing.assert_array_equal(got_sparse, want[at])
 
 
 def _one(store, name):

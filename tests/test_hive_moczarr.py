@@ -90,7 +90,7 @@ def test_ragged_values_agree(store):
 def test_open_hive_agrees_with_ours(store):
     root, shards = store
     theirs = moczarr.open_hive(root)
-    ours = open_hive(root)
+    ours = open_hive(root, dense=True)
     assert theirs.sizes["cells"] == ours.sizes["cells"] == 32
     np.testing.assert_array_equal(np.asarray(theirs["morton"].values), ours["morton"].values)
     np.testing.assert_array_equal(ours["morton"].values, np.concatenate([law(NORTH), law(SOUTH)]))
@@ -102,3 +102,11 @@ def test_open_hive_agrees_with_ours(store):
         np.testing.assert_array_equal(ours[name].values, expected)
     assert list(theirs["h_tdigest"].values) == list(ours["h_tdigest"].values)
     assert theirs.attrs["dggs"]["refinement_level"] == 6
+    # the sparse view is theirs at the occupied cells, and its NESTED view is theirs too
+    sparse = open_hive(root)
+    at = np.flatnonzero(np.isin(words, sparse["morton"].values))
+    assert at.size == sparse.sizes["cells"] == len(OCCUPIED) + len(SOUTH_OCCUPIED)
+    for name in ("count", "h_mean", "quality", "h_tdigest"):
+        assert list(theirs[name].values[at]) == list(sparse[name].values), name
+    np.testing.assert_array_equal(np.asarray(theirs["cell_ids"].values)[at],
+                                  sparse["cell_ids"].values)

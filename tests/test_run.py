@@ -67,7 +67,7 @@ def test_store_roundtrip_matches_the_aggregate_and_moczarr(tmp_path, photons):
     assert summary.leaves_written == summary.shards == len(leaves.attrs["zagg"]["shards"])
     assert summary.cells_with_data == int((leaves["count"].values > 0).sum())
     assert summary.points == int(leaves["count"].sum())
-    back = open_hive(tmp_path / "s")
+    back = open_hive(tmp_path / "s", dense=True)
     for var in ("count", "h_mean", "h_max"):
         np.testing.assert_array_equal(back[var].values, leaves[var].values)
     assert list(back["h_tdigest"].values) == list(leaves["h_tdigest"].values)
@@ -285,7 +285,7 @@ def test_region_and_bbox_together_are_refused(tmp_path, photons):
 def test_unsharded_store_reads_back_identically(tmp_path, photons):
     a = zagg.aggregate(photons, config(sharded=False), dense=True).compute()
     to_hive(a, tmp_path / "u")
-    b = open_hive(tmp_path / "u")
+    b = open_hive(tmp_path / "u", dense=True)
     np.testing.assert_array_equal(a["count"].values, b["count"].values)
     leaf = hive.walk_leaves(tmp_path / "u")[0][0]
     chunks = sorted((tmp_path / "u" / leaf / "13" / "count" / "c").iterdir())

@@ -101,7 +101,8 @@ def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
 
 
 def plot_map(store: str, png: str) -> bool:
-    """Scatter map of count and median height per occupied cell; False without matplotlib."""
+    """Maps of count and median height per occupied cell (:func:`zagg.plot_map`); False
+    without matplotlib."""
     try:
         import matplotlib
 
@@ -110,29 +111,15 @@ def plot_map(store: str, png: str) -> bool:
     except ImportError:
         print("map             skipped (install matplotlib for the PNG map)")
         return False
-    import mortie
-    import numpy as np
-
-    from .read import open_hive, quantile
+    from .plot import plot_map as draw
+    from .read import open_hive
 
     ds = open_hive(store)
-    count = ds["count"].values
-    occupied = count > 0
-    words = ds["morton"].values[occupied]
-    lat, lon = mortie.mort2geo(words)
-    lon = np.where(lon > 180, lon - 360, lon)
-    median = quantile(ds.isel(cells=np.flatnonzero(occupied)), "h_tdigest", 0.5).values
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), constrained_layout=True)
-    for ax, values, title, cmap in (
-        (axes[0], count[occupied], "photons per cell", "viridis"),
-        (axes[1], median, "median height (m)", "terrain"),
-    ):
-        sc = ax.scatter(lon, lat, c=values, s=1.5, cmap=cmap, linewidths=0)
-        ax.set_title(title)
-        ax.set_xlabel("longitude")
-        ax.set_ylabel("latitude")
-        fig.colorbar(sc, ax=ax)
-    fig.suptitle(f"zagg demo store {store}: {int(occupied.sum()):,} cells with data")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
+    draw(ds, "count", ax=axes[0], projection="lonlat", title="photons per cell")
+    draw(ds, "h_tdigest", q=0.5, ax=axes[1], projection="lonlat", cmap="terrain",
+         title="median height (m)")
+    fig.suptitle(f"zagg demo store {store}: {ds.sizes['cells']:,} cells with data")
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return True

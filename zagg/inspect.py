@@ -291,9 +291,10 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
 
 def _sample_quantiles(root: hive.StoreRoot, shard_id: str) -> list[str]:
     from .read import open_leaf, quantile
+    from .read.stats import digest_fields
 
     ds = open_leaf(root, shard_id)
-    ragged = [n for n, v in ds.data_vars.items() if "ragged" in v.attrs]
+    ragged = digest_fields(ds)
     if not ragged:
         return []
     out = [f"sample quantiles (leaf {shard_id}):"]

@@ -10,9 +10,11 @@ writing it. A leaf array of the P0 format is simple enough to decode directly:
 - dense chains ``[bytes(little)]``, ragged chains ``[vlen-bytes, zstd]`` (a u32 cell
   count, then u32 length ‖ payload per cell).
 
-:func:`read_array` recognises exactly those layouts from the array's ``zarr.json`` and
-returns ``None`` for anything else, so callers fall back to zarr-python. The tests hold
-both decoders equal on every store they write.
+:func:`layout` recognises exactly those layouts from the array's ``zarr.json`` and returns
+``None`` for anything else, so callers fall back to zarr-python. :func:`read_array` decodes
+a whole array; :func:`read_cells` only the given cells, fetching the shard index and the
+inner chunks holding them as byte ranges (spec §1.5 "Subtree spans": never a whole-array
+sweep). The tests hold both decoders equal to zarr-python on every store they write.
 """
 
 from __future__ import annotations
@@ -25,52 +27,16 @@ import numba
 import numpy as np
 import zstandard
 
-from .encode import ABSENT
-
 VLEN = "variable_length_bytes"
+ABSENT = 0xFFFFFFFFFFFFFFFF  # an absent inner chunk's offset and size in a shard index
 _DENSE_CHAIN = [{"name": "bytes", "configuration": {"endian": "little"}}]
 _INDEX_CHAIN = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 _FLOAT_FILLS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_GAP = 1 << 16  # byte ranges closer than this are fetched as one
 
 
 class CorruptChunkError(ValueError):
     """A chunk object that does not decode as its array's metadata says."""
-
-
-def read_array(root, key: str, found=None) -> np.ndarray | None:
-    """The decoded array at ``key`` (a folder holding ``zarr.json``) of a StoreRoot: a
-    numpy array, or an object array of ``bytes`` (``b""`` where empty) for a vlen array;
-    ``None`` when its layout is not one this module knows (use zarr-python then).
-    ``found`` is its :func:`layout` when the caller has read ``zarr.json`` already."""
-    if found is None:
-        meta = root.read_json(f"{key}/zarr.json")
-        found = layout(meta) if isinstance(meta, dict) else None
-    if found is None:
-        return None
-    n, per, sharded, dtype, fill = found
-    chunks = inner_chunks(root, key, found)
-    if dtype is None:
-        return _ragged(chunks, per, key)
-    out = np.full(n, fill, dtype=dtype)
-    for k, chunk in enumerate(chunks):
-        if chunk is None:
-            continue
-        if len(chunk) != per * dtype.itemsize:
-            raise CorruptChunkError(f"{key}: inner chunk {k} holds {len(chunk)} bytes, "
-                                    f"{per} cells of {dtype} need {per * dtype.itemsize}")
-        out[k * per : (k + 1) * per] = np.frombuffer(chunk, dtype=dtype)
-    return out
-
-
-def inner_chunks(root, key: str, found) -> list:
-    """The stored (still encoded) inner chunk objects of the array at ``key``, in chunk
-    order, None where absent; ``found`` is its :func:`layout`."""
-    n, per, sharded, _, _ = found
-    n_inner = n // per
-    if not sharded:
-        return [root.read_bytes(f"{key}/c/{k}") for k in range(n_inner)]
-    obj = root.read_bytes(f"{key}/c/0")
-    return [None] * n_inner if obj is None else _shard_chunks(obj, n_inner, f"{key}/c/0")
 
 
 def layout(meta: dict):
@@ -120,51 +86,232 @@ def layout(meta: dict):
     return n, per, sharded, dtype, fill
 
 
-def _shard_chunks(obj: bytes, n_inner: int, where: str) -> list[bytes | None]:
-    """The inner chunk objects of one shard object (None where absent)."""
-    size = 16 * n_inner
-    if len(obj) < size + 4:
-        raise CorruptChunkError(f"{where}: {len(obj)} bytes cannot hold the index of "
-                                f"{n_inner} inner chunks")
-    raw = obj[-size - 4 : -4]
-    if google_crc32c.value(raw) != struct.unpack("<I", obj[-4:])[0]:
-        raise CorruptChunkError(f"{where}: the shard index fails its crc32c")
-    index = np.frombuffer(raw, dtype="<u8").reshape(n_inner, 2)
-    out: list[bytes | None] = []
+def read_layout(root, key: str):
+    """The :func:`layout` of the array at ``key`` (None: absent or unknown)."""
+    meta = root.read_json(f"{key}/zarr.json")
+    return layout(meta) if isinstance(meta, dict) else None
+
+
+# -- whole arrays ------------------------------------------------------------------------
+def read_array(root, key: str, found=None) -> np.ndarray | None:
+    """The decoded array at ``key`` (a folder holding ``zarr.json``) of a StoreRoot: a
+    numpy array, or an object array of ``bytes`` (``b""`` where empty) for a vlen array;
+    ``None`` when its layout is not one this module knows (use zarr-python then).
+    ``found`` is its :func:`layout` when the caller has read ``zarr.json`` already."""
+    if found is None:
+        found = read_layout(root, key)
+    if found is None:
+        return None
+    n, per, _sharded, dtype, fill = found
+    chunks = inner_chunks(root, key, found)
+    if dtype is None:
+        out = np.full(n, b"", dtype=object)
+        for k, chunk in enumerate(chunks):
+            if chunk is not None:
+                out[k * per : (k + 1) * per] = vlen_payloads(chunk, per, key, k)
+        return out
+    out = np.full(n, fill, dtype=dtype)
+    for k, chunk in enumerate(chunks):
+        if chunk is not None:
+            out[k * per : (k + 1) * per] = dense_values(chunk, per, dtype, key, k)
+    return out
+
+
+def inner_chunks(root, key: str, found) -> list:
+    """The stored (still encoded) inner chunk objects of the array at ``key``, in chunk
+    order, None where absent; ``found`` is its :func:`layout`."""
+    n, per, sharded, _, _ = found
+    n_inner = n // per
+    if not sharded:
+        return [root.read_bytes(f"{key}/c/{k}") for k in range(n_inner)]
+    obj = root.read_bytes(f"{key}/c/0")
+    if obj is None:
+        return [None] * n_inner
+    index = _parse_index(obj[-16 * n_inner - 4 :] if len(obj) >= 16 * n_inner + 4 else obj,
+                         n_inner, f"{key}/c/0")
     view = memoryview(obj)
-    for off, nbytes in index.tolist():
+    out: list = []
+    for k, (off, nbytes) in enumerate(index.tolist()):
         if off == ABSENT and nbytes == ABSENT:
             out.append(None)
-        elif off + nbytes > len(obj) - size - 4:
-            raise CorruptChunkError(f"{where}: an inner chunk runs past the shard's data")
+        elif off + nbytes > len(obj) - 16 * n_inner - 4:
+            raise CorruptChunkError(f"{key}/c/0: inner chunk {k} runs past the shard's data")
         else:
             out.append(view[off : off + nbytes])
     return out
 
 
-def _ragged(chunks, per: int, where: str) -> np.ndarray:
-    """Object array of every cell's payload from the vlen inner chunks (None: all empty)."""
-    zstd = zstandard.ZstdDecompressor()
-    out = np.empty(len(chunks) * per, dtype=object)
-    out.fill(b"")
-    for k, chunk in enumerate(chunks):
+# -- chosen cells ------------------------------------------------------------------------
+def read_cells(root, key: str, found, ranks: np.ndarray) -> np.ndarray:
+    """The values of the cells ``ranks`` (ascending) of the array at ``key`` (``found``:
+    its :func:`layout`), reading only the inner chunks that hold them: the shard index
+    (one suffix range) and those chunks' byte ranges, or the unsharded chunk objects.
+
+    Dense arrays come back in their dtype (the fill where a chunk is absent); vlen arrays
+    as an object array of ``bytes`` (``b""`` for an empty cell)."""
+    n, per, _sharded, dtype, fill = found
+    ranks = np.asarray(ranks, dtype=np.int64)
+    if ranks.size and (ranks[0] < 0 or ranks[-1] >= n):
+        raise ValueError(f"{key}: cell ranks must lie in [0, {n})")
+    chunk_of = ranks // per
+    wanted, starts = np.unique(chunk_of, return_index=True)
+    bounds = np.append(starts, ranks.size)
+    chunks = fetch_chunks(root, key, found, wanted)
+    if dtype is None:
+        out = np.full(ranks.size, b"", dtype=object)
+    else:
+        out = np.full(ranks.size, fill, dtype=dtype)
+    for i, k in enumerate(wanted.tolist()):
+        chunk = chunks.get(k)
         if chunk is None:
             continue
-        try:
-            frame = zstd.decompress(chunk)
-        except zstandard.ZstdError as exc:
-            raise CorruptChunkError(f"{where}: inner chunk {k} is not a zstd frame: {exc}") \
-                from exc
-        starts = np.empty(per + 1, np.int64)
-        if not _frame_bounds(np.frombuffer(frame, dtype=np.uint8), per, starts):
-            raise CorruptChunkError(f"{where}: inner chunk {k} is not a vlen frame of {per} "
-                                    "cells")
-        # starts[i] is where cell i's payload begins, its length the 4 bytes before it
-        ends = starts[1:] - 4
-        ends[-1] = len(frame)
-        bounds = np.stack([starts[:-1], ends], axis=1).tolist()
-        out[k * per : (k + 1) * per] = [frame[a:b] for a, b in bounds]
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        local = ranks[lo:hi] - k * per
+        if dtype is None:
+            out[lo:hi] = vlen_payloads(chunk, per, key, k, local)
+        else:
+            out[lo:hi] = dense_values(chunk, per, dtype, key, k)[local]
     return out
+
+
+def fetch_chunks(root, key: str, found, wanted: np.ndarray) -> dict[int, bytes]:
+    """The encoded inner chunks ``wanted`` (ascending chunk ordinals) that are stored, by
+    ordinal. Sharded: one suffix read for the index, then the chunks' byte ranges in one
+    batch (neighbours fetched as one range); unsharded: the chunk objects."""
+    n, per, sharded, _, _ = found
+    n_inner = n // per
+    if not len(wanted):
+        return {}
+    if not sharded:
+        keys = [f"{key}/c/{k}" for k in wanted.tolist()]
+        return {k: v for k, v in zip(wanted.tolist(), read_objects(root, keys), strict=True)
+                if v is not None}
+    where = f"{key}/c/0"
+    suffix = read_suffix(root, where, 16 * n_inner + 4)
+    if suffix is None:
+        return {}
+    index = _parse_index(suffix, n_inner, where)
+    offsets, sizes = index[wanted, 0], index[wanted, 1]
+    present = ~((offsets == ABSENT) & (sizes == ABSENT))
+    ks, offsets, sizes = wanted[present], offsets[present].astype(np.int64), \
+        sizes[present].astype(np.int64)
+    if not ks.size:
+        return {}
+    runs = _coalesce(offsets, sizes)
+    blobs = read_ranges(root, where, [(a, b) for a, b, _, _ in runs])
+    out: dict[int, bytes] = {}
+    for (start, end, i0, i1), blob in zip(runs, blobs, strict=True):
+        if len(blob) != end - start:
+            raise CorruptChunkError(f"{where}: inner chunks {ks[i0]}..{ks[i1 - 1]} run past "
+                                    "the shard's data")
+        view = memoryview(blob)
+        for i in range(i0, i1):
+            a = int(offsets[i]) - start
+            out[int(ks[i])] = view[a : a + int(sizes[i])]
+    return out
+
+
+def _coalesce(offsets: np.ndarray, sizes: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """``(start, end, first, last + 1)`` byte ranges covering the chunks (in ordinal order,
+    which is their byte order in zagg's shards); chunks less than :data:`_GAP` apart share
+    one range."""
+    runs = []
+    i0 = 0
+    start, end = int(offsets[0]), int(offsets[0] + sizes[0])
+    for i in range(1, offsets.size):
+        a, b = int(offsets[i]), int(offsets[i] + sizes[i])
+        if end <= a <= end + _GAP:
+            end = b
+            continue
+        runs.append((start, end, i0, i))
+        i0, start, end = i, a, b
+    runs.append((start, end, i0, offsets.size))
+    return runs
+
+
+def _parse_index(suffix: bytes, n_inner: int, where: str) -> np.ndarray:
+    size = 16 * n_inner
+    if len(suffix) < size + 4:
+        raise CorruptChunkError(f"{where}: {len(suffix)} bytes cannot hold the index of "
+                                f"{n_inner} inner chunks")
+    raw = bytes(suffix[-size - 4 : -4])
+    if google_crc32c.value(raw) != struct.unpack("<I", bytes(suffix[-4:]))[0]:
+        raise CorruptChunkError(f"{where}: the shard index fails its crc32c")
+    return np.frombuffer(raw, dtype="<u8").reshape(n_inner, 2)
+
+
+# -- byte access on a StoreRoot ------------------------------------------------------------
+def _full(root, key: str) -> str:
+    return f"{root.path}/{key}"
+
+
+def read_suffix(root, key: str, nbytes: int) -> bytes | None:
+    """The last ``nbytes`` of an object (all of it when shorter), None when absent."""
+    try:
+        return root.fs.cat_file(_full(root, key), start=-nbytes)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def read_ranges(root, key: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """Byte ranges ``[start, end)`` of one object, fetched concurrently on object stores."""
+    if len(ranges) == 1:
+        start, end = ranges[0]
+        return [root.fs.cat_file(_full(root, key), start=start, end=end)]
+    path = _full(root, key)
+    out = root.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges],
+                             [b for _, b in ranges], on_error="raise")
+    return list(out)
+
+
+def read_objects(root, keys: list[str]) -> list[bytes | None]:
+    """Several whole objects (None where absent), fetched concurrently on object stores."""
+    if root.is_local or len(keys) == 1:
+        return [root.read_bytes(k) for k in keys]
+    paths = [_full(root, k) for k in keys]
+    got = root.fs.cat(paths, on_error="return")
+    out = []
+    for p in paths:
+        v = got.get(p)
+        out.append(None if v is None or isinstance(v, BaseException) else v)
+    return out
+
+
+# -- chunk decoding ------------------------------------------------------------------------
+def dense_values(chunk, per: int, dtype: np.dtype, key: str, k: int) -> np.ndarray:
+    """The ``per`` values of one encoded dense inner chunk (chain ``[bytes(little)]``)."""
+    if len(chunk) != per * dtype.itemsize:
+        raise CorruptChunkError(f"{key}: inner chunk {k} holds {len(chunk)} bytes, "
+                                f"{per} cells of {dtype} need {per * dtype.itemsize}")
+    return np.frombuffer(chunk, dtype=dtype)
+
+
+def vlen_frame(chunk, key: str, k: int) -> bytes:
+    """The vlen frame of one encoded ragged inner chunk (its zstd stream decompressed)."""
+    try:
+        return zstandard.ZstdDecompressor().decompress(bytes(chunk))
+    except zstandard.ZstdError as exc:
+        raise CorruptChunkError(f"{key}: inner chunk {k} is not a zstd frame: {exc}") from exc
+
+
+def vlen_payloads(chunk, per: int, key: str, k: int, local=None) -> list[bytes]:
+    """Payloads of the cells ``local`` (all ``per`` cells by default) of one encoded ragged
+    inner chunk, ``b""`` where empty."""
+    frame = vlen_frame(chunk, key, k)
+    starts, lengths = frame_cells(frame, per, key, k)
+    if local is not None:
+        starts, lengths = starts[local], lengths[local]
+    return [frame[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+
+
+def frame_cells(frame: bytes, per: int, key: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(payload start, payload length)`` of each of the ``per`` cells of a vlen frame
+    (u32 cell count, then u32 length ‖ payload per cell); a malformed frame raises."""
+    starts = np.empty(per, np.int64)
+    lengths = np.empty(per, np.int64)
+    if not _frame_cells(np.frombuffer(frame, np.uint8), per, starts, lengths):
+        raise CorruptChunkError(f"{key}: inner chunk {k} is not a vlen frame of {per} cells")
+    return starts, lengths
 
 
 @numba.njit(cache=True, nogil=True)
@@ -174,10 +321,7 @@ def _u32(data, o):
 
 
 @numba.njit(cache=True, nogil=True)
-def _frame_bounds(frame, per, starts):
-    """Where each of the ``per`` cells of one vlen frame starts (``starts[i]``; a cell runs
-    to the next one's length word, the last to the frame's end); False for a malformed
-    frame."""
+def _frame_cells(frame, per, starts, lengths):
     if frame.size < 4 or _u32(frame, 0) != per:
         return False
     i = 4
@@ -188,6 +332,6 @@ def _frame_bounds(frame, per, starts):
         if i + 4 + n > frame.size:
             return False
         starts[c] = i + 4
+        lengths[c] = n
         i += 4 + n
-    starts[per] = i + 4
     return i == frame.size

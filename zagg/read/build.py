@@ -1,0 +1,129 @@
+"""Assemble the read's Dataset: one dask chunk per leaf, the cell coordinates, the attrs.
+
+Sparse (the default): dimension ``cells`` over the occupied cells only, leaves in ascending
+shard order; ``morton`` is an in-memory indexed coordinate derived from the coverage (so
+``ds.sel(morton=word)`` works), ``cell_ids`` its NESTED HEALPix view (mortie's
+``mort2healpix``, never stored) with the attrs xdggs reads. Dense: every leaf's ``4^(c−p)``
+cells, ``morton`` read from the leaves and checked against the cell law, as the in-memory
+leaf contract has it. Data variables keep their zarr dtype and attrs; vlen fields hold raw
+payload bytes per cell (``b""`` where empty), word siblings one ``uint64`` array per cell.
+"""
+
+from __future__ import annotations
+
+import mortie
+import numpy as np
+
+from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.read.leaves import Leaf
+from zagg.read.loaders import load_field, load_morton
+from zagg.read.schema import Field
+
+CELL_IDS = "cell_ids"
+
+
+def dask_array(label: str, token: str, tasks: list, chunks: tuple, dtype):
+    """A dask array of one plain task tuple per chunk (dask.delayed would tokenize every
+    argument of every call, ~20 ms a leaf: minutes of graph building for big stores)."""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"zagg-read-{label}-{token}"
+    if not tasks:
+        return da.from_array(np.zeros((0,) * len(chunks), dtype=dtype), chunks=-1)
+    graph = HighLevelGraph.from_collections(
+        name, {(name, *_block(i, len(chunks))): t for i, t in enumerate(tasks)},
+        dependencies=[])
+    return da.Array(graph, name, chunks, dtype=dtype)
+
+
+def _block(i: int, ndim: int) -> tuple:
+    return (i,) if ndim == 1 else (0,) * (ndim - 1) + (i,)
+
+
+def field_tasks(root, leaves: list[Leaf], group: str, field: Field, *, dense: bool,
+                recorded: list | None) -> list:
+    return [
+        (load_field, root, leaf.prefix, group, field, None if dense else leaf.ranks,
+         root.url_of(leaf.rel), None if recorded is None else recorded[i], leaf.occupied)
+        for i, leaf in enumerate(leaves)
+    ]
+
+
+def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
+            geometry: Geometry, group_attrs: dict, morton_attrs: dict, *, dense: bool,
+            recorded: list | None, token: str, words: np.ndarray | None):
+    """The Dataset of ``leaves``; ``words`` is the sparse morton coordinate (None: dense)."""
+    import xarray as xr
+
+    group = str(geometry.cell_order)
+    if dense:
+        chunks = ((geometry.n_cells,) * len(leaves),)
+    else:
+        chunks = (tuple(int(leaf.ranks.size) for leaf in leaves),)
+    data_vars = {}
+    for name, field in fields.items():
+        tasks = field_tasks(root, leaves, group, field, dense=dense, recorded=recorded)
+        data_vars[name] = ((CELL_DIM,), dask_array(name, token, tasks, chunks, field.dtype),
+                           dict(field.attrs))
+    if dense:
+        p, c = geometry.shard_order, geometry.cell_order
+        tasks = [(load_morton, root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c,
+                  root.url_of(leaf.rel), None if recorded is None else recorded[i])
+                 for i, leaf in enumerate(leaves)]
+        morton = dask_array(MORTON, token, tasks, chunks, np.uint64)
+        cell_ids = morton.map_blocks(nested_of, dtype=np.int64)
+    else:
+        morton = words
+        cell_ids = nested_of(words)
+    coords = {
+        MORTON: xr.Variable((CELL_DIM,), morton, morton_attrs),
+        CELL_IDS: xr.Variable((CELL_DIM,), cell_ids, cell_ids_attrs(geometry.cell_order)),
+    }
+    ds = xr.Dataset(data_vars, coords=coords)
+    if not dense:
+        ds = ds.set_xindex(MORTON)
+    ds.attrs = dict(group_attrs)
+    ds.attrs["zagg"] = zagg_attrs(manifest, geometry, leaves, fields, dense=dense)
+    ds.attrs["morton_hive"] = {k: manifest[k] for k in
+                               ("spec", "cell_order", "shard_order", "semantic_hash")
+                               if k in manifest}
+    return ds
+
+
+def nested_of(words: np.ndarray) -> np.ndarray:
+    """NESTED HEALPix ids of same-order morton words (mortie's ``mort2healpix``)."""
+    words = np.asarray(words, dtype=np.uint64)
+    if words.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    nested, _order = mortie.mort2healpix(words)
+    return np.asarray(nested, dtype=np.int64)
+
+
+def cell_ids_attrs(cell_order: int) -> dict:
+    """The xdggs HEALPix convention: NESTED ids at the store's order on WGS84 (authalic
+    latitude, as the store's ``dggs.latitude`` records)."""
+    return {"grid_name": "healpix", "level": int(cell_order), "indexing_scheme": "nested",
+            "ellipsoid": "WGS84"}
+
+
+def zagg_attrs(manifest: dict, geometry: Geometry, leaves: list[Leaf],
+               fields: dict[str, Field], *, dense: bool) -> dict:
+    """The ``zagg`` attrs block of a read (the engine's shape: ``shard_cells`` gives a
+    sparse read's cells per leaf)."""
+    out = {
+        "grid": geometry.as_grid(),
+        "shards": [leaf.shard_id for leaf in leaves],
+        "fields": {
+            name: {
+                "kind": "ragged" if f.ragged else "dense",
+                "dtype": "object" if f.ragged else str(f.dtype),
+                "fill_value": b"" if f.ragged else f.fill,
+            }
+            for name, f in sorted(fields.items())
+        },
+        "dataset": dict(manifest.get("dataset") or {}),
+    }
+    if not dense:
+        out["shard_cells"] = [int(leaf.ranks.size) for leaf in leaves]
+    return out

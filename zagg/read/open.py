@@ -1,0 +1,184 @@
+"""``open_hive`` and ``open_leaf``: a store (or one leaf) as one lazy xarray Dataset.
+
+The open reads only metadata: the manifest, the root coverage, each candidate leaf's stamp
+and coverage bitmap, and one leaf's array metadata (the store's schema). Every array is
+read per leaf, by its own dask task, only when computed; in a sparse read a task fetches
+just the inner chunks holding the cells it returns. A leaf that breaks the spec or the
+schema raises, naming the leaf, the array and the problem, at open for the schema leaf and
+when its task runs for the others.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from dask.base import tokenize
+
+from zagg import grid as _grid
+from zagg.hive import paths as _paths
+from zagg.hive.layout import MORTON
+from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
+from zagg.hive.storage import StoreRoot, as_root
+from zagg.read import build as _build
+from zagg.read import leaves as _leaves
+from zagg.read import verify as _verify
+from zagg.read.loaders import load_field, load_morton
+from zagg.read.region import parse_region
+from zagg.read.schema import TIME, geometry, leaf_group, schema
+from zagg.read.schema import held as _held
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+def open_hive(
+    store: str | StoreRoot,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    region=None,
+    bbox=None,
+    cells=None,
+    dense: bool = False,
+    verify: bool = False,
+    discover: str = "auto",
+) -> xr.Dataset:
+    """Open the commit-stamped leaves of a store as one lazy Dataset on ``cells``.
+
+    By default the Dataset holds the occupied cells only (from each leaf's coverage), one
+    dask chunk per leaf; ``dense=True`` gives every leaf's ``4^(c−p)`` cells instead.
+    ``region`` (GeoJSON), ``bbox`` ``(lon0, lat0, lon1, lat1)`` or ``cells`` (morton words
+    or decimal ids) keeps the occupied cells inside that region and opens only the leaves
+    that can hold one (a dense read keeps those leaves whole). ``verify=True`` checks each
+    leaf's content hashes as its arrays are read and raises naming the leaf and array.
+    ``discover`` picks the leaf candidates: ``"auto"`` (the root coverage MOC when usable,
+    else the walk), ``"moc"`` or ``"walk"``.
+    """
+    root = as_root(store, storage_options)
+    manifest = _leaves.manifest_of(root)
+    reg = parse_region(region, bbox, cells, order=manifest["cell_order"])
+    found = _leaves.candidates(root, manifest, discover, reg)
+    leaves = _leaves.admit(root, manifest, found, reg)
+    if not leaves:
+        if reg is None:
+            raise ValueError(f"{root.url} has no commit-stamped leaf: nothing to open")
+        first = _first_stamped(root, manifest, discover)
+        return _open(root, manifest, [], dense=dense, verify=verify, schema_leaf=first)
+    return _open(root, manifest, leaves, dense=dense, verify=verify, region=reg)
+
+
+def open_leaf(
+    store: str | StoreRoot,
+    shard_id: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    dense: bool = False,
+    verify: bool = False,
+) -> xr.Dataset:
+    """Open one shard's leaf (it must carry its commit stamp): its occupied cells, or with
+    ``dense=True`` all of its cells, as a one-chunk Dataset."""
+    root = as_root(store, storage_options)
+    manifest = _leaves.manifest_of(root)
+    _grid.validate_id(shard_id)
+    if _grid.id_order(shard_id) != manifest["shard_order"]:
+        raise ValueError(
+            f"shard {shard_id} is order {_grid.id_order(shard_id)}; this store's shards are "
+            f"order {manifest['shard_order']}"
+        )
+    rel = _paths.leaf_path(shard_id)
+    if read_stamp(root, rel) is None:
+        raise ValueError(
+            f"{root.url_of(rel)} has no commit stamp: the leaf is absent or debris from an "
+            "unfinished write (re-run the shard to heal it)"
+        )
+    leaves = _leaves.admit(root, manifest, [(rel, shard_id)], None)
+    return _open(root, manifest, leaves, dense=dense, verify=verify)
+
+
+def _first_stamped(root: StoreRoot, manifest: dict, discover: str) -> _leaves.Leaf:
+    """The first stamped leaf of the store (the schema of an empty region read)."""
+    for rel, sid in _leaves.candidates(root, manifest, discover):
+        stamp = read_stamp(root, rel)
+        if stamp is not None:
+            stamp = check_stamp(stamp, rel)
+            return _leaves.Leaf(rel, sid, stamp, data_prefix(rel, stamp),
+                                np.zeros(0, np.int64), None)
+    raise ValueError(f"{root.url} has no commit-stamped leaf: nothing to open")
+
+
+def _open(root: StoreRoot, manifest: dict, leaves: list[_leaves.Leaf], *, dense: bool,
+          verify: bool, region=None, schema_leaf: _leaves.Leaf | None = None) -> xr.Dataset:
+    first = schema_leaf or leaves[0]
+    group = str(manifest["cell_order"])
+    where = root.url_of(first.rel)
+    group_attrs, arrays = leaf_group(root, first.prefix, group, where)
+    geom = geometry(manifest, arrays, where, group)
+    if TIME in arrays:
+        from zagg.read.raster import open_raster
+
+        return open_raster(root, manifest, leaves, arrays, geom, group_attrs, dense=dense,
+                           verify=verify, schema_leaf=first)
+    fields = schema(arrays)
+    if not dense:
+        leaves = _resolve_occupancy(root, leaves, group, fields, region,
+                                    manifest["cell_order"] - manifest["shard_order"])
+    recorded = None
+    if verify:
+        recorded = [_verify.recorded_hashes(leaf.stamp, root.url_of(leaf.rel))
+                    for leaf in leaves]
+        _verify_layout(root, leaves, group, recorded, manifest, dense)
+    words = None
+    if not dense:
+        p, c = manifest["shard_order"], manifest["cell_order"]
+        parts = [_leaves.cell_words(leaf.shard_id, p, c, leaf.ranks) for leaf in leaves]
+        words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    token = tokenize(root.url, dense, verify,
+                     [(leaf.rel, leaf.stamp, None if dense else leaf.ranks) for leaf in leaves])
+    return _build.dataset(root, manifest, leaves, fields, geom, group_attrs,
+                          dict(arrays[MORTON].attrs), dense=dense, recorded=recorded,
+                          token=token, words=words)
+
+
+def _resolve_occupancy(root, leaves, group, fields, region, depth) -> list[_leaves.Leaf]:
+    """Leaves whose coverage does not list their cells get them from their arrays (every
+    cell any field holds a value in), masked to the region."""
+    unknown = [leaf for leaf in leaves if leaf.occupied is None]
+    if not unknown:
+        return leaves
+
+    def occupancy(leaf):
+        found = np.zeros(4**depth, dtype=bool)
+        for field in fields.values():
+            values = load_field(root, leaf.prefix, group, field, None, root.url_of(leaf.rel),
+                                None, None)
+            found |= _held(values, field.fill)
+        occupied = np.flatnonzero(found).astype(np.int64)
+        ranks = occupied
+        if region is not None:
+            ranks = occupied[region.contains(
+                _leaves.cell_nested(leaf.shard_id, depth, occupied))]
+        return _leaves.Leaf(leaf.rel, leaf.shard_id, leaf.stamp, leaf.prefix, ranks, occupied)
+
+    with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
+        resolved = dict(zip(map(id, unknown), pool.map(occupancy, unknown), strict=True))
+    out = [resolved.get(id(leaf), leaf) for leaf in leaves]
+    return [leaf for leaf in out if leaf.ranks.size]
+
+
+def _verify_layout(root, leaves, group, recorded, manifest, dense) -> None:
+    """Every leaf's array set against its stamp, and (sparse reads, which never read it)
+    its stored ``morton`` against its digest and the cell law."""
+    p, c = manifest["shard_order"], manifest["cell_order"]
+
+    def check(i):
+        leaf = leaves[i]
+        where = root.url_of(leaf.rel)
+        _attrs, arrays = leaf_group(root, leaf.prefix, group, where)
+        _verify.check_key_set(where, recorded[i], {f"{group}/{name}" for name in arrays})
+        if not dense:
+            load_morton(root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c, where,
+                        recorded[i])
+
+    with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
+        list(pool.map(check, range(len(leaves))))

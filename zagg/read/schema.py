@@ -1,0 +1,238 @@
+"""A leaf's arrays as the reader sees them: metadata, spec checks, and the store's schema.
+
+The cell group ``{cell_order}`` of a leaf is read straight from its members' ``zarr.json``
+(one listing plus one GET each) when every array has a layout :mod:`zagg.hive.decode`
+knows, else through zarr-python. Every array is checked against the spec before it is
+trusted: a vlen array must carry its ``zagg-ragged/1`` block, every declaration
+(composition, temporal, located) must be a revision, shape and grammar this reader
+implements, and an unwindowed leaf must store its ``morton`` array. Each refusal names the
+leaf, the array and the problem.
+
+Field kinds: ``dense`` (one value per cell), ``ragged`` (raw payload bytes per cell, e.g.
+t-digests), ``words`` (a ragged ``uint64`` array of word rows, e.g. ``*_locations`` and
+``*_times`` siblings, decoded per cell) and ``raster`` (a ``(time, cells)`` band).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import zarr
+
+from zagg.hive import decode as _decode
+from zagg.hive.coverage import depth_of
+from zagg.hive.layout import MORTON, Geometry, check_ragged_attrs
+from zagg.hive.storage import StoreRoot
+
+TIME = "time"
+_VLEN_NAMES = ("variable_length_bytes", "bytes")
+_DECLARATIONS = {  # attrs key -> (spec, {shape: grammar} this reader implements)
+    "composition": ("zagg-composition/1", None),
+    "temporal": ("zagg-toc/1", {"coordinate", "per-cell", "per-centroid"}),
+    "located": ("zagg-located/1", {"per-centroid"}),
+}
+_GRAMMARS = {"temporal": "mortie-toc/1", "located": "mortie-morton/1"}
+WORD_ELEMENT = {"dtype": "uint64", "shape": [-1]}
+
+
+@dataclass(frozen=True)
+class ArrayMeta:
+    """What the reader needs of one array, from its ``zarr.json``."""
+
+    shape: tuple
+    dtype: np.dtype
+    attrs: dict
+    chunks: tuple
+    sharded: bool
+    meta: dict
+    layout: tuple | None  # zagg.hive.decode.layout(meta); None: zarr-python decodes it
+    dims: tuple
+
+
+@dataclass(frozen=True)
+class Field:
+    """One stored field of the store's schema."""
+
+    name: str
+    kind: str  # dense | ragged | words | raster
+    dtype: np.dtype  # the stored dtype (object for vlen arrays)
+    fill: object
+    attrs: dict
+    data_type: str
+
+    @property
+    def ragged(self) -> bool:
+        return self.kind in ("ragged", "words")
+
+
+def array_meta(meta: dict) -> ArrayMeta:
+    """An :class:`ArrayMeta` from an array's ``zarr.json`` document."""
+    found = _decode.layout(meta)
+    vlen = meta.get("data_type") in _VLEN_NAMES
+    shape = tuple(meta.get("shape") or ())
+    grid = (meta.get("chunk_grid") or {}).get("configuration") or {}
+    codecs = meta.get("codecs") or []
+    sharded = bool(codecs) and codecs[0].get("name") == "sharding_indexed"
+    chunks = tuple((codecs[0].get("configuration") or {}).get("chunk_shape") or ()) \
+        if sharded else tuple(grid.get("chunk_shape") or ())
+    if vlen:
+        dtype = np.dtype(object)
+    else:
+        try:
+            dtype = np.dtype(meta.get("data_type")).newbyteorder("<")
+        except TypeError:
+            dtype = np.dtype(object)
+    return ArrayMeta(shape, dtype, dict(meta.get("attributes") or {}), chunks, sharded,
+                     meta, found, tuple(meta.get("dimension_names") or ()))
+
+
+def leaf_group(root: StoreRoot, prefix: str, group: str, where: str):
+    """``(group attrs, {name: ArrayMeta})`` of a leaf's cell group, every array checked."""
+    key = f"{prefix}/{group}"
+    doc = root.read_json(f"{key}/zarr.json")
+    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+        raise ValueError(
+            f"stamped leaf {where} has no cell group {group!r}: the leaf is corrupt; rewrite it"
+        )
+    arrays = {}
+    for name in root.list_dir(key)[0]:
+        meta = root.read_json(f"{key}/{name}/zarr.json")
+        if isinstance(meta, dict) and meta.get("node_type") == "array":
+            arrays[name] = array_meta(meta)  # other entries are not arrays of this leaf
+    group_attrs = dict(doc.get("attributes") or {})
+    for name, arr in arrays.items():
+        check_array(where, group, name, arr)
+    return group_attrs, arrays
+
+
+def check_array(where: str, group: str, name: str, arr: ArrayMeta) -> None:
+    """Raise, naming the leaf and array, unless this reader can decode ``arr`` exactly."""
+    meta = arr.meta
+    label = f"{where}: array {group}/{name}"
+    raster = len(arr.shape) == 2 and arr.dims == (TIME, "cells")
+    if len(arr.shape) != 1 and not raster:
+        raise ValueError(f"{label} has shape {list(arr.shape)}: this reader reads arrays on "
+                         "the cells axis and (time, cells) raster bands")
+    attrs = arr.attrs
+    if meta.get("data_type") in _VLEN_NAMES:
+        try:
+            block = check_ragged_attrs(f"{group}/{name}", attrs)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if raster:
+            raise ValueError(f"{label}: a (time, cells) array cannot be variable-length")
+        try:
+            np.dtype(str(block["element"]["dtype"]))
+        except TypeError:
+            raise ValueError(f"{label}: unreadable element dtype") from None
+    elif arr.dtype.kind == "O":
+        raise ValueError(
+            f"{label} has data type {meta.get('data_type')!r}, which this reader cannot "
+            "decode (zagg-ragged/1 arrays are variable_length_bytes)"
+        )
+    for key, (spec, shapes) in _DECLARATIONS.items():
+        block = attrs.get(key)
+        if not isinstance(block, dict):
+            continue
+        if "spec" in block and block["spec"] != spec:
+            raise ValueError(f"{label} declares {key} spec {block['spec']!r}; this reader "
+                             f"understands {spec!r} only")
+        if shapes is None:
+            continue
+        if block.get("shape") not in shapes:
+            raise ValueError(f"{label} declares {key} shape {block.get('shape')!r}; this "
+                             f"reader implements {sorted(shapes)}")
+        if block.get("grammar") != _GRAMMARS[key]:
+            raise ValueError(f"{label} declares {key} grammar {block.get('grammar')!r}; this "
+                             f"reader implements {_GRAMMARS[key]!r}")
+    if name == MORTON and arr.dtype != np.uint64:
+        raise ValueError(f"{where}: {group}/morton has dtype {arr.dtype}, expected uint64")
+
+
+def field_kind(name: str, arr: ArrayMeta) -> str:
+    if len(arr.shape) == 2:
+        return "raster"
+    if arr.dtype.kind == "O":
+        element = (arr.attrs.get("ragged") or {}).get("element")
+        return "words" if element == WORD_ELEMENT else "ragged"
+    return "dense"
+
+
+def schema(arrays: dict[str, ArrayMeta]) -> dict[str, Field]:
+    """The fields of a leaf (every array but ``morton`` and ``time``), by name."""
+    out = {}
+    for name in sorted(arrays):
+        if name in (MORTON, TIME):
+            continue
+        arr = arrays[name]
+        kind = field_kind(name, arr)
+        fill = b"" if arr.dtype.kind == "O" else fill_value(arr)
+        out[name] = Field(name, kind, arr.dtype, fill, dict(arr.attrs),
+                          str(arr.meta.get("data_type")))
+    return out
+
+
+def fill_value(arr: ArrayMeta):
+    """The array's fill as a Python scalar of its dtype."""
+    fill = arr.meta.get("fill_value")
+    if arr.layout is not None:
+        fill = arr.layout[4]
+    elif arr.dtype.kind == "f" and isinstance(fill, str):
+        fill = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}.get(fill, np.nan)
+    if fill is None:
+        return None
+    return arr.dtype.type(fill).item()
+
+
+def held(values: np.ndarray, fill) -> np.ndarray:
+    """Mask of the cells of ``values`` that hold something other than the fill (a
+    non-empty payload for a vlen array; any non-NaN value under a NaN fill)."""
+    if values.dtype.kind == "O":
+        flat = values.reshape(-1)
+        return np.fromiter((len(v) > 0 for v in flat), bool, count=flat.size).reshape(
+            values.shape)
+    if values.dtype.kind == "f" and fill is not None and np.isnan(fill):
+        return ~np.isnan(values)
+    return values != values.dtype.type(fill)
+
+
+def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str,
+             group: str) -> Geometry:
+    """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""
+    p, c = manifest["shard_order"], manifest["cell_order"]
+    if MORTON not in arrays:
+        raise ValueError(
+            f"leaf {where} has no {group}/morton array: an unwindowed leaf must store its "
+            "cell coordinate (the leaf is corrupt; rewrite it)"
+        )
+    morton = arrays[MORTON]
+    n = morton.shape[0]
+    if n != 4 ** (c - p):
+        raise ValueError(
+            f"{where}: morton holds {n} cells; a shard of order {p} at cell order {c} has "
+            f"{4 ** (c - p)}"
+        )
+    inner = morton.chunks[-1] if morton.chunks else n
+    chunk_order = c - depth_of(inner)
+    return Geometry(p, chunk_order, c, morton.sharded or chunk_order == p)
+
+
+def same_field(a: Field, b: Field) -> bool:
+    return a.kind == b.kind and a.dtype == b.dtype and a.data_type == b.data_type
+
+
+def describe(fields: dict[str, Field]) -> str:
+    return "{" + ", ".join(f"{k}: {v.data_type}" for k, v in sorted(fields.items())) + "}"
+
+
+def zarr_values(root: StoreRoot, prefix: str, path: str, sel=...) -> np.ndarray:
+    """Values of an array through zarr-python (layouts the direct decoder does not know);
+    vlen cells as ``bytes`` (``b""`` where empty)."""
+    arr = zarr.open_array(root.zarr_store(prefix, read_only=True), path=path, mode="r")
+    values = np.asarray(arr[sel])
+    if values.dtype.kind != "O":
+        return values
+    out = np.empty(values.shape, dtype=object)
+    out.ravel()[:] = [b"" if v is None else bytes(v) for v in values.ravel()]
+    return out

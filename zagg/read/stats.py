@@ -1,0 +1,111 @@
+"""``quantile`` and ``cdf`` of a t-digest field, per cell, as (lazy) DataArrays.
+
+Both evaluate :mod:`zagg.kernels.quantiles` once per chunk: on a dask-backed Dataset the
+result is a dask array with the field's chunks (one task per leaf, run in parallel when
+computed); on an in-memory one it is computed at once. NaN where a cell is empty.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from zagg.checks import require_dataset
+from zagg.hive.layout import check_ragged_attrs
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+DIGEST_ELEMENT = {"dtype": "float32", "shape": [-1, 2]}
+
+
+def quantile(ds: xr.Dataset, field: str, q) -> xr.DataArray:
+    """Quantile(s) ``q`` in [0, 1] of the t-digest ``field`` per cell.
+
+    A scalar ``q`` gives the field's shape; a sequence adds a trailing ``quantile``
+    dimension. Centroids are interpolated like numpy's ``quantile(..., method="hazen")``,
+    so a loss-free cell (at most ``delta`` values) gives exactly that of its values, which
+    the payload holds as float32.
+    """
+    var = _digest_field(ds, field, "zagg.quantile")
+    qs = _numbers(q, "q", "a number or a list of numbers in [0, 1]")
+    if np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
+        raise ValueError(f"quantiles must lie in [0, 1], got {q!r}")
+    return _evaluate(var, field, qs, np.ndim(q) == 0, "quantile", _quantile_block)
+
+
+def cdf(ds: xr.Dataset, field: str, x) -> xr.DataArray:
+    """The fraction of the t-digest ``field``'s weight at or below ``x`` per cell (the
+    inverse of :func:`quantile`; 0 below the smallest mean, 1 above the largest).
+
+    A scalar ``x`` gives the field's shape; a sequence adds a trailing ``value`` dimension.
+    """
+    var = _digest_field(ds, field, "zagg.cdf")
+    xs = _numbers(x, "x", "a number or a list of numbers")
+    return _evaluate(var, field, xs, np.ndim(x) == 0, "value", _cdf_block)
+
+
+def digest_fields(ds) -> list[str]:
+    return [str(n) for n, v in ds.data_vars.items()
+            if (v.attrs.get("ragged") or {}).get("element") == DIGEST_ELEMENT]
+
+
+def _digest_field(ds, field: str, call: str):
+    require_dataset(ds, call, "open the store with zagg.open_hive(path), or pass the Dataset "
+                    "zagg.aggregate returned")
+    listed = ", ".join(digest_fields(ds)) or "none"
+    if field not in ds.data_vars:
+        raise KeyError(f"{field!r} is not a variable of this dataset; its t-digest fields: "
+                       f"{listed}")
+    var = ds[field]
+    if "ragged" not in var.attrs:
+        raise ValueError(f"{field!r} is not a t-digest field (it holds one value per cell); "
+                         f"this dataset's t-digest fields: {listed}")
+    block = check_ragged_attrs(field, dict(var.attrs))
+    if block["element"] != DIGEST_ELEMENT:
+        raise ValueError(
+            f"{field!r} is not a t-digest: its element is {block['element']}, expected "
+            f"float32 with shape [-1, 2]; this dataset's t-digest fields: {listed}"
+        )
+    return var
+
+
+def _numbers(value, name: str, what: str) -> np.ndarray:
+    try:
+        out = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be {what}, got {value!r}") from exc
+    if out.ndim != 1:
+        raise ValueError(f"{name} must be a number or a flat list of numbers, got shape "
+                         f"{np.shape(value)}")
+    return out
+
+
+def _evaluate(var, field: str, points: np.ndarray, scalar: bool, dim: str, block):
+    import dask.array as da
+    import xarray as xr
+
+    data = var.data
+    if isinstance(data, da.Array):
+        values = data.map_blocks(block, points, dtype=np.float64, new_axis=data.ndim,
+                                 chunks=(*data.chunks, (points.size,)))
+    else:
+        values = block(np.asarray(data), points)
+    out = xr.DataArray(values, dims=(*var.dims, dim), coords=var.coords, name=field)
+    out = out.assign_coords({dim: points})
+    return out.isel({dim: 0}) if scalar else out
+
+
+def _quantile_block(payloads: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    from zagg.kernels.quantiles import quantiles
+
+    flat = np.asarray(payloads, dtype=object).reshape(-1)
+    return quantiles(flat, qs).reshape(*payloads.shape, qs.size)
+
+
+def _cdf_block(payloads: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    from zagg.kernels.quantiles import cdfs
+
+    flat = np.asarray(payloads, dtype=object).reshape(-1)
+    return cdfs(flat, xs).reshape(*payloads.shape, xs.size)
