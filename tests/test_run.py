@@ -61,17 +61,21 @@ def _hashes(root):
     return out
 
 
-def test_store_roundtrip_matches_the_aggregate_and_moczarr(tmp_path, photons):
-    leaves = zagg.aggregate(photons, config(), dense=True).compute()
+@pytest.mark.parametrize("dense", [False, True])
+def test_store_roundtrip_matches_the_aggregate_and_moczarr(tmp_path, photons, dense):
+    """What aggregate returns is what the store reads back as, sparse or leaf-shaped."""
+    leaves = zagg.aggregate(photons, config(), dense=dense).compute()
     summary = to_hive(leaves, tmp_path / "s")
     assert summary.leaves_written == summary.shards == len(leaves.attrs["zagg"]["shards"])
     assert summary.cells_with_data == int((leaves["count"].values > 0).sum())
     assert summary.points == int(leaves["count"].sum())
-    back = open_hive(tmp_path / "s", dense=True)
+    back = open_hive(tmp_path / "s", dense=dense)
     for var in ("count", "h_mean", "h_max"):
         np.testing.assert_array_equal(back[var].values, leaves[var].values)
     assert list(back["h_tdigest"].values) == list(leaves["h_tdigest"].values)
     np.testing.assert_array_equal(back["morton"].values, leaves["morton"].values)
+    if not dense:  # the same occupied cells per leaf
+        assert back.attrs["zagg"]["shard_cells"] == leaves.attrs["zagg"]["shard_cells"]
     # the independent reader sees the same store
     root = str(tmp_path / "s")
     man = moczarr.read_manifest(root)
