@@ -157,6 +157,9 @@ class Output:
     store_layout: str = "hive"
     shard_memory_limit: int = DEFAULT_SHARD_MEMORY
     storage_options: Mapping[str, object] = field(default_factory=dict)
+    #: the declared leaf resolutions of the pyramid (None: declared off)
+    pyramid: tuple[int, ...] | None = None
+    sweep: str | None = None  # "stages": build the pyramid ladder after each run
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,8 @@ _SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic",
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
           "located")
-_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options")
+_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
+           "pyramid", "sweep")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -541,7 +545,24 @@ def _parse_output(raw, fields) -> Output:
               f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
               "shards) or lower child_order, or raise output.shard_memory_limit")
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
-    return Output(store, short_name, str(version), grid, layout, limit, options)
+    pyramid, sweep = _parse_pyramid(raw, grid)
+    return Output(store, short_name, str(version), grid, layout, limit, options, pyramid,
+                  sweep)
+
+
+def _parse_pyramid(raw, grid: Grid) -> tuple:
+    """``output.pyramid`` (the declared leaf resolutions, spec §4.4–4.5) and
+    ``output.sweep`` (:mod:`zagg.pyramid.declare`)."""
+    from .pyramid import declare
+
+    value = raw.get("pyramid")
+    res = declare.resolutions(value, grid.parent_order, grid.chunk_inner, grid.child_order)
+    declare.overview_delta(value)
+    sweep = declare.sweep_mode(raw.get("sweep"))
+    if sweep and res is None:
+        fail("output.sweep", "a sweep builds the pyramid ladder, but output.pyramid declares "
+             "none; declare a pyramid or drop output.sweep")
+    return res, sweep
 
 
 def parse_config(raw: Mapping) -> Config:

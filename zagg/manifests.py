@@ -36,11 +36,23 @@ def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
 
 
 def manifest_for(zattrs: dict) -> dict:
-    """The store manifest a leaf Dataset's attrs describe."""
+    """The store manifest a leaf Dataset's attrs describe (its pyramid declared as the
+    config's ``output.pyramid`` says, :mod:`zagg.pyramid.declare`)."""
     grid = zattrs["grid"]
     core = semantic_core(zattrs.get("config") or {}, zattrs["dataset"], grid.get("sharded", True))
     return hive.build_manifest(dataset=zattrs["dataset"], semantic_hash=hive.semantic_hash(core),
-                               cell_order=grid["child_order"], shard_order=grid["parent_order"])
+                               cell_order=grid["child_order"], shard_order=grid["parent_order"],
+                               **_pyramid_keys(zattrs))
+
+
+def _pyramid_keys(zattrs: dict) -> dict:
+    """The pyramid block and its multiscales mirror; a probe without fields (a run's
+    precheck, which compares frozen keys only) gets the declared-off form."""
+    if "fields" not in zattrs:
+        return {}
+    from .pyramid.declare import manifest_keys
+
+    return manifest_keys(zattrs)
 
 
 _CORE_PATHS = {"dataset": "output.dataset", "grid": "output.grid"}  # core key -> config key

@@ -12,7 +12,10 @@ and nothing the engine decides on its own:
 - ``finalize``: the stored value of each cell from its states; ``present`` says which
   cells hold one (the others get the field's fill).
 - the stored dtype and fill, its parameters, the spec attrs it stamps and its pyramid
-  composability class (exact / approximate / packed / none).
+  composability class (exact / approximate / packed / none);
+- ``fold``: how the *stored* values of child cells fold into their parent cell (a
+  :class:`Fold`), which every pyramid fold site (leaf columns, overviews, the sweep) calls.
+  A class ``none`` reducer has none: its field is absent above the native resolution.
 
 Adding a reducer is one record (plus the kernels of any new state) passed to
 :func:`register`. Nothing here runs per point: the kernels live in :mod:`zagg.states` and
@@ -64,6 +67,29 @@ class State:
 
 
 @dataclass(frozen=True)
+class Fold:
+    """The pyramid law of a reducer: ``combine(values, groups, opts, divisor)`` folds the
+    stored values of child cells (one entry of ``values`` per contributor, rows in cell
+    order) into one stored value per parent cell, ``groups`` (:class:`zagg.partials.Groups`
+    over the concatenated rows) saying which rows make each parent. For the exact and
+    approximate classes it goes through the reducer's own state ``combine``; ``opts`` are
+    the field's fold settings (a digest's ``overview_delta``). A packed fold also takes
+    ``divisor``: each row's weight from the ``of`` digest (the composition's N_signal).
+    ``method`` is the law's name in the manifest (spec §4.5)."""
+
+    method: str
+    combine: Callable
+    needs_divisor: bool = False
+
+    @classmethod
+    def of_state(cls, state: State, method: str) -> Fold:
+        """The law of a reducer whose stored value is its state's value: the state's own
+        ``combine``."""
+        return cls(method, lambda values, groups, opts, divisor=None: state.combine(
+            list(values), groups, S.FoldSpec(state, opts)))
+
+
+@dataclass(frozen=True)
 class Reducer:
     """How one aggregation function is computed, stored and folded."""
 
@@ -85,6 +111,8 @@ class Reducer:
     #: state settings a field resolves from the other fields of its config, beyond its
     #: params and flags (e.g. the rows of the digest a composition describes)
     options: Callable[[object, Mapping[str, object]], dict] | None = None
+    #: how stored values of child cells fold into a parent cell (None for class none)
+    fold: Fold | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -94,6 +122,18 @@ class Reducer:
                              f"{PYRAMID_CLASSES}")
         if not self.chunk or not all(isinstance(s, State) for s in self.chunk):
             raise ValueError(f"reducer {self.name!r}: chunk must be a non-empty tuple of State")
+        if self.pyramid_class != "none" and not isinstance(self.fold, Fold):
+            raise ValueError(
+                f"reducer {self.name!r}: pyramid_class {self.pyramid_class!r} needs a fold "
+                "(how stored values of child cells fold into their parent, e.g. "
+                "Fold.of_state(state, 'sum')); declare pyramid_class 'none' to keep the "
+                "field at native resolution only")
+
+    @property
+    def pyramid_fold(self) -> Fold | None:
+        """The fold the pyramid applies to this reducer's fields (None: absent above the
+        native resolution)."""
+        return None if self.pyramid_class == "none" else self.fold
 
     def default_fill(self, dtype: np.dtype):
         if self.kind == "ragged":
@@ -231,26 +271,37 @@ def get(name: str) -> Reducer:
     return REGISTRY[name]
 
 
+FOLD_COUNT = Fold("sum", S.fold_count)
+FOLD_SUM = Fold("sum", S.fold_sum)
+FOLD_MIN = Fold("min", S.fold_min)
+FOLD_MAX = Fold("max", S.fold_max)
+FOLD_DIGEST = Fold("tdigest_kway", S.fold_digest)
+FOLD_COMPOSITION = Fold("composition_kway", S.fold_composition, needs_divisor=True)
+
 for _r in (
     Reducer("count", (COUNT,), _fin_count, "int64", "exact", source_optional=True,
-            dtype_kinds="iu"),
-    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f"),
+            dtype_kinds="iu", fold=FOLD_COUNT),
+    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f",
+            fold=FOLD_SUM),
     Reducer("mean", (COUNT, SUM), _fin_mean, "float32", "none", dtype_kinds="f"),
-    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi"),
-    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi"),
+    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi",
+            fold=FOLD_MIN),
+    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi",
+            fold=FOLD_MAX),
     Reducer("var", (COUNT, SUM, SUMSQ), _fin_var, "float32", "none", params=_ddof_param(),
             dtype_kinds="f"),
     Reducer("std", (COUNT, SUM, SUMSQ), _fin_std, "float32", "none", params=_ddof_param(),
             dtype_kinds="f"),
     Reducer("tdigest", (DIGEST,), _fin_digest, "float32", "approximate", kind="ragged",
-            params=_TDIGEST_PARAMS, dtype_kinds="f", spec_attrs=_tdigest_attrs),
+            params=_TDIGEST_PARAMS, dtype_kinds="f", spec_attrs=_tdigest_attrs,
+            fold=FOLD_DIGEST),
     Reducer("composition", (LANES,), _fin_composition, "uint64", "packed",
             present=_composition_present, options=_composition_options,
             params={
                 "of": Param(REQUIRED, str, lambda v: bool(v), "the name of the signal digest"),
                 "threshold": Param(2, int, lambda v: 1 <= v <= 4, "a confidence level 1..4"),
             },
-            dtype_kinds="u", spec_attrs=_composition_attrs),
+            dtype_kinds="u", spec_attrs=_composition_attrs, fold=FOLD_COMPOSITION),
 ):
     register(_r)
 del _r

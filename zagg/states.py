@@ -243,3 +243,59 @@ def compose_lanes(state: np.ndarray) -> np.ndarray:
 def lanes_signal(state: np.ndarray) -> np.ndarray:
     """The stratum size column of a lanes state."""
     return state[:, _LANES]
+
+
+# -- pyramid folds of stored values --------------------------------------------------------
+# Each folds the stored values of child cells (one array or Digests per contributor, rows in
+# cell order) into one value per parent cell, through the state combine that made them.
+class FoldSpec:
+    """The ``spec`` a state's ``combine`` reads when it folds stored values: only
+    ``opts`` (a digest's delta and weights declaration)."""
+
+    source = None
+    where = None
+
+    def __init__(self, state, opts):
+        self.state = state
+        self.opts = dict(opts or {})
+
+
+def fold_count(values, groups, opts, divisor=None) -> np.ndarray:
+    """Counts fold as the count state's exact integer sum."""
+    return sum_combine([np.asarray(v, np.int64) for v in values], groups, None)
+
+
+def fold_sum(values, groups, opts, divisor=None) -> np.ndarray:
+    """Sums fold as the sum state's double-double combine over ``[value, 0]`` pairs: the
+    exactly rounded sum of the children's stored sums."""
+    pairs = []
+    for v in values:
+        dd = np.zeros((len(v), 2))
+        dd[:, 0] = v
+        pairs.append(dd)
+    return dd_value(dd_combine(pairs, groups, None))
+
+
+def fold_min(values, groups, opts, divisor=None) -> np.ndarray:
+    return min_combine(values, groups, None)
+
+
+def fold_max(values, groups, opts, divisor=None) -> np.ndarray:
+    return max_combine(values, groups, None)
+
+
+def fold_digest(values, groups, opts, divisor=None):
+    """Digests fold by the digest state's k-way merge, at the fold's own delta."""
+    return digest_combine(list(values), groups, FoldSpec(None, opts))
+
+
+def fold_composition(values, groups, opts, divisor=None) -> np.ndarray:
+    """Composition words fold by the §3.4 k-way law, each word weighted by its ``of``
+    digest's weight at the same cell (``divisor``, one array per contributor), quantized
+    once per parent cell."""
+    from .kernels import composition
+
+    words = np.concatenate([np.asarray(v, np.uint64) for v in values])[groups.perm]
+    n = np.concatenate([np.asarray(d, np.int64) for d in divisor])[groups.perm]
+    out, _total = composition.merge_kway(words, n, groups.offsets)
+    return out

@@ -113,17 +113,26 @@ class LeafWriter:
     shard_granules: dict | None  # None: granules were not tracked
     stats_extra: dict | None
     fresh: bool = False  # the store was empty when this write began: no leaf to clear
+    pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
 
     def write(self, sc: ShardCells) -> dict | None:
-        """Write one shard's leaf from its occupied cells; None (nothing written) when no
-        cell holds a value."""
+        """Write one shard's leaf from its occupied cells, then its pyramid column; None
+        (nothing written) when no cell holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
         ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
-        return hive.write_leaf_cells(
+        record = hive.write_leaf_cells(
             self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
             granule_count=None if ids is not None else 0, granule_ids=ids,
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
             defer_siblings=True)
+        return self.write_column(shard_id, sc, record)
+
+    def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
+        """The leaf column, after the leaf's stamp (:mod:`zagg.pyramid.column`)."""
+        from .pyramid.column import after_leaf
+
+        return after_leaf(self.root, shard_id, sc.contents, record, self.pyramid, self.fields,
+                          self.attrs, self.fresh)
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:
@@ -225,7 +234,8 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     writer = LeafWriter(root, {n: dict(z["fields"][n]) for n in shards.arrays}, z["grid"],
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-                        {"failed_granules": failed} if failed else None, fresh)
+                        {"failed_granules": failed} if failed else None, fresh,
+                        pyramid_declaration(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
@@ -236,6 +246,14 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
+
+
+def pyramid_declaration(z: dict):
+    """The pyramid the run's config declares (its leaf columns are written by the leaf
+    tasks); None when declared off."""
+    from .pyramid.declare import of_zattrs
+
+    return of_zattrs(z)
 
 
 # -- a Dataset back into shards ------------------------------------------------------------

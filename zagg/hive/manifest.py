@@ -39,8 +39,12 @@ def build_manifest(
     cell_order: int,
     shard_order: int,
     generated_at: str | None = None,
+    pyramid: dict | None = None,
+    multiscales: list | None = None,
 ) -> dict:
-    """The manifest of an unwindowed (morton-hive/1) store with the declared-off pyramid."""
+    """The manifest of an unwindowed (morton-hive/1) store; ``pyramid`` is its pyramid
+    block (default: the declared-off form) and ``multiscales`` the §4.9 mirror a
+    ``zagg-pyramid/2`` block carries beside it."""
     if not isinstance(dataset, dict) or not {"short_name", "version"} <= set(dataset):
         raise ValueError(f"dataset must be {{'short_name', 'version'}}, got {dataset!r}")
     if not isinstance(semantic_hash, str) or not semantic_hash:
@@ -48,6 +52,12 @@ def build_manifest(
     p, c = int(shard_order), int(cell_order)
     if not 0 <= p <= c <= 29:
         raise ValueError(f"need 0 <= shard_order ({p}) <= cell_order ({c}) <= 29")
+    if pyramid is None:
+        pyramid = {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}}
+    if pyramid.get("spec") not in PYRAMID_SPECS:
+        raise ValueError(f"pyramid block declares spec {pyramid.get('spec')!r}; known "
+                         f"revisions are {list(PYRAMID_SPECS)}")
+    mirror = {"multiscales": multiscales} if multiscales is not None else {}
     return {
         "spec": HIVE_SPEC,
         "dataset": {"short_name": str(dataset["short_name"]), "version": str(dataset["version"])},
@@ -56,7 +66,8 @@ def build_manifest(
         "shard_order": p,
         "split_schedule": [1] * p,
         "path_grouping": 1,
-        "pyramid": {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}},
+        "pyramid": pyramid,
+        **mirror,
         "generated_at": generated_at or now_iso(),
     }
 

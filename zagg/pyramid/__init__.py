@@ -1,0 +1,18 @@
+"""The multi-resolution pyramid: every HEALPix order from the leaves' cells down to 0.
+
+- :mod:`~zagg.pyramid.declare` — ``output.pyramid`` → the ``zagg-pyramid/2`` ladder, the
+  manifest block and its ``multiscales`` mirror;
+- :mod:`~zagg.pyramid.levels` — sparse cells of one resolution and the coarsen-by-4 fold
+  that calls each field's reducer :class:`~zagg.reducers.Fold` (the one fold engine);
+- :mod:`~zagg.pyramid.column` — the leaf column a leaf's own task writes after its stamp;
+- :mod:`~zagg.pyramid.ladder` — the overviews above the shard as a dask graph of 4-to-1
+  folds down to order 0; :mod:`~zagg.pyramid.sweep` runs it on a store under the
+  :mod:`~zagg.pyramid.lease`.
+"""
+
+from zagg.lazy import lazy_package
+
+lazy_package(__name__, {
+    "sweep": ".sweep",
+    "SweepRefused": ".lease",
+})

@@ -1,0 +1,160 @@
+"""The leaf column (spec §4.6): the pyramid levels inside one shard, written by its leaf's task.
+
+After the leaf's stamp, the task that wrote it folds the shard's cells order by order
+inside the shard — every declared leaf resolution, every ladder rung in the leaf's
+footprint and the one-cell node-order member — and writes them as ``all.pyramid.zarr``
+beside the leaf (role ``column``, ``zagg_column`` provenance, stamp last; its
+``all.pyramid.stats.json`` follows with the leaf's other sidecars). Groups at or above the
+raw-fold boundary fold from the leaf's cells, the coarser ones flat from the boundary
+group, each through the fields' reducer folds (:func:`zagg.pyramid.levels.coarsen`).
+A run whose declaration has no composable field writes none and deletes a stale one.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from zagg import grid as G
+from zagg.hive import artifact
+from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows
+from zagg.hive.layout import FieldSpec, field_specs
+from zagg.hive.stamp import now_iso
+from zagg.partials import Digests
+from zagg.pyramid.declare import Declaration
+from zagg.pyramid.levels import FieldCells, Law, Level, coarsen, laws_of
+
+WINDOW_ALL = "all"
+
+
+def shard_words(shard_id: str, p: int, order: int, ranks: np.ndarray) -> np.ndarray:
+    """Cell words at ``order`` of positions ``ranks`` on a node's axis (orders <= 27)."""
+    word = G.from_decimal([shard_id])[0]
+    first = np.uint64(int(word) + order - p)
+    return first + np.asarray(ranks, np.int64).astype(np.uint64) * np.uint64(G.stride(order))
+
+
+def digests_of(cells: RaggedCells) -> Digests:
+    """The centroid columns of stored t-digest cells (``[mean, weight]`` float32 rows)."""
+    if isinstance(cells, DigestRows):
+        return Digests(cells.means, cells.weights, cells.offsets // 8)
+    rows = np.frombuffer(np.ascontiguousarray(cells.data).tobytes(), "<f4").reshape(-1, 2)
+    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), np.asarray(cells.offsets) // 8)
+
+
+def leaf_level(shard_id: str, contents: dict, laws: dict[str, Law], p: int, c: int) -> Level:
+    """A leaf's stored cells (``ShardCells.contents``) as the level at its cell order."""
+    out = Level(c)
+    for name, law in laws.items():
+        cells = contents[name]
+        words = shard_words(shard_id, p, c, cells.ranks)
+        values = digests_of(cells) if law.kind == "ragged" else np.asarray(cells.values)
+        out.fields[name] = FieldCells(words, values)
+    return out
+
+
+def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
+    """A level's fields as the cells an artifact group at ``node_id`` stores."""
+    k = G.id_order(node_id)
+    word = G.from_decimal([node_id])[0]
+    out = {}
+    for name, law in laws.items():
+        fc = level.fields.get(name)
+        if law.kind == "ragged":
+            if fc is None or not len(fc):
+                out[name] = digest_rows(np.zeros(0, np.int64), np.zeros(1, np.int64),
+                                        np.zeros(0, np.float32))
+                continue
+            ranks = G.cell_rank(fc.words, word, k, level.order)
+            d = fc.values
+            out[name] = digest_rows(ranks, d.offsets, d.means, d.weights)
+        else:
+            dtype = law.dtype.newbyteorder("<")
+            if fc is None or not len(fc):
+                out[name] = DenseCells(np.zeros(0, np.int64), np.zeros(0, dtype))
+                continue
+            out[name] = DenseCells(G.cell_rank(fc.words, word, k, level.order),
+                                   np.asarray(fc.values).astype(dtype, copy=False))
+    return out
+
+
+def artifact_specs(fields: dict, attrs: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
+    """The array specs of a pyramid artifact: the composable fields as the leaf stores them."""
+    names = [n for n in fields if n in laws]
+    return field_specs({n: fields[n] for n in names}, {n: attrs[n] for n in names if n in attrs})
+
+
+def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[int, tuple]:
+    """Every column group ``r`` → ``(level, demotions)``: from the leaf's cells at or above
+    the boundary, flat from the boundary group below it."""
+    out = {}
+    for r in decl.column_groups():
+        src = decl.group_source(r)
+        source = leaf if src == decl.cell_order else out[src][0]
+        out[r] = coarsen([source], r, laws)
+    return out
+
+
+def materialized(decl: Declaration, laws: dict[str, Law]) -> dict:
+    """The ``fields`` map of an artifact: the composable fields' entries."""
+    return {n: dict(decl.fields[n]) for n in laws}
+
+
+def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, fields: dict,
+                 attrs: dict, *, granule_count: int = 0, fresh: bool = False) -> dict | None:
+    """Write the leaf column of ``shard_id`` from the leaf's stored cells (``contents``)
+    after its stamp; returns the artifact record (None: the declaration carries no
+    column, and a stale one was deleted)."""
+    rel = artifact.column_path(shard_id)
+    laws = laws_of(decl.fields) if decl is not None else {}
+    if not laws:
+        if not fresh:
+            artifact.clear(root, rel)
+        return None
+    t0 = time.perf_counter()
+    p, c = decl.shard_order, decl.cell_order
+    levels = column_levels(leaf_level(shard_id, contents, laws, p, c), decl, laws)
+    demotions = sorted((d for _, dem in levels.values() for d in dem),
+                       key=lambda d: (d["field"], d["reason"]))
+    finest = decl.column_groups()[0]
+    provenance = {
+        "role": "column",
+        artifact.COLUMN_ATTR: {
+            "spec": artifact.COLUMN_SPEC, "node": shard_id, "order": p,
+            "source_cell_order": c, "window": WINDOW_ALL,
+            "fields": materialized(decl, laws),
+            "groups": {str(r): {"regime": "leaf-column", "merges_from_raw": decl.group_mfr(r),
+                                "n_cells": 4 ** (r - p)} for r in decl.column_groups()},
+            "cells_with_data_order": finest,
+            **({"demotions": demotions} if demotions else {}),
+            "generated_at": now_iso(),
+        },
+    }
+    groups = {r: node_contents(lv, shard_id, laws) for r, (lv, _) in levels.items()}
+    t_fold = time.perf_counter()
+    record = artifact.write_artifact(
+        root, rel, shard_id, groups, artifact_specs(fields, attrs, laws), provenance,
+        cells_with_data=levels[finest][0].n_cells(), granule_count=granule_count,
+        morton_attrs=attrs.get("morton"), fresh=fresh)
+    record["timings"] = {"fold_s": t_fold - t0, "total_s": time.perf_counter() - t0}
+    return record
+
+
+def after_leaf(root, shard_id: str, contents: dict, record: dict | None, decl, fields: dict,
+               attrs: dict, fresh: bool) -> dict | None:
+    """The leaf task's column step: once the leaf is stamped (``record``), its column;
+    the column's sidecar joins the leaf's deferred siblings and its time the leaf's."""
+    if record is None:
+        return None
+    col = write_column(root, shard_id, contents, decl, fields, attrs,
+                       granule_count=record.get("granule_count", 0), fresh=fresh)
+    if col is None:
+        return record
+    record.setdefault("siblings", {}).update(col.pop("sidecar"))
+    record["column"] = {k: col[k] for k in ("path", "content_hashes", "bytes_written",
+                                            "objects_written", "written_at")}
+    record["timings"]["column_s"] = col["timings"]["total_s"]
+    record["bytes_written"] += col["bytes_written"]
+    record["objects_written"] += col["objects_written"]
+    return record

@@ -1,0 +1,227 @@
+"""Sparse cells of one pyramid resolution, and the one fold engine that coarsens them.
+
+A :class:`Level` holds, per field, the cells that carry a value at one cell order (their
+words, ascending, and the stored values: an array, or :class:`~zagg.partials.Digests`).
+Everything here scales with occupied cells. :func:`coarsen` folds the levels of several
+contributors (a leaf's cells, the four children of a node) into their ancestors at a
+coarser order: parent cells are a :class:`~zagg.partials.Groups` over the ancestor words,
+and each field's values fold through its reducer's :class:`~zagg.reducers.Fold` — the
+only fold implementation, which columns, overviews and the sweep all call. A packed field
+is weighted by its ``of`` digest's per-cell weight, with the §4.3 guard rail: a
+contributor lacking the word blanks the parent cells it reaches, one lacking the divisor
+adds nothing for the field; both are recorded as ``demotions``. :func:`concat` joins
+contributors of disjoint spans at the same order (a gather).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zagg import grid as G
+from zagg import reducers
+from zagg.partials import Digests, Groups
+
+
+@dataclass
+class FieldCells:
+    """The cells of one field holding a value: ``words`` ascending, ``values`` aligned."""
+
+    words: np.ndarray
+    values: object  # np.ndarray of the stored dtype, or Digests
+
+    def __len__(self) -> int:
+        return int(self.words.size)
+
+
+@dataclass
+class Level:
+    """Every composable field's cells at cell order ``order``."""
+
+    order: int
+    fields: dict[str, FieldCells] = field(default_factory=dict)
+
+    def n_cells(self) -> int:
+        """Cells holding a value in any field."""
+        parts = [f.words for f in self.fields.values() if len(f)]
+        return int(np.unique(np.concatenate(parts)).size) if parts else 0
+
+
+@dataclass(frozen=True)
+class Law:
+    """How one field folds: its reducer's fold, stored dtype and fold options."""
+
+    name: str
+    fold: reducers.Fold
+    kind: str  # dense | ragged
+    dtype: np.dtype
+    opts: dict
+    of: str | None = None  # the divisor digest of a packed field
+
+    @classmethod
+    def of_entry(cls, name: str, entry: dict) -> Law | None:
+        """The law of a manifest field entry (spec §4.5), None for class none."""
+        if entry.get("class") in (None, "none"):
+            return None
+        red = reducers.get(entry["function"])
+        fold = red.pyramid_fold
+        if fold is None:
+            return None
+        if red.kind == "ragged":
+            opts = {"delta": int(entry.get("overview_delta") or entry["delta"]),
+                    "weights": entry.get("weights", "counts"), "located": False}
+            return cls(name, fold, "ragged", np.dtype(object), opts)
+        return cls(name, fold, "dense", np.dtype(entry["dtype"]), {}, entry.get("of"))
+
+
+def laws_of(fields: dict[str, dict]) -> dict[str, Law]:
+    """The fold laws of a composability map, composable fields only, divisors first."""
+    laws = {n: law for n, e in fields.items() if (law := Law.of_entry(n, e)) is not None}
+    return dict(sorted(laws.items(), key=lambda kv: kv[1].fold.needs_divisor))
+
+
+# -- digests -------------------------------------------------------------------------------
+def digests_concat(parts: list[Digests]) -> Digests:
+    """Digests of several pieces back to back."""
+    if len(parts) == 1:
+        return parts[0]
+    means = np.concatenate([d.means for d in parts])
+    unit = all(d.weights is None for d in parts)
+    weights = None if unit else np.concatenate([d.weights_or_ones() for d in parts])
+    sizes = np.concatenate([np.diff(d.offsets) for d in parts])
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return Digests(means, weights, offsets)
+
+
+def digests_take(d: Digests, index: np.ndarray) -> Digests:
+    """Cells ``index`` of ``d``, in that order."""
+    sizes = np.diff(d.offsets)[index]
+    starts = d.offsets[:-1][index]
+    rows = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + \
+        np.arange(int(sizes.sum()))
+    weights = None if d.weights is None else d.weights[rows]
+    return Digests(d.means[rows], weights, np.concatenate(([0], np.cumsum(sizes))).astype(
+        np.int64))
+
+
+def digest_weights(d: Digests) -> np.ndarray:
+    """Each cell's total weight (float64)."""
+    w = d.weights_or_ones().astype(np.float64)
+    cum = np.concatenate(([0.0], np.cumsum(w)))
+    return cum[d.offsets[1:]] - cum[d.offsets[:-1]]
+
+
+def _take(values, index):
+    return digests_take(values, index) if isinstance(values, Digests) else values[index]
+
+
+def _concat_values(parts):
+    if isinstance(parts[0], Digests):
+        return digests_concat(parts)
+    return np.concatenate(parts)
+
+
+# -- the fold engine -----------------------------------------------------------------------
+def concat(levels: list[Level], order: int) -> Level:
+    """Contributors of disjoint spans at the same ``order`` joined (a gather): no value
+    changes, cells come out in ascending word order."""
+    out = Level(order)
+    names = sorted({n for lv in levels for n in lv.fields})
+    for name in names:
+        parts = [lv.fields[name] for lv in levels if name in lv.fields and len(lv.fields[name])]
+        if not parts:
+            continue
+        words = np.concatenate([p.words for p in parts])
+        values = _concat_values([p.values for p in parts])
+        if words.size > 1 and np.any(words[1:] <= words[:-1]):
+            perm = np.argsort(words, kind="stable")
+            words, values = words[perm], _take(values, perm)
+        out.fields[name] = FieldCells(words, values)
+    return out
+
+
+def coarsen(levels: list[Level], order: int, laws: dict[str, Law]) -> tuple[Level, list]:
+    """The contributors' cells folded into their ancestors at ``order``: one k-way fold
+    per parent cell and field through the field's law. Returns the level and the
+    ``demotions`` records of packed fields (spec §4.3; empty when the rail stayed quiet)."""
+    out = Level(order)
+    demotions = []
+    for name, law in laws.items():
+        have = [lv.fields.get(name) for lv in levels]
+        if law.fold.needs_divisor:
+            cells, record = _coarsen_packed(name, law, levels, order)
+            if record:
+                demotions.extend(record)
+        else:
+            parts = [p for p in have if p is not None and len(p)]
+            cells = _fold(law, parts, order, None) if parts else None
+        if cells is not None and len(cells):
+            out.fields[name] = cells
+    demotions.sort(key=lambda d: (d["field"], d["reason"]))
+    return out, demotions
+
+
+def _fold(law: Law, parts: list[FieldCells], order: int, divisor) -> FieldCells:
+    words = np.concatenate([p.words for p in parts])
+    groups, parents = Groups.of(G.ancestor(words, order))
+    values = law.fold.combine([p.values for p in parts], groups, law.opts, divisor)
+    if law.kind == "dense":
+        values = _stored(values, law)
+    return FieldCells(parents, values)
+
+
+def _stored(values: np.ndarray, law: Law) -> np.ndarray:
+    """Folded values at the field's stored dtype (a wider sum wraps, spec §4.4)."""
+    dtype = law.dtype.newbyteorder("<")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values).astype(dtype)
+
+
+def _coarsen_packed(name: str, law: Law, levels: list[Level], order: int):
+    """A packed field's fold weighted by its ``of`` digest, with the demotions rail."""
+    parts, divisor, blanked = [], [], []
+    fired = {"word-missing": 0, "divisor-missing": 0}
+    cells = {"word-missing": set(), "divisor-missing": set()}
+    for lv in levels:
+        word, of = lv.fields.get(name), lv.fields.get(law.of)
+        if word is None and of is None:
+            continue
+        if word is None:  # the divisor without the word: blank what it reaches
+            fired["word-missing"] += 1
+            reach = G.ancestor(of.words, order)
+            blanked.append(reach)
+            cells["word-missing"].update(reach.tolist())
+            continue
+        if of is None:  # the word without its divisor: it adds nothing
+            fired["divisor-missing"] += 1
+            cells["divisor-missing"].update(G.ancestor(word.words, order).tolist())
+            continue
+        if not len(word):
+            continue
+        n = np.zeros(len(word), np.int64)
+        at = np.searchsorted(of.words, word.words)
+        ok = at < len(of)
+        ok[ok] = of.words[at[ok]] == word.words[ok]
+        n[ok] = np.rint(digest_weights(of.values)[at[ok]]).astype(np.int64)
+        parts.append(word)
+        divisor.append(n)
+    result = _fold(law, parts, order, divisor) if parts else None
+    if result is not None and blanked:
+        keep = ~np.isin(result.words, np.concatenate(blanked))
+        result = FieldCells(result.words[keep], result.values[keep])
+    if result is not None:
+        zero = np.asarray(result.values) != 0  # an all-empty part set folds to the 0 word
+        result = FieldCells(result.words[zero], result.values[zero])
+    records = []
+    for reason, count in fired.items():
+        if not count:
+            continue
+        rec = {"field": name, "class": "packed", "reason": reason, "contributors": count,
+               "of": law.of}
+        covered = set() if result is None else set(result.words.tolist())
+        lost = cells[reason] - covered if reason == "divisor-missing" else cells[reason]
+        if lost:
+            rec["cells"] = len(lost)
+        records.append(rec)
+    return result, records

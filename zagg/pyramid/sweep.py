@@ -1,0 +1,271 @@
+"""The sweep: build or refresh a store's pyramid ladder from its committed leaf columns.
+
+``python -m zagg sweep STORE`` (or :func:`sweep`, or ``output.sweep: "stages"`` after a
+run) admits itself with the store's lease, reads metadata only to plan (the leaf columns'
+and the overviews' root ``zarr.json``), then folds the nodes whose generation moved as a
+dask graph of 4-to-1 steps, one wave of ``tuple_width`` orders at a time (the lease beats
+between waves; the width changes no byte), and finishes: the root coverage and the
+manifest's per-level ``actuals`` are rewritten only when they change, and the lease is
+deleted. A re-run on an unchanged store therefore writes no data object.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import dask
+
+from zagg import grid as G
+from zagg.hive import artifact, coverage
+from zagg.hive.manifest import read_manifest
+from zagg.hive.paths import MANIFEST_KEY
+from zagg.hive.stamp import now_iso
+from zagg.hive.storage import StoreRoot, as_root
+from zagg.pyramid import lease as _lease
+from zagg.pyramid.declare import of_manifest
+from zagg.pyramid.ladder import MERGE, Context, NodePlan, load_carry, load_level, node_task, plan
+from zagg.pyramid.levels import laws_of
+from zagg.pyramid.reading import group_schema, specs_of
+
+READERS = 16  # concurrent metadata GETs while planning
+
+
+@dataclass
+class SweepSummary:
+    """What a sweep did."""
+
+    store: str
+    run_id: str
+    leaves: int = 0
+    columns: int = 0
+    nodes: int = 0
+    folded: int = 0
+    skipped: int = 0
+    objects_written: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    claimed_from: str | None = None
+    records: list = field(default_factory=list, repr=False)
+
+    def lines(self) -> list[str]:
+        return [
+            f"store           {self.store}",
+            f"sweep           {self.run_id}"
+            + (f" (claimed the stale lease of {self.claimed_from})" if self.claimed_from
+               else ""),
+            f"leaves          {self.leaves:,} ({self.columns:,} with a column)",
+            f"ladder nodes    {self.nodes:,}: {self.folded:,} folded, {self.skipped:,} current",
+            f"objects written {self.objects_written:,} ({self.bytes_written / 2**20:.2f} MiB)",
+            f"wall time       {self.seconds:.1f} s",
+        ]
+
+
+def parse_scope(scope) -> list[str] | None:
+    """Node prefixes (decimal ids, a list or comma-separated text) a sweep refolds."""
+    if scope is None:
+        return None
+    items = [s.strip() for s in scope.split(",")] if isinstance(scope, str) else list(scope)
+    items = [s for s in items if s]
+    for s in items:
+        try:
+            G.validate_id(s)
+        except ValueError as exc:
+            raise ValueError(f"--scope {s!r}: {exc}") from None
+    return items
+
+
+def _in_scope(scope: list[str] | None):
+    if scope is None:
+        return lambda node: True
+    return lambda node: any(node.startswith(s) or s.startswith(node) for s in scope)
+
+
+def sweep(store, *, storage_options=None, scope=None, tuple_width: int = 3,
+          ttl_s: int = _lease.DEFAULT_TTL, progress: bool = False) -> SweepSummary:
+    """Build or refresh the pyramid ladder of ``store`` from its committed leaf columns.
+
+    ``scope`` (node prefixes) limits which ancestor nodes are refolded; a refolded node
+    always folds every child on disk. Refuses (:class:`~zagg.pyramid.lease.SweepRefused`)
+    while another sweep holds the store's lease. Nodes whose generation triple is
+    unchanged are not rewritten."""
+    t0 = time.perf_counter()
+    root = as_root(store, storage_options)
+    manifest = read_manifest(root)
+    if manifest is None:
+        raise ValueError(f"no {MANIFEST_KEY} at {root.url}: not a hive store root")
+    decl = of_manifest(manifest)
+    if decl is None:
+        raise ValueError(f"{root.url_of(MANIFEST_KEY)} declares no zagg-pyramid/2 ladder "
+                         "(pyramid declared off): nothing to sweep; declare output.pyramid "
+                         "in the config and write the store with it")
+    if not isinstance(tuple_width, int) or tuple_width < 1:
+        raise ValueError(f"tuple_width must be a positive integer, got {tuple_width!r}")
+    scope = parse_scope(scope)
+    run_id = _lease.new_run_id()
+    held = _lease.acquire(root, run_id, scope=scope, ttl_s=ttl_s)
+    summary = SweepSummary(root.url, run_id, claimed_from=held.payload.get("claimed_from"))
+    try:
+        _run(root, manifest, decl, scope, tuple_width, held, summary)
+    finally:
+        held.release()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _committed_leaves(root: StoreRoot, manifest: dict) -> list[str]:
+    from zagg.read.leaves import candidates
+
+    return [sid for _rel, sid in candidates(root, manifest, "auto")]
+
+
+def _read_attrs(root: StoreRoot, rels: dict[str, str], role: str) -> dict[str, dict]:
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        got = dict(zip(rels, pool.map(lambda rel: artifact.stamped_attrs(root, rel, role),
+                                      rels.values()), strict=True))
+    return {k: v for k, v in got.items() if v is not None}
+
+
+def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> None:
+    laws = laws_of(decl.fields)
+    leaves = _committed_leaves(root, manifest)
+    summary.leaves = len(leaves)
+    columns = _read_attrs(root, {s: artifact.column_path(s) for s in leaves}, "column")
+    summary.columns = len(columns)
+    ancestors = {}
+    for k, _r in decl.ladder():
+        for s in leaves:
+            nid = s[: (1 if s.startswith("-") else 0) + 1 + k]
+            ancestors[nid] = artifact.overview_path(nid)
+    overviews = _read_attrs(root, ancestors, "overview")
+    nodes = plan(decl, leaves, columns, overviews, _in_scope(scope))
+    active = [n for by in nodes.values() for n in by.values() if n.columns]
+    summary.nodes = len(active)
+    summary.skipped = sum(1 for n in active if not n.dirty)
+    if not laws or not any(n.dirty for n in active):
+        _finish(root, manifest, decl, leaves, [], summary)
+        return
+    first = next(iter(columns))
+    specs = specs_of(group_schema(root, artifact.column_path(first), decl.base), laws)
+    morton = _morton_attrs(root, artifact.column_path(first), decl.base)
+    ctx = Context(root, decl, laws, specs, held.run_id, morton, columns)
+    records = _fold(ctx, nodes, width, held)
+    summary.folded = len(records)
+    summary.records = records
+    summary.objects_written = sum(r["objects_written"] for r in records)
+    summary.bytes_written = sum(r["bytes_written"] for r in records)
+    _finish(root, manifest, decl, leaves, records, summary)
+
+
+def _morton_attrs(root, rel: str, r: int) -> dict:
+    meta = root.read_json(f"{rel}/{r}/morton/zarr.json") or {}
+    return dict(meta.get("attributes") or {})
+
+
+def _fold(ctx: Context, nodes: dict, width: int, held) -> list[dict]:
+    """The ladder as waves of ``width`` orders: each wave's node tasks are persisted (on a
+    cluster their results stay on the workers), the lease beats, and the next wave folds
+    them."""
+    token = uuid.uuid4().hex[:8]
+    p = ctx.decl.shard_order
+    orders = list(range(p - 1, -1, -1))
+    prev: dict = {}  # node id → delayed result of the previous wave's coarsest order
+    records = []
+    for at in range(0, len(orders), width):
+        wave = orders[at: at + width]
+        made: dict = {}
+        todo = []
+        for k in wave:
+            made_k = {}
+            for node in nodes[k].values():
+                if not node.dirty:
+                    continue
+                inputs = [] if node.order == p - 1 else [
+                    _input(ctx, nodes[k + 1][c], node, made.get(c, prev.get(c)), token)
+                    for c in node.children]
+                with dask.annotate(priority=p - k):
+                    task = dask.delayed(node_task, pure=False)(
+                        ctx, node, inputs, dask_key_name=f"fold-node-{k}-{node.id}-{token}")
+                made_k[node.id] = task
+                todo.append(task)
+            made.update(made_k)
+        done = dask.persist(*todo) if todo else ()
+        _wait(done)
+        held.beat()
+        results = dict(zip((t.key for t in todo), done, strict=True))
+        prev = {nid: results[t.key] for nid, t in made.items()
+                if nodes[wave[-1]].get(nid) is not None}
+        records.extend(r["record"] for r in dask.compute(*[
+            dask.delayed(_record)(d) for d in done]) if r["record"] is not None)
+    return records
+
+
+def _record(result) -> dict:
+    return {"record": result.record}
+
+
+def _input(ctx: Context, child: NodePlan, parent: NodePlan, made, token: str):
+    """A parent's input from one child: its task this run, else a read of what it has."""
+    if made is not None:
+        return made
+    if not child.columns or child.existing is None and parent.regime == MERGE:
+        return None  # nothing committed to read: the parent counts it missing
+    loader = load_level if parent.regime == MERGE else load_carry
+    name = "load-level" if parent.regime == MERGE else "load-carry"
+    return dask.delayed(loader, pure=False)(
+        ctx, child, dask_key_name=f"{name}-{child.order}-{child.id}-{token}")
+
+
+def _wait(done) -> None:
+    """Block until persisted results exist (a distributed client persists asynchronously)."""
+    try:
+        from distributed import get_client, wait
+    except ImportError:
+        return
+    try:
+        get_client()
+    except ValueError:
+        return
+    wait(list(done))
+
+
+def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
+    """The finisher: the root coverage and the manifest's actuals, each only when it
+    changes (the lease is released by the caller)."""
+    order = manifest["shard_order"]
+    if leaves:
+        current = coverage.read_root_coverage(root)
+        wanted = coverage.ranges(leaves, order)
+        if current is None or current.get("order") != order or current.get("ranges") != wanted:
+            envelope = coverage.root_envelope(leaves, order, source="refresh")
+            root.write_json(coverage.ROOT_COVERAGE_KEY, envelope)
+            summary.objects_written += 1
+    fresh = read_manifest(root) or manifest
+    block = fresh.get("pyramid") or {}
+    entries = block.get("overviews") or []
+    changed = False
+    for entry in entries:
+        node = int(entry["node"])
+        if node == decl.shard_order:
+            want = {"regime": "leaf-column", "merges_from_raw": max(
+                decl.group_mfr(r) for r in entry["cells"])}
+            if entry.get("actuals") != want:
+                entry["actuals"], changed = want, True
+            continue
+        mine = [r for r in records if r["order"] == node]
+        if not mine:
+            continue
+        counts = {"folded": 0, "missing": 0, "unreadable": 0}
+        for r in mine:
+            for key in counts:
+                counts[key] += r["source_children"][key]
+        entry["actuals"] = {"regime": mine[0]["regime"],
+                            "merges_from_raw": max(r["merges_from_raw"] for r in mine),
+                            "source_children": counts, "run_id": summary.run_id,
+                            "generated_at": now_iso()}
+        changed = True
+    if changed:
+        root.write_json(MANIFEST_KEY, fresh)
+        summary.objects_written += 1
