@@ -18,7 +18,7 @@ import numpy as np
 
 from zagg import grid as G
 from zagg.hive import artifact
-from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows
+from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows, ragged_cells
 from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
 from zagg.partials import Digests
@@ -35,12 +35,20 @@ def shard_words(shard_id: str, p: int, order: int, ranks: np.ndarray) -> np.ndar
     return first + np.asarray(ranks, np.int64).astype(np.uint64) * np.uint64(G.stride(order))
 
 
-def digests_of(cells: RaggedCells) -> Digests:
-    """The centroid columns of stored t-digest cells (``[mean, weight]`` float32 rows)."""
+def digests_of(cells: RaggedCells, locations: RaggedCells | None = None) -> Digests:
+    """The centroid columns of stored t-digest cells (``[mean, weight]`` float32 rows),
+    with the location word of each centroid from the located sibling's cells."""
+    locs = None
+    if locations is not None:
+        locs = np.frombuffer(np.ascontiguousarray(locations.data).tobytes(), "<u8").astype(
+            np.uint64)
     if isinstance(cells, DigestRows):
-        return Digests(cells.means, cells.weights, cells.offsets // 8)
+        weights = cells.weights
+        if locs is not None and weights is None:
+            weights = np.ones(cells.means.size, np.float32)
+        return Digests(cells.means, weights, cells.offsets // 8, locs)
     rows = np.frombuffer(np.ascontiguousarray(cells.data).tobytes(), "<f4").reshape(-1, 2)
-    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), np.asarray(cells.offsets) // 8)
+    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), np.asarray(cells.offsets) // 8, locs)
 
 
 def leaf_level(shard_id: str, contents: dict, laws: dict[str, Law], p: int, c: int) -> Level:
@@ -49,7 +57,10 @@ def leaf_level(shard_id: str, contents: dict, laws: dict[str, Law], p: int, c: i
     for name, law in laws.items():
         cells = contents[name]
         words = shard_words(shard_id, p, c, cells.ranks)
-        values = digests_of(cells) if law.kind == "ragged" else np.asarray(cells.values)
+        if law.kind == "ragged":
+            values = digests_of(cells, contents[law.locations] if law.locations else None)
+        else:
+            values = np.asarray(cells.values)
         out.fields[name] = FieldCells(words, values)
     return out
 
@@ -65,10 +76,18 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
             if fc is None or not len(fc):
                 out[name] = digest_rows(np.zeros(0, np.int64), np.zeros(1, np.int64),
                                         np.zeros(0, np.float32))
+                if law.locations:
+                    out[law.locations] = ragged_cells(np.zeros(0, np.int64),
+                                                      np.zeros(1, np.int64),
+                                                      np.zeros(0, np.uint8))
                 continue
             ranks = G.cell_rank(fc.words, word, k, level.order)
             d = fc.values
             out[name] = digest_rows(ranks, d.offsets, d.means, d.weights)
+            if law.locations:
+                words = np.ascontiguousarray(d.locs, dtype="<u8")
+                out[law.locations] = ragged_cells(ranks, (d.offsets - d.offsets[0]) * 8,
+                                                  words.view(np.uint8))
         else:
             dtype = law.dtype.newbyteorder("<")
             if fc is None or not len(fc):
@@ -82,6 +101,7 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
 def artifact_specs(fields: dict, attrs: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
     """The array specs of a pyramid artifact: the composable fields as the leaf stores them."""
     names = [n for n in fields if n in laws]
+    names += [law.locations for law in laws.values() if law.locations]
     return field_specs({n: fields[n] for n in names}, {n: attrs[n] for n in names if n in attrs})
 
 

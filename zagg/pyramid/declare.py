@@ -187,7 +187,7 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
             continue
         red = reducers.get(f["function"])
         law = red.pyramid_fold
-        if law is None or name in located:
+        if law is None:
             entries[name] = {"class": "none"}
             continue
         params = dict(f.get("params") or {})
@@ -198,6 +198,8 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
             if params.get("weights", "counts") != "counts":
                 entry["weights"] = params["weights"]
                 entry["gain"] = dict(params.get("gain") or {})
+            if name in located:  # the words are the points' order-29 words (spec §2.2)
+                entry["location"] = "coordinates"
         else:
             entry = {"class": red.pyramid_class, "method": law.method}
             if red.pyramid_class == "exact":

@@ -58,6 +58,7 @@ class Law:
     dtype: np.dtype
     opts: dict
     of: str | None = None  # the divisor digest of a packed field
+    locations: str | None = None  # the location-word sibling of a located digest
 
     @classmethod
     def of_entry(cls, name: str, entry: dict) -> Law | None:
@@ -69,9 +70,11 @@ class Law:
         if fold is None:
             return None
         if red.kind == "ragged":
+            located = bool(entry.get("location"))
             opts = {"delta": int(entry.get("overview_delta") or entry["delta"]),
-                    "weights": entry.get("weights", "counts"), "located": False}
-            return cls(name, fold, "ragged", np.dtype(object), opts)
+                    "weights": entry.get("weights", "counts"), "located": located}
+            return cls(name, fold, "ragged", np.dtype(object), opts,
+                       locations=f"{name}_locations" if located else None)
         return cls(name, fold, "dense", np.dtype(entry["dtype"]), {}, entry.get("of"))
 
 
@@ -91,7 +94,8 @@ def digests_concat(parts: list[Digests]) -> Digests:
     weights = None if unit else np.concatenate([d.weights_or_ones() for d in parts])
     sizes = np.concatenate([np.diff(d.offsets) for d in parts])
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    return Digests(means, weights, offsets)
+    locs = None if parts[0].locs is None else np.concatenate([d.locs for d in parts])
+    return Digests(means, weights, offsets, locs)
 
 
 def digests_take(d: Digests, index: np.ndarray) -> Digests:
@@ -101,8 +105,9 @@ def digests_take(d: Digests, index: np.ndarray) -> Digests:
     rows = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + \
         np.arange(int(sizes.sum()))
     weights = None if d.weights is None else d.weights[rows]
+    locs = None if d.locs is None else d.locs[rows]
     return Digests(d.means[rows], weights, np.concatenate(([0], np.cumsum(sizes))).astype(
-        np.int64))
+        np.int64), locs)
 
 
 def digest_weights(d: Digests) -> np.ndarray:

@@ -25,9 +25,11 @@ def group_schema(root, rel: str, r: int) -> dict:
 
 
 def specs_of(fields: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
-    """Array specs (kind, dtype, fill, attrs) of the composable fields of a group schema."""
+    """Array specs (kind, dtype, fill, attrs) of the composable fields of a group schema
+    (and their location siblings)."""
     out = {}
-    for name in laws:
+    names = list(laws) + [law.locations for law in laws.values() if law.locations]
+    for name in names:
         f = fields.get(name)
         if f is None:
             continue
@@ -38,13 +40,18 @@ def specs_of(fields: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
     return out
 
 
-def payload_digests(payloads: np.ndarray) -> Digests:
-    """t-digest payloads (``[mean, weight]`` float32 rows per cell) as centroid columns."""
+def payload_digests(payloads: np.ndarray, locations: np.ndarray | None = None) -> Digests:
+    """t-digest payloads (``[mean, weight]`` float32 rows per cell) as centroid columns,
+    with each centroid's location word from the located sibling's cells."""
     sizes = np.fromiter((len(p) // 8 for p in payloads), np.int64, count=payloads.size)
     data = b"".join(payloads.tolist())
     rows = np.frombuffer(data, "<f4").reshape(-1, 2)
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    return Digests.of(rows[:, 0].copy(), rows[:, 1].copy(), offsets)
+    if locations is None:
+        return Digests.of(rows[:, 0].copy(), rows[:, 1].copy(), offsets)
+    locs = np.concatenate([np.asarray(w, np.uint64) for w in locations]) if len(locations) \
+        else np.zeros(0, np.uint64)
+    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), offsets, locs)
 
 
 def group_level(root, rel: str, node_id: str, r: int, laws: dict[str, Law]) -> Level:
@@ -64,7 +71,13 @@ def group_level(root, rel: str, node_id: str, r: int, laws: dict[str, Law]) -> L
         ranks = np.flatnonzero(held(values, f.fill))
         words = shard_words(node_id, k, r, ranks)
         if f.ragged:
-            out.fields[name] = FieldCells(words, payload_digests(values[ranks]))
+            locs = None
+            if laws[name].locations:
+                sib = fields.get(laws[name].locations)
+                if sib is None:
+                    continue  # a payload without its words is not a located level
+                locs = load_field(root, rel, str(r), sib, ranks, where, None, None)
+            out.fields[name] = FieldCells(words, payload_digests(values[ranks], locs))
         else:
             out.fields[name] = FieldCells(words, np.asarray(values[ranks]))
     return out

@@ -1,0 +1,168 @@
+"""Pyramid levels: ``open_level`` (one resolution as a sparse Dataset) and ``open_pyramid``.
+
+A ``zagg-pyramid/2`` store is addressable at every level its manifest declares (spec
+§4.4): the native cells (the leaves, :func:`zagg.read.open_hive`), the leaf columns'
+groups (at and below the declared leaf resolutions, down to the shard order) and one
+overview per ancestor node above the shard. A level reads like the native store: the
+occupied cells of that order on ``cells`` (one dask chunk per artifact), the ``morton``
+coordinate at that order, ``cell_ids`` and the same fields (those the pyramid carries),
+so :func:`zagg.quantile` and :func:`zagg.plot_map` work on any level. Only committed
+(stamped) artifacts are read; a level nobody swept yet raises, naming the sweep.
+"""
+
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from dask.base import tokenize
+
+from zagg import grid as G
+from zagg.hive import artifact
+from zagg.hive.layout import MORTON, Geometry
+from zagg.hive.storage import as_root
+from zagg.read import build as _build
+from zagg.read import leaves as _leaves
+from zagg.read.loaders import load_field
+from zagg.read.region import parse_region, subtree_intervals
+from zagg.read.schema import held, leaf_group, schema
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+LEVEL_ATTR = "zagg_level"
+
+
+def levels(manifest: dict) -> dict[int, dict]:
+    """``{cell order: {"cell_order", "order", "artifact"}}`` of every level the manifest
+    declares, finest first: the native cells (``source``), the declared leaf resolutions
+    (``column``) and the ladder (``overview``, one per ancestor node order)."""
+    from zagg.pyramid.declare import of_manifest
+
+    p, c = int(manifest["shard_order"]), int(manifest["cell_order"])
+    out = {c: {"cell_order": c, "order": p, "artifact": "source"}}
+    decl = of_manifest(manifest)
+    if decl is not None:
+        for r in decl.resolutions:
+            out[r] = {"cell_order": r, "order": p, "artifact": "column"}
+        for k, r in decl.ladder():
+            out[r] = {"cell_order": r, "order": k, "artifact": "overview"}
+    return dict(sorted(out.items(), reverse=True))
+
+
+def open_level(store, order: int, storage_options: dict[str, Any] | None = None, *,
+               region=None, bbox=None, cells=None) -> xr.Dataset:
+    """The occupied cells of one pyramid level (cell order ``order``) as a lazy Dataset.
+
+    ``region`` / ``bbox`` / ``cells`` keep the cells inside that region (at the level's
+    order) and open only the artifacts that can hold one. The native order is
+    :func:`zagg.read.open_hive`'s read."""
+    from zagg.read.open import open_hive
+
+    root = as_root(store, storage_options)
+    manifest = _leaves.manifest_of(root)
+    table = levels(manifest)
+    order = int(order)
+    if order not in table:
+        raise ValueError(f"cell order {order} is not a level of {root.url}: its levels are "
+                         f"{sorted(table, reverse=True)} (the pyramid declared in its "
+                         "manifest; output.pyramid sets it)")
+    entry = table[order]
+    if entry["artifact"] == "source":
+        return open_hive(root, region=region, bbox=bbox, cells=cells)
+    reg = parse_region(region, bbox, cells, order=order)
+    found = _leaves.candidates(root, manifest, "auto", reg)
+    k = entry["order"]
+    nodes = sorted({_prefix(sid, k) for _rel, sid in found},
+                   key=lambda n: int(G.from_decimal([n])[0]))
+    if reg is not None and nodes:
+        lo, hi = subtree_intervals(G.from_decimal(nodes), reg.order)
+        nodes = [n for n, keep in zip(nodes, reg.overlaps(lo, hi), strict=True) if keep]
+    path = artifact.column_path if entry["artifact"] == "column" else artifact.overview_path
+    role = entry["artifact"]
+    with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
+        attrs = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n), role), nodes))
+    stamped = [(n, a) for n, a in zip(nodes, attrs, strict=True) if a is not None
+               and _carries(a, role, order)]
+    if not stamped:
+        how = ("re-run the leaves with output.pyramid declared" if role == "column" else
+               f"build it with `python -m zagg sweep {root.url}`")
+        raise ValueError(f"level {order} of {root.url} is declared but no committed {role} "
+                         f"holds it yet: {how}")
+    return _open(root, manifest, stamped, path, k, order, role, reg)
+
+
+def _prefix(shard_id: str, order: int) -> str:
+    sign = 1 if shard_id.startswith("-") else 0
+    return shard_id[: sign + 1 + order]
+
+
+def _carries(attrs: dict, role: str, order: int) -> bool:
+    if role == "column":
+        return str(order) in (attrs[artifact.COLUMN_ATTR].get("groups") or {})
+    return attrs[artifact.OVERVIEW_ATTR].get("cell_order") == order
+
+
+def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
+    group = str(r)
+    first = path(stamped[0][0])
+    group_attrs, arrays = leaf_group(root, first, group, root.url_of(first))
+    fields = schema(arrays)
+    depth = r - k
+
+    def occupancy(item):
+        node, stamp_attrs = item
+        rel = path(node)
+        found = np.zeros(4**depth, dtype=bool)
+        for f in fields.values():
+            values = load_field(root, rel, group, f, None, root.url_of(rel), None, None)
+            found |= held(values, f.fill)
+        ranks = np.flatnonzero(found).astype(np.int64)
+        if reg is not None:
+            ranks = ranks[reg.contains(_leaves.cell_nested(node, depth, ranks))]
+        return _leaves.Leaf(rel, node, stamp_attrs["morton_hive_commit"], rel, ranks, ranks)
+
+    with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
+        got = [leaf for leaf in pool.map(occupancy, stamped) if leaf.ranks.size]
+    if not got and reg is None:
+        warnings.warn(f"level {r} of {root.url}: its {role}s hold no cell", stacklevel=3)
+    geom = Geometry(k, r, r, True)
+    parts = [_leaves.cell_words(leaf.shard_id, k, r, leaf.ranks) for leaf in got]
+    words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    token = tokenize(root.url, r, [(leaf.rel, leaf.stamp) for leaf in got], reg is not None
+                     and [leaf.ranks for leaf in got])
+    ds = _build.dataset(root, manifest, got, fields, geom, group_attrs,
+                        dict(arrays[MORTON].attrs), dense=False, recorded=None, token=token,
+                        words=words)
+    ds.attrs["morton_hive"] = {**ds.attrs["morton_hive"], "cell_order": r, "shard_order": k}
+    ds.attrs[LEVEL_ATTR] = {"cell_order": r, "order": k, "artifact": role,
+                            "artifacts": [leaf.rel for leaf in got]}
+    return ds
+
+
+def open_pyramid(store, storage_options: dict[str, Any] | None = None, *,
+                 region=None, bbox=None, cells=None) -> xr.DataTree:
+    """Every materialized level of a store as one DataTree: a child ``o{order}`` per
+    level, finest first (the native cells included); declared levels nobody has written
+    yet are left out with a warning."""
+    import xarray as xr
+
+    root = as_root(store, storage_options)
+    manifest = _leaves.manifest_of(root)
+    children = {}
+    for r in levels(manifest):
+        try:
+            children[f"o{r}"] = open_level(root, r, region=region, bbox=bbox, cells=cells)
+        except ValueError as exc:
+            if "no committed" not in str(exc):
+                raise
+            warnings.warn(str(exc), stacklevel=2)
+    tree = xr.DataTree.from_dict(children)
+    tree.attrs = {"morton_hive": {k: manifest[k] for k in ("spec", "cell_order",
+                                                           "shard_order") if k in manifest},
+                  "pyramid": manifest.get("pyramid"),
+                  **({"multiscales": manifest["multiscales"]} if "multiscales" in manifest
+                     else {})}
+    return tree
