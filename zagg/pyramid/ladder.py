@@ -27,7 +27,7 @@ from zagg.hive import artifact
 from zagg.hive.stamp import COMMIT_ATTR, now_iso
 from zagg.pyramid.column import node_contents
 from zagg.pyramid.declare import Declaration
-from zagg.pyramid.levels import Level, coarsen, concat
+from zagg.pyramid.levels import Level, coarsen, concat, gather
 from zagg.pyramid.reading import group_level
 
 GATHER, MERGE = "stage-gather", "stage-merge"
@@ -232,13 +232,14 @@ def node_task(ctx: Context, node: NodePlan, inputs: list) -> NodeResult:
                     counts["unreadable"] += 1
                     warnings.warn(f"leaf column of {sid} is unreadable ({exc}); the overview "
                                   f"at {node.id} under-covers it", stacklevel=2)
-            carry = {o: concat([g[o] for g in per], o) for o in orders}
+            parts = {o: [g[o] for g in per] for o in orders}
         else:
             got = [i for i in inputs if i is not None]
-            carry = {o: concat([i.carry[o] for i in got], o) for o in range(p, r + 1)}
+            parts = {o: [i.carry[o] for i in got] for o in range(p, r + 1)}
             counts["folded"] = len(node.columns)
             counts["missing"] = len(node.leaves) - len(node.columns)
-        level = carry.pop(r)
+        level, demotions = gather(parts.pop(r), r, ctx.laws)
+        carry = {o: concat(lv, o) for o, lv in parts.items()}
         generation, content = node.generation, node.content
         mfr = decl.level_mfr(node.order)
     else:

@@ -146,6 +146,41 @@ def concat(levels: list[Level], order: int) -> Level:
     return out
 
 
+def gather(levels: list[Level], order: int, laws: dict[str, Law]) -> tuple[Level, list]:
+    """:func:`concat` of contributors under the packed guard rail: a contributor's word
+    without its divisor digest is dropped, one's divisor without the word leaves those
+    cells at the fill word; both are recorded as ``demotions`` (spec §4.3)."""
+    demotions = []
+    kept = []
+    for name, law in laws.items():
+        if not law.fold.needs_divisor:
+            continue
+        fired = {"word-missing": [0, 0], "divisor-missing": [0, 0]}
+        for lv in levels:
+            word, of = lv.fields.get(name), lv.fields.get(law.of)
+            if word is None and of is not None and len(of):
+                fired["word-missing"][0] += 1
+                fired["word-missing"][1] += len(of)
+            elif of is None and word is not None and len(word):
+                fired["divisor-missing"][0] += 1
+                fired["divisor-missing"][1] += len(word)
+        for reason, (count, cells) in fired.items():
+            if count:
+                demotions.append({"field": name, "class": "packed", "reason": reason,
+                                  "contributors": count, "of": law.of, "cells": cells})
+        kept.append((name, law.of))
+    out = concat(levels, order)
+    for name, of in kept:  # a word without its divisor is dropped
+        for lv in levels:
+            if lv.fields.get(of) is None and lv.fields.get(name) is not None \
+                    and name in out.fields:
+                drop = np.isin(out.fields[name].words, lv.fields[name].words)
+                cells = out.fields[name]
+                out.fields[name] = FieldCells(cells.words[~drop], cells.values[~drop])
+    demotions.sort(key=lambda d: (d["field"], d["reason"]))
+    return out, demotions
+
+
 def coarsen(levels: list[Level], order: int, laws: dict[str, Law]) -> tuple[Level, list]:
     """The contributors' cells folded into their ancestors at ``order``: one k-way fold
     per parent cell and field through the field's law. Returns the level and the
