@@ -145,7 +145,7 @@ def test_multiscales_mirror_is_derived_from_the_block():
 
 
 def test_moczarr_reads_the_declaration():
-    moczarr = pytest.importorskip("moczarr")
+    pytest.importorskip("moczarr")
     from moczarr.level import pyramid_levels
 
     m = manifest_of(strata({"overviews": [14, 13]}))

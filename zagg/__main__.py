@@ -1,4 +1,4 @@
-"""Command line: ``python -m zagg run | demo | inspect | verify``."""
+"""Command line: ``python -m zagg run | sweep | demo | inspect | verify``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,16 @@ def _cmd_run(args) -> int:
     summary = run(args.config, store=args.store, scheduler=args.scheduler,
                   workers=args.workers, threads=args.threads, memory_limit=args.memory_limit,
                   progress=not args.quiet, catalog=args.catalog, region=args.region,
-                  bbox=args.bbox)
+                  bbox=args.bbox, sweep=True if args.sweep else None)
+    print("\n".join(summary.lines()))
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from .pyramid.sweep import sweep
+
+    summary = sweep(args.store, storage_options=_storage_options(args.storage_option),
+                    scope=args.scope, tuple_width=args.tuple_width)
     print("\n".join(summary.lines()))
     return 0
 
@@ -141,7 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the shards it covers")
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--sweep", action="store_true", help="build the pyramid ladder after the "
+                   "leaves (as output.sweep: stages does)")
     r.set_defaults(func=_cmd_run)
+
+    w = sub.add_parser("sweep", help="build or refresh a store's pyramid ladder from its leaf "
+                                     "columns (the overviews above the shard order)")
+    w.add_argument("store")
+    w.add_argument("--scope", help="comma-separated node ids (decimal, e.g. -5112,-5113): "
+                                   "refold only the ancestor nodes of and under them")
+    w.add_argument("--tuple-width", type=_at_least_one, default=3,
+                   help="orders folded per wave between lease heartbeats (default 3; the "
+                        "bytes written do not depend on it)")
+    w.set_defaults(func=_cmd_sweep)
 
     d = sub.add_parser("demo", help="aggregate synthetic ATL03-like photons into ./demo-store")
     d.add_argument("--store", default="demo-store")
@@ -174,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute every leaf's content hashes")
     v.add_argument("store")
     v.set_defaults(func=_cmd_verify)
-    for p in (i, v):
+    for p in (i, v, w):
         p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                        help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
                             "profile=...; repeatable (credentials are better left to the "
@@ -190,7 +211,7 @@ INTERRUPTED_WRITE = ("; the store keeps the leaves already stamped, and readers 
 USER_ERRORS = {"zagg.validation": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
                "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError",
-               "zagg.sources.catalog": "CatalogError"}
+               "zagg.sources.catalog": "CatalogError", "zagg.pyramid.lease": "SweepRefused"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

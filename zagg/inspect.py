@@ -280,6 +280,7 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     else:
         lines.append("root coverage: absent (readers fall back to the walk)")
     lines += _coverage_warnings(root, [s[1] for s in stamped])
+    lines += level_lines(root, manifest, [s[1] for s in stamped])
     if stamped:
         try:
             lines += _sample_quantiles(root, stamped[0][1])
@@ -287,6 +288,36 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
             lines.append(f"sample quantiles: leaf {stamped[0][0]} does not read "
                          f"({_reason(exc)}); python -m zagg verify names the damaged arrays")
     return "\n".join(lines)
+
+
+def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> list[str]:
+    """The pyramid levels the manifest declares and how many of their artifacts are
+    committed (leaf columns per leaf, overviews per ancestor node)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .hive import artifact
+    from .read.levels import levels
+
+    table = levels(manifest)
+    if len(table) == 1:
+        return ["levels: the native cells only (pyramid declared off)"]
+    out = ["levels (cell order, artifact, committed):"]
+    for r, e in table.items():
+        if e["artifact"] == "source":
+            out.append(f"  o{r:<3} leaves     {len(shard_ids)} leaves of order {e['order']}")
+            continue
+        k = e["order"]
+        nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in shard_ids})
+        path = artifact.column_path if e["artifact"] == "column" else artifact.overview_path
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            found = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n),
+                                                                   e["artifact"]), nodes))
+        done = sum(1 for a in found if a is not None)
+        what = "leaf columns" if e["artifact"] == "column" else f"overviews at order {k}"
+        hint = "" if done == len(nodes) or e["artifact"] == "column" else \
+            f" (python -m zagg sweep {root.url} builds the rest)"
+        out.append(f"  o{r:<3} {e['artifact']:<10} {done}/{len(nodes)} {what}{hint}")
+    return out
 
 
 def _sample_quantiles(root: hive.StoreRoot, shard_id: str) -> list[str]:

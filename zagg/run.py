@@ -71,7 +71,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         scheduler=None, workers: int | None = None, threads: int | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
-        shards=None) -> RunSummary:
+        shards=None, sweep: bool | None = None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -81,7 +81,9 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` restrict the
     run to the covering shards at the shard order, and with a catalog only granules that
     touch them are read. The store's manifest is checked before any work starts, so an
-    incompatible existing store is refused without computing anything.
+    incompatible existing store is refused without computing anything. ``sweep`` (default:
+    the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
+    cluster (its summary is ``summary.sweep``).
     """
     t0 = time.perf_counter()
     cfg = load_config(config)
@@ -121,5 +123,20 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # the shards are written as they are aggregated, and nothing here keeps them: each
         # input chunk's partial is freed as soon as the shards it feeds are written
         cfg.check_dataset(ds)
-        return write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
-                            store, storage_options=options, progress=progress, t_start=t0)
+        summary = write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
+                               store, storage_options=options, progress=progress, t_start=t0)
+        return chain_sweep(cfg, summary, store, options, sweep)
+
+
+def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | None):
+    """The sweep a run chains after its leaves (``output.sweep: stages`` or ``sweep=True``),
+    scoped to the shards the run wrote."""
+    if not (cfg.output.sweep == "stages" if sweep is None else sweep):
+        return summary
+    if cfg.output.pyramid is None:
+        raise ConfigError("a sweep after the run needs a pyramid: output.pyramid is false")
+    from .pyramid.sweep import sweep as run_sweep
+
+    written = [r["shard_id"] for r in summary.records]
+    summary.sweep = run_sweep(store, storage_options=options, scope=written or None)
+    return summary

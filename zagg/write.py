@@ -49,6 +49,7 @@ class RunSummary:
     records: list = field(default_factory=list, repr=False)
     #: the point accounting (read, filtered, invalid_coordinates, outside_shards, keyed)
     point_counts: dict | None = None
+    sweep: object = None  # the pyramid sweep chained after the run (zagg.pyramid.sweep)
 
     @property
     def points_per_second(self) -> float | None:
@@ -97,6 +98,8 @@ class RunSummary:
               for f in self.failed_granules[:10]],
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
+            *(["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
+              if self.sweep is not None else []),
         ]
 
 

@@ -108,9 +108,23 @@ def group_words(node_id: str, node_order: int, r: int) -> np.ndarray:
 
 
 def clear(root: StoreRoot, rel: str) -> None:
-    """Delete an artifact and its sidecar (nothing to do when absent)."""
-    root.delete_prefix(rel)
-    root.delete_prefix(sidecar_key(rel))
+    """Delete an artifact and its sidecar: one listing of the node finds them, and on an
+    object store one bulk delete removes both (nothing is deleted when neither is there)."""
+    node = rel.rsplit("/", 1)[0]
+    dirs, files = root.list_dir(node)
+    names = {rel.rsplit("/", 1)[1], sidecar_key(rel).rsplit("/", 1)[1]}
+    found = [f"{node}/{n}" for n in sorted(names & set(dirs + files))]
+    if not found:
+        return
+    if root.is_local:
+        for key in found:
+            root.delete_prefix(key)
+        return
+    try:
+        root.fs.rm([root._full(k) for k in found], recursive=True)
+    except FileNotFoundError:
+        pass
+    root.fs.invalidate_cache(root._full(node))
 
 
 def write_artifact(root: StoreRoot, rel: str, node_id: str,

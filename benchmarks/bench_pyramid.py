@@ -1,0 +1,124 @@
+"""Benchmark: the pyramid's cost beside the leaf write it rides on, with peak memory.
+
+The synthetic photons are first written to an uncompressed zarr store (untimed, in a child
+process, as ``bench_store.py`` does). On one local cluster the same points are then run
+into two fresh stores of the 19/13/9 reference geometry: once with ``pyramid: false`` (the
+leaf write alone: the baseline), once with the default declaration (each leaf task also
+folds and writes its leaf column, groups 13 to 9), followed by ``zagg.sweep`` of that store
+(the ladder above the shard, orders 8 to 0). It prints the three times, the columns' share
+of the leaf tasks (from their own timings), the ladder's and the whole pyramid's cost as a
+ratio to the baseline leaf write (target: at most 0.30), and the peak RSS of the process
+tree over the sweep and over everything (target: under 3 GiB). The counts it prints
+(shards, cells, ladder nodes per order) are what ``tests/test_benchmarks.py`` checks.
+
+    python benchmarks/bench_pyramid.py                      # the dense 1e8-point store
+    python benchmarks/bench_pyramid.py --size 1e7
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+
+from common import sample_rss, standard_config
+
+DENSE = (-100.2, -75.6, -99.8, -75.4)
+TARGET = 0.30
+RSS_TARGET = 3 * 2**30
+
+
+class Peak:
+    """Peak RSS of the process tree while the block runs."""
+
+    def __enter__(self):
+        self.stop, self.out = threading.Event(), []
+        self.thread = threading.Thread(target=sample_rss, args=(self.stop, self.out),
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.bytes = self.out[0]
+
+
+def run_store(cfg: dict, store: str, client) -> tuple[float, object]:
+    from zagg.run import run
+
+    t0 = time.perf_counter()
+    summary = run(cfg, store=store, scheduler=client.scheduler.address, progress=False)
+    return time.perf_counter() - t0, summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=float, default=1e8)
+    ap.add_argument("--region", nargs=4, type=float, default=DENSE,
+                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument("--chunk", type=int, default=2_000_000)
+    args = ap.parse_args()
+    n = int(args.size)
+
+    from bench_store import write_points
+
+    import zagg
+    from zagg.cluster import client_for
+
+    tmp = tempfile.mkdtemp(prefix="zagg-bench-pyramid-")
+    try:
+        points = f"{tmp}/points.zarr"
+        gen = write_points(n, args.region, min(args.chunk, n), points)
+        print(f"{n:,} synthetic photons over {list(args.region)} written in {gen:.1f} s "
+              "(untimed)")
+        warm = f"{tmp}/warm.zarr"
+        write_points(min(n, 100_000), args.region, min(args.chunk, n), warm)
+        base = standard_config(input=points)
+        flat = {**base, "output": {**base["output"], "pyramid": False}}
+        with client_for(None) as client, Peak() as everything:
+            # the workers' one-time set-up (imports, numba caches) is paid by a small run
+            run_store(standard_config(input=warm), f"{tmp}/warm", client)
+            zagg.sweep(f"{tmp}/warm")
+            leaf_s, leaf = run_store(flat, f"{tmp}/flat", client)
+            col_s, with_cols = run_store(base, f"{tmp}/pyramid", client)
+            with Peak() as during:
+                t0 = time.perf_counter()
+                swept = zagg.sweep(f"{tmp}/pyramid")
+                sweep_s = time.perf_counter() - t0
+        records = with_cols.records
+        column = sum(r["timings"].get("column_s", 0.0) for r in records)
+        task = sum(r["timings"]["total_s"] + r["timings"].get("column_s", 0.0) for r in records)
+        orders = {}
+        for r in swept.records:
+            orders[r["order"]] = orders.get(r["order"], 0) + 1
+        print(f"points: {with_cols.shards} shards, {with_cols.cells_with_data:,} cells with "
+              "data")
+        print("ladder nodes per order: " + ", ".join(f"{k}:{orders[k]}" for k in
+                                                    sorted(orders, reverse=True)))
+        print(f"leaf write, pyramid off        {leaf_s:8.1f} s   ({leaf.bytes_written / 2**20:,.0f}"
+              " MiB)")
+        print(f"leaf write with leaf columns   {col_s:8.1f} s   columns' share of the leaf "
+              f"tasks {column / task:.1%}")
+        print(f"sweep (ladder, orders 8..0)    {sweep_s:8.1f} s   {swept.folded} nodes, "
+              f"{swept.objects_written} objects, {swept.bytes_written / 2**20:.1f} MiB")
+        ladder = sweep_s / leaf_s
+        whole = (col_s - leaf_s + sweep_s) / leaf_s
+        print(f"ladder / leaf write            {ladder:8.2f}   "
+              f"({'meets' if ladder <= TARGET else 'misses'} the target {TARGET:.2f})")
+        print(f"pyramid / leaf write           {whole:8.2f}   (columns' extra leaf time + "
+              "sweep, over the pyramid-off write)")
+        for label, peak in (("sweep", during.bytes), ("whole run", everything.bytes)):
+            ok = "under" if peak < RSS_TARGET else "over"
+            print(f"peak RSS, {label:<20} {peak / 2**30:6.2f} GiB ({ok} the 3 GiB target)")
+        print(f"re-sweep of the unchanged store: {zagg.sweep(f'{tmp}/pyramid').folded} nodes "
+              "folded")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
