@@ -310,8 +310,8 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> l
         nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in shard_ids})
         path = artifact.column_path if e["artifact"] == "column" else artifact.overview_path
         with ThreadPoolExecutor(max_workers=16) as pool:
-            found = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n),
-                                                                   e["artifact"]), nodes))
+            found = list(pool.map(lambda n, path=path, role=e["artifact"]:
+                                  artifact.stamped_attrs(root, path(n), role), nodes))
         done = sum(1 for a in found if a is not None)
         what = "leaf columns" if e["artifact"] == "column" else f"overviews at order {k}"
         hint = "" if done == len(nodes) or e["artifact"] == "column" else \
