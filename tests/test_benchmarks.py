@@ -99,3 +99,22 @@ def test_bench_read_counts_both_readers_and_prints_the_ratios(expected_counts):
     assert re.search(r"store \d+\.\d MiB on disk", text)
     assert re.search(r"memory +zagg's peak / \(2 x store \+ interpreter\) = \d+\.\d\d", text)
     assert re.search(r"speed +moczarr wall / zagg wall = \d+\.\d \(target >= 3\)", text)
+
+
+def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
+    from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
+
+    text = _run("bench_pyramid.py", "--size", str(N), "--region",
+                *map(str, DEFAULT_REGION))
+    assert _counts(text) == expected_counts
+    ds = synthetic_photons(N, tuple(DEFAULT_REGION), chunk_size=1 << 20, seed=1).compute()
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    nodes = {k: len(np.unique(mortie.geo2mort(lat[ok], lon[ok], order=k))) for k in range(9)}
+    line = next(s for s in text.splitlines() if s.startswith("ladder nodes per order"))
+    assert line.split(": ", 1)[1] == ", ".join(f"{k}:{nodes[k]}" for k in range(8, -1, -1))
+    assert re.search(r"columns' share of the leaf tasks \d+\.\d%", text)
+    assert re.search(r"ladder / leaf write +\d+\.\d\d +\((meets|misses) the target 0\.30\)",
+                     text)
+    assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 2
+    assert "re-sweep of the unchanged store: 0 nodes folded" in text

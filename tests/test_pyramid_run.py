@@ -1,0 +1,173 @@
+"""The pyramid from the shell and on S3: ``zagg run --sweep``, ``zagg sweep``, inspect."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import zagg
+from zagg.__main__ import main
+from zagg.hive import artifact
+from zagg.read.levels import open_level
+from zagg.run import run
+from zagg.sources.synthetic import synthetic_photons
+
+REGION = (-101.0, -76.0, -99.0, -75.0)
+
+
+def config(store=None, **output):
+    cfg = {
+        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+                        "variables": ["h_ph"]},
+        "aggregation": {"variables": {
+            "count": {"function": "count"},
+            "h_max": {"function": "max", "source": "h_ph"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 64}},
+        }},
+        "output": {"dataset": {"short_name": "PYR", "version": "1"},
+                   "grid": {"parent_order": 5, "chunk_inner": 7, "child_order": 10}, **output},
+    }
+    if store:
+        cfg["output"]["store"] = str(store)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def photons():
+    return synthetic_photons(20_000, REGION, chunk_size=500, seed=7).compute()
+
+
+def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons):
+    store = tmp_path / "store"
+    summary = run(config(store, sweep="stages"), source=photons, workers=1, threads=1,
+                  progress=False)
+    assert summary.sweep is not None and summary.sweep.folded == summary.sweep.nodes > 0
+    assert any(line.startswith("pyramid sweep:") for line in summary.lines())
+    total = int(photons["lat_ph"].notnull().sum())
+    for r in (7, 6, 5, 4, 3, 2):
+        assert int(open_level(store, r)["count"].sum()) == total
+    m = json.loads((store / "morton_hive.json").read_text())
+    assert all("actuals" in e for e in m["pyramid"]["overviews"])
+
+
+def test_zagg_sweep_from_the_shell_then_inspect_lists_the_levels(tmp_path, photons, capsys):
+    store = tmp_path / "store"
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(config())), str(store))
+    assert main(["inspect", str(store)]) == 0
+    before = capsys.readouterr().out
+    assert "o7   column     " in before and "python -m zagg sweep" in before
+    assert main(["sweep", str(store), "--tuple-width", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ladder nodes" in out and "current" in out
+    assert main(["inspect", str(store)]) == 0
+    after = capsys.readouterr().out
+    for line in after.splitlines():
+        if line.startswith("  o") and "overview" in line:
+            done, total = line.split()[2].split("/")
+            assert done == total, line
+    assert main(["sweep", str(store)]) == 0
+    assert "0 folded" in capsys.readouterr().out
+
+
+def test_a_held_lease_refuses_the_shell_sweep_with_one_line(tmp_path, photons, capsys):
+    from zagg.hive import StoreRoot
+    from zagg.pyramid import lease
+
+    store = tmp_path / "store"
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(config())), str(store))
+    held = lease.acquire(StoreRoot(str(store)), "stage-20260101T000000Z-bbbbbb")
+    try:
+        assert main(["sweep", str(store)]) == 2
+        err = capsys.readouterr().err
+        assert "stage-20260101T000000Z-bbbbbb" in err and "holds this store" in err
+    finally:
+        held.release()
+
+
+def test_a_run_with_the_pyramid_off_deletes_a_stale_column(tmp_path, photons):
+    store = tmp_path / "store"
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(config())), str(store))
+    columns = sorted(store.rglob("all.pyramid.zarr"))
+    assert columns
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(config(pyramid=False))), str(store))
+    assert not list(store.rglob("all.pyramid.zarr"))
+    assert not list(store.rglob("all.pyramid.stats.json"))
+
+
+def test_columns_and_the_ladder_on_s3_equal_the_local_store(tmp_path, photons, moto_s3):
+    options, fs = moto_s3
+    fs.mkdir("pyramid-store")
+    url = "s3://pyramid-store/p"
+    local = tmp_path / "local"
+    ds = zagg.aggregate(photons, zagg.load_config(config()))
+    zagg.to_hive(ds, url, storage_options=options)
+    zagg.to_hive(ds, str(local))
+    remote = zagg.sweep(url, storage_options=options)
+    assert remote.folded == zagg.sweep(str(local)).folded > 0
+    for r in (7, 5, 2):
+        a = open_level(url, r, storage_options=options).compute()
+        b = open_level(str(local), r).compute()
+        assert a["morton"].values.tobytes() == b["morton"].values.tobytes()
+        assert a["count"].values.tobytes() == b["count"].values.tobytes()
+        assert [bytes(x) for x in a["h_tdigest"].values] == [bytes(x) for x in
+                                                              b["h_tdigest"].values]
+    root = zagg.hive.StoreRoot(url, options)
+    assert not root.exists("sweep.lease.json")
+    assert zagg.sweep(url, storage_options=options).objects_written == 0
+    rel = artifact.column_path(ds.attrs["zagg"]["shards"][0])
+    assert artifact.stamped_attrs(root, rel, "column") is not None
+    assert np.isfinite(zagg.quantile(open_level(url, 3, storage_options=options),
+                                     "h_tdigest", 0.5).values).all()
+
+
+def test_the_pyramid_docs_examples_run_on_the_reference_grid(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "pyramid.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 1
+    ds = synthetic_photons(5_000, REGION, chunk_size=1_000, seed=3)
+    raw = config(grid={"parent_order": 9, "chunk_inner": 13, "child_order": 19})
+    monkeypatch.chdir(tmp_path)
+    zagg.to_hive(zagg.aggregate(ds, zagg.load_config(raw)), "store")
+    zagg.sweep("store")
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    scope: dict = {}
+    exec(blocks[0], scope)
+    assert list(scope["tree"].children)[:3] == ["o19", "o13", "o12"]
+    assert np.isfinite(scope["med"].values).all()
+
+
+def test_wide_column_groups_are_sharded_and_read_back(tmp_path, photons):
+    moczarr = pytest.importorskip("moczarr")
+    grid = {"parent_order": 2, "chunk_inner": 5, "child_order": 9}
+    raw = config(grid=grid, pyramid={"overviews": [8, 7, 6, 5]})
+    store = tmp_path / "wide"
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(raw)), str(store))
+    col = sorted(store.rglob("all.pyramid.zarr"))[0]
+    layout = {}
+    for r in (8, 7, 6):
+        meta = json.loads((col / str(r) / "h_tdigest" / "zarr.json").read_text())
+        codec = meta["codecs"][0]
+        layout[r] = (meta["shape"][0], codec["name"], codec.get("configuration", {}).get(
+            "chunk_shape"), codec.get("configuration", {}).get("index_location"))
+    assert layout[8] == (4**6, "sharding_indexed", [1024], "end")
+    assert layout[7] == (4**5, "sharding_indexed", [256], "end")
+    assert layout[6][1] != "sharding_indexed" and layout[6][0] == 4**4
+    rel = str(col.relative_to(store))
+    stamp = moczarr.read_commit(str(store), rel)
+    assert moczarr.hash_arrays(str(store), rel) == stamp["content_hashes"]["arrays"]
+    ours = open_level(store, 8).compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = moczarr.open_level(str(store), 8).compute()
+    keep = theirs["count"].values > 0
+    assert theirs["count"].values[keep].tobytes() == ours["count"].values.tobytes()
+    assert [bytes(v) for v in theirs["h_tdigest"].values[keep]] == [
+        bytes(v) for v in ours["h_tdigest"].values]
+    assert int(ours["count"].sum()) == int(photons["lat_ph"].notnull().sum())
