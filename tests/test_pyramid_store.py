@@ -386,3 +386,22 @@ def test_sweep_refuses_a_store_without_a_ladder(points, tmp_path):
     assert not any("pyramid" in d for d, _, _ in os.walk(path))
     with pytest.raises(ValueError, match="declares no zagg-pyramid/2 ladder"):
         sweep(path)
+
+
+def test_a_foreign_stamp_written_after_admission_aborts_loudly(store, tmp_path):
+    from zagg.pyramid.ladder import ForeignStamp
+
+    path = str(tmp_path / "foreign")
+    shutil.copytree(store, path)
+    rel = [o for o in overviews(path) if o.count("/") == 1][0]
+    doc_path = os.path.join(path, rel, "zarr.json")
+    with open(doc_path) as f:
+        doc = json.load(f)
+    doc["attributes"]["morton_hive_commit"].update(run_id="stage-29990101T000000Z-cccccc",
+                                                   written_at="2999-01-01T00:00:00+00:00")
+    doc["attributes"]["zagg_overview"]["generation"]["n_leaves"] = -1  # due for a refold
+    with open(doc_path, "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(ForeignStamp, match="stage-29990101T000000Z-cccccc"):
+        sweep(path)
+    assert not os.path.exists(os.path.join(path, lease.LEASE_KEY))  # released on failure

@@ -63,6 +63,7 @@ class Context:
     run_id: str
     morton_attrs: dict
     columns: dict = field(default_factory=dict)  # leaf id → column root attrs (stamped)
+    started_at: str = ""  # when the sweep was admitted (the foreign-stamp backstop)
 
 
 @dataclass
@@ -182,13 +183,47 @@ def _prefix(shard_id: str, order: int) -> str:
 
 
 # -- the tasks -----------------------------------------------------------------------------
+class ColumnMoved(RuntimeError):
+    """A leaf column was rewritten while the sweep read it."""
+
+
+class ForeignStamp(RuntimeError):
+    """Another sweep wrote an overview this sweep owns since it was admitted."""
+
+
 def column_level_groups(ctx: Context, sid: str, orders: list[int]) -> dict[int, Level]:
     """Groups ``orders`` of one leaf's committed column as levels (a group the column lacks
-    is an empty level: the column under-covers it)."""
+    is an empty level: the column under-covers it). The column's stamp is read again after
+    its groups, and a column rewritten meanwhile (a run writing that leaf) is read once
+    more, never folded from two writes."""
     rel = artifact.column_path(sid)
-    groups = (ctx.columns[sid][artifact.COLUMN_ATTR].get("groups") or {})
-    return {r: group_level(ctx.root, rel, sid, r, ctx.laws) if str(r) in groups else Level(r)
-            for r in orders}
+    planned = _combined(ctx.columns[sid])
+    for _attempt in range(2):
+        groups = (ctx.columns[sid][artifact.COLUMN_ATTR].get("groups") or {})
+        out = {r: group_level(ctx.root, rel, sid, r, ctx.laws) if str(r) in groups
+               else Level(r) for r in orders}
+        now = artifact.stamped_attrs(ctx.root, rel, "column")
+        if now is not None and _combined(now) == planned:
+            return out
+        if now is None:
+            break
+        ctx.columns[sid], planned = now, _combined(now)
+    raise ColumnMoved(f"the leaf column {ctx.root.url_of(rel)} changed while the sweep read "
+                      "it (a run is writing that leaf): sweep again once the run is done")
+
+
+def check_owner(ctx: Context, rel: str) -> None:
+    """Abort loudly when the overview at ``rel`` carries a stamp another sweep wrote after
+    this one was admitted (the lease's residual-race backstop, spec §4.8)."""
+    attrs = artifact.read_root(ctx.root, rel) or {}
+    stamp = attrs.get(COMMIT_ATTR)
+    if not isinstance(stamp, dict):
+        return
+    other = stamp.get("run_id")
+    if other and other != ctx.run_id and str(stamp.get("written_at") or "") > ctx.started_at:
+        raise ForeignStamp(f"{ctx.root.url_of(rel)} was written by sweep {other!r} at "
+                           f"{stamp.get('written_at')}, after this sweep ({ctx.run_id}) was "
+                           "admitted: two sweeps ran at once; sweep again when it is done")
 
 
 def load_carry(ctx: Context, node: NodePlan) -> NodeResult:
@@ -271,6 +306,7 @@ def write_overview(ctx: Context, node: NodePlan, level: Level, counts: dict, dem
     ``zagg-overview/2`` provenance, stamp (with the run id) last, then its sidecar."""
     decl = ctx.decl
     rel = artifact.overview_path(node.id)
+    check_owner(ctx, rel)
     block = {
         "spec": artifact.OVERVIEW_SPEC, "node": node.id, "order": node.order,
         "cell_order": node.cells, "source_shard_order": decl.shard_order,

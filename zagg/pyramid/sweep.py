@@ -150,7 +150,8 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     first = next(iter(columns))
     specs = specs_of(group_schema(root, artifact.column_path(first), decl.base), laws)
     morton = _morton_attrs(root, artifact.column_path(first), decl.base)
-    ctx = Context(root, decl, laws, specs, held.run_id, morton, columns)
+    ctx = Context(root, decl, laws, specs, held.run_id, morton, columns,
+                  started_at=held.payload["acquired_at"])
     records = _fold(ctx, nodes, width, held)
     summary.folded = len(records)
     summary.records = records
