@@ -107,12 +107,13 @@ def cases() -> dict[str, tuple[xr.Dataset, dict, int]]:
 
 def leaf_hashes(store: str | Path) -> dict[str, dict]:
     """Every stamped leaf's content hashes, read from the stamps' JSON (no zagg code):
-    ``{relative leaf path: {"combined": ..., "arrays": {...}}}``."""
+    ``{relative leaf path: {"combined": ..., "arrays": {...}}}``. Pyramid artifacts (leaf
+    columns and overviews, which carry a ``role``) are not leaves."""
     store = Path(store)
     out = {}
     for doc in sorted(store.rglob("zarr.json")):
         attrs = json.loads(doc.read_text()).get("attributes") or {}
         stamp = attrs.get("morton_hive_commit")
-        if stamp is not None:
+        if stamp is not None and "role" not in attrs:
             out[str(doc.parent.relative_to(store))] = stamp["content_hashes"]
     return out

@@ -58,7 +58,8 @@ print(sorted(zagg.__all__))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == sorted(
         ["aggregate", "load_config", "ConfigError", "cdf", "composition_lanes", "open_hive",
-         "open_leaf", "open_store", "plot_map", "quantile", "run", "to_hive"])
+         "open_leaf", "open_level", "open_pyramid", "open_store", "plot_map", "quantile", "run",
+         "sweep", "to_hive"])
     import zagg
 
     with pytest.raises(AttributeError, match="no_such"):

@@ -59,7 +59,8 @@ def _tree(root):
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        clocked = path.name == "stats.json" or str(rel) in ("morton_hive.json", "coverage.moc")
+        clocked = path.name.endswith("stats.json") or str(rel) in ("morton_hive.json",
+                                                                  "coverage.moc")
         if path.is_file() and not clocked:
             data = path.read_bytes()
             if path.name == "zarr.json" and b"morton_hive_commit" in data:

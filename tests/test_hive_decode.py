@@ -74,6 +74,7 @@ def test_chosen_cells_decode_like_zarr(store):
         n = want.shape[0]
         for ranks in ([0], [n - 1], np.arange(4096, 2 * 4096), rng.choice(n, 300), []):
             ranks = np.unique(np.asarray(ranks, dtype=np.int64))
+            ranks = ranks[ranks < n]  # pyramid column groups hold fewer cells than a leaf
             got = decode.read_cells(root, key, found, ranks)
             if want.dtype == object:
                 assert list(got) == [b"" if v is None else bytes(v) for v in want[ranks]], key
