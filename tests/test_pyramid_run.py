@@ -171,3 +171,69 @@ def test_wide_column_groups_are_sharded_and_read_back(tmp_path, photons):
     assert [bytes(v) for v in theirs["h_tdigest"].values[keep]] == [
         bytes(v) for v in ours["h_tdigest"].values]
     assert int(ours["count"].sum()) == int(photons["lat_ph"].notnull().sum())
+
+
+def assert_columns_are_the_direct_fold_of_their_leaves(store):
+    """Every column group equals the fold kernels applied to the committed leaf's arrays:
+    from the leaf's cells at and above the boundary, from the boundary group below it."""
+    from zagg.hive import StoreRoot, read_stamp, walk_leaves
+    from zagg.hive.stamp import data_prefix
+    from zagg.partials import Digests
+    from zagg.pyramid.declare import of_manifest
+    from zagg.pyramid.levels import coarsen, laws_of
+    from zagg.pyramid.reading import group_level
+
+    root = StoreRoot(str(store))
+    decl = of_manifest(json.loads((store / "morton_hive.json").read_text()))
+    laws = laws_of(decl.fields)
+    compared = 0
+    for rel, sid in walk_leaves(root):
+        leaf = group_level(root, data_prefix(rel, read_stamp(root, rel)), sid,
+                           decl.cell_order, laws)
+        want = {}
+        for r in decl.column_groups():
+            src = decl.group_source(r)
+            want[r] = coarsen([leaf if src == decl.cell_order else want[src]], r, laws)[0]
+            got = group_level(root, artifact.column_path(sid), sid, r, laws)
+            assert sorted(got.fields) == sorted(want[r].fields)
+            for name, fc in want[r].fields.items():
+                other = got.fields[name]
+                assert fc.words.tobytes() == other.words.tobytes(), (sid, r, name)
+                if isinstance(fc.values, Digests):
+                    a, b = fc.values, other.values
+                    assert a.means.tobytes() == b.means.tobytes(), (sid, r, name)
+                    assert a.weights_or_ones().tobytes() == b.weights_or_ones().tobytes()
+                    assert a.offsets.tobytes() == b.offsets.tobytes()
+                    assert (a.locs is None) == (b.locs is None)
+                    if a.locs is not None:
+                        assert a.locs.tobytes() == b.locs.tobytes(), (sid, r, name)
+                else:
+                    assert np.asarray(fc.values).tobytes() == np.asarray(
+                        other.values).tobytes(), (sid, r, name)
+                compared += 1
+    return compared
+
+
+def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path, photons):
+    store = tmp_path / "store"
+    ds = zagg.aggregate(photons, zagg.load_config(config()))
+    rows = [len(p) // 8 for p in ds["h_tdigest"].values]
+    assert max(rows) == 64 > 0  # the leaf digests are compressed (weighted centroids)
+    zagg.to_hive(ds, str(store))
+    assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0
+
+
+def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons):
+    raw = config(pyramid={"overviews": [8, 7]})
+    photons = photons.assign(flux=photons["h_ph"] * 0 + 2.5)
+    raw["data_source"]["variables"] = ["h_ph", "flux"]
+    raw["aggregation"]["variables"].update({
+        "h_located": {"function": "tdigest", "source": "h_ph", "located": True,
+                      "params": {"delta": 32}},
+        "h_flux": {"function": "tdigest", "source": "h_ph",
+                   "params": {"delta": 32, "weights": "flux", "weight_source": "flux",
+                              "gain": {"name": "unit", "version": "1"}}},
+    })
+    store = tmp_path / "store"
+    zagg.to_hive(zagg.aggregate(photons, zagg.load_config(raw)), str(store))
+    assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0

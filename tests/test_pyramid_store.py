@@ -185,11 +185,14 @@ def test_open_pyramid_is_a_tree_of_every_level(store):
         assert int(tree[name].ds["count"].sum()) == total
 
 
-def test_a_region_subsets_a_level(store):
-    whole = open_level(store, 7)
-    part = open_level(store, 7, bbox=(-104, -77, -100, -73))
+@pytest.mark.parametrize("r", [8, 7, 5])  # a column level, and overviews above and below p
+def test_a_region_subsets_a_level(store, r):
+    whole = open_level(store, r).compute()
+    part = open_level(store, r, bbox=(-104, -77, -100, -73)).compute()
     assert 0 < part.sizes["cells"] < whole.sizes["cells"]
-    assert set(part["morton"].values.tolist()) <= set(whole["morton"].values.tolist())
+    at = np.searchsorted(whole["morton"].values, part["morton"].values)
+    np.testing.assert_array_equal(whole["morton"].values[at], part["morton"].values)
+    assert whole["count"].values[at].tobytes() == part["count"].values.tobytes()
 
 
 # -- moczarr reads it ----------------------------------------------------------------------
@@ -405,3 +408,30 @@ def test_a_foreign_stamp_written_after_admission_aborts_loudly(store, tmp_path):
     with pytest.raises(ForeignStamp, match="stage-29990101T000000Z-cccccc"):
         sweep(path)
     assert not os.path.exists(os.path.join(path, lease.LEASE_KEY))  # released on failure
+
+
+@pytest.mark.parametrize("r", [P, P + 1])
+def test_moczarr_column_groups_equal_the_gathered_overviews(store, r):
+    """Column groups inside the footprint are what the gather levels concatenate: moczarr's
+    column reader and our overview level hold the same bytes."""
+    pytest.importorskip("moczarr")
+    from moczarr.level import open_column_order
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = open_column_order(store, manifest(store), r).compute()
+    ours = open_level(store, r).compute()
+    keep = theirs["count"].values > 0
+    np.testing.assert_array_equal(theirs["morton"].values[keep], ours["morton"].values)
+    for name in ("count", "h_sum", "h_min", "composition"):
+        assert theirs[name].values[keep].tobytes() == ours[name].values.tobytes(), name
+    assert [bytes(v or b"") for v in theirs["h_tdigest"].values[keep]] == [
+        bytes(v) for v in ours["h_tdigest"].values]
+
+
+def test_every_column_is_the_direct_fold_of_its_leaf(store):
+    from pathlib import Path
+
+    from test_pyramid_run import assert_columns_are_the_direct_fold_of_their_leaves
+
+    assert assert_columns_are_the_direct_fold_of_their_leaves(Path(store)) > 0

@@ -23,7 +23,7 @@ from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
 from zagg.partials import Digests
 from zagg.pyramid.declare import Declaration
-from zagg.pyramid.levels import FieldCells, Law, Level, coarsen, laws_of
+from zagg.pyramid.levels import FieldCells, Law, Level, coarsen, laws_of, lossless
 
 WINDOW_ALL = "all"
 
@@ -107,12 +107,29 @@ def artifact_specs(fields: dict, attrs: dict, laws: dict[str, Law]) -> dict[str,
 
 def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[int, tuple]:
     """Every column group ``r`` → ``(level, demotions)``: from the leaf's cells at or above
-    the boundary, flat from the boundary group below it."""
+    the boundary, flat from the boundary group below it.
+
+    A digest group folded from the leaf's cells is the merge of all their centroids under
+    each group cell, compressed once. Its sorted union is the same for every group, so it is
+    built once (the digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`, coarsened order by
+    order: each step merges four sorted runs) and each group compresses the union of its
+    cells; the merge is stable, so the bytes are those of the direct fold. Exact and packed
+    fields fold straight from the leaf's cells."""
     out = {}
+    digests = {n: law for n, law in laws.items() if law.kind == "ragged"}
+    others = {n: law for n, law in laws.items() if law.kind != "ragged"}
+    union = leaf
     for r in decl.column_groups():
         src = decl.group_source(r)
-        source = leaf if src == decl.cell_order else out[src][0]
-        out[r] = coarsen([source], r, laws)
+        if src != decl.cell_order:
+            out[r] = coarsen([out[src][0]], r, laws)
+            continue
+        level, demotions = coarsen([leaf], r, others)
+        if digests:
+            union = coarsen([union], r, lossless(digests))[0]
+            level.fields.update(coarsen([union], r, digests)[0].fields)
+            level.fields = {n: level.fields[n] for n in laws if n in level.fields}
+        out[r] = (level, demotions)
     return out
 
 

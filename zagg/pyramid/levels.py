@@ -15,6 +15,7 @@ contributors of disjoint spans at the same order (a gather).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,10 +63,17 @@ class Law:
 
     @classmethod
     def of_entry(cls, name: str, entry: dict) -> Law | None:
-        """The law of a manifest field entry (spec §4.5), None for class none."""
+        """The law of a manifest field entry (spec §4.5), None for class none. The entry's
+        ``function`` names the reducer; an entry without one (another writer's) is read by
+        its class and method."""
         if entry.get("class") in (None, "none"):
             return None
-        red = reducers.get(entry["function"])
+        function = entry.get("function")
+        if function not in reducers.REGISTRY:
+            function = _by_method(entry)
+            if function is None:
+                return None
+        red = reducers.get(function)
         fold = red.pyramid_fold
         if fold is None:
             return None
@@ -76,6 +84,26 @@ class Law:
             return cls(name, fold, "ragged", np.dtype(object), opts,
                        locations=f"{name}_locations" if located else None)
         return cls(name, fold, "dense", np.dtype(entry["dtype"]), {}, entry.get("of"))
+
+
+def _by_method(entry: dict) -> str | None:
+    """The built-in reducer of a field entry's class and fold method (None: unknown)."""
+    method = entry.get("method")
+    if method == "sum":
+        kind = np.dtype(entry.get("dtype") or "int64").kind
+        return "count" if kind in "iu" else "sum"
+    return {"min": "min", "max": "max", "tdigest_kway": "tdigest",
+            "composition_kway": "composition"}.get(method)
+
+
+#: a digest budget no cell reaches: a fold at it is the cells' lossless sorted union
+LOSSLESS = 2**62
+
+
+def lossless(laws: dict[str, Law]) -> dict[str, Law]:
+    """The digest laws at :data:`LOSSLESS`: their fold keeps every centroid, sorted."""
+    return {n: dataclasses.replace(law, opts={**law.opts, "delta": LOSSLESS})
+            for n, law in laws.items() if law.kind == "ragged"}
 
 
 def laws_of(fields: dict[str, dict]) -> dict[str, Law]:

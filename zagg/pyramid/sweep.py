@@ -147,9 +147,9 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     if not laws or not any(n.dirty for n in active):
         _finish(root, manifest, decl, leaves, [], summary)
         return
-    first = next(iter(columns))
-    specs = specs_of(group_schema(root, artifact.column_path(first), decl.base), laws)
-    morton = _morton_attrs(root, artifact.column_path(first), decl.base)
+    specs = _array_specs(root, decl, laws, list(columns))
+    laws = {n: law for n, law in laws.items() if n in specs}  # what the columns hold
+    morton = _morton_attrs(root, artifact.column_path(next(iter(columns))), decl.base)
     ctx = Context(root, decl, laws, specs, held.run_id, morton, columns,
                   started_at=held.payload["acquired_at"])
     records = _fold(ctx, nodes, width, held)
@@ -158,6 +158,19 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     summary.objects_written = sum(r["objects_written"] for r in records)
     summary.bytes_written = sum(r["bytes_written"] for r in records)
     _finish(root, manifest, decl, leaves, records, summary)
+
+
+def _array_specs(root, decl, laws: dict, leaves: list[str]) -> dict:
+    """The overviews' array specs (dtype, fill, attrs), from the leaf columns: the first
+    column, and further ones only for a field the first lacks."""
+    specs: dict = {}
+    wanted = set(laws) | {law.locations for law in laws.values() if law.locations}
+    for sid in leaves:
+        specs.update({k: v for k, v in specs_of(group_schema(
+            root, artifact.column_path(sid), decl.base), laws).items() if k not in specs})
+        if wanted <= set(specs):
+            break
+    return specs
 
 
 def _morton_attrs(root, rel: str, r: int) -> dict:

@@ -73,7 +73,7 @@ def open_level(store, order: int, storage_options: dict[str, Any] | None = None,
     if entry["artifact"] == "source":
         return open_hive(root, region=region, bbox=bbox, cells=cells)
     reg = parse_region(region, bbox, cells, order=order)
-    found = _leaves.candidates(root, manifest, "auto", reg)
+    found = _leaves.candidates(root, manifest, "auto")  # the region cuts the nodes below
     k = entry["order"]
     nodes = sorted({_prefix(sid, k) for _rel, sid in found},
                    key=lambda n: int(G.from_decimal([n])[0]))
