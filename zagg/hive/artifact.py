@@ -69,7 +69,26 @@ def group_layout(node_order: int, r: int) -> tuple[int, int, bool]:
 
 def template_documents(node_order: int, groups: dict[int, dict[str, FieldSpec]],
                        morton_attrs: dict | None) -> dict[str, bytes]:
-    """The metadata objects of an artifact (key → bytes), the root group without attrs."""
+    """The metadata objects of an artifact (key → bytes), the root group without attrs;
+    built by zarr once per layout in a process (every column of a run shares one)."""
+    key = json.dumps([node_order, morton_attrs or {}, sorted(
+        [r, [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs]
+             for n, sp in specs.items()]] for r, specs in groups.items())],
+        sort_keys=True, default=str)
+    docs = _TEMPLATES.get(key)
+    if docs is None:
+        docs = _template(node_order, groups, morton_attrs)
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = docs
+    return docs
+
+
+_TEMPLATES: dict[str, dict[str, bytes]] = {}
+
+
+def _template(node_order: int, groups: dict[int, dict[str, FieldSpec]],
+              morton_attrs: dict | None) -> dict[str, bytes]:
     store = zarr.storage.MemoryStore()
     root = zarr.open_group(store, mode="w", zarr_format=3)
     for r, specs in sorted(groups.items(), reverse=True):
