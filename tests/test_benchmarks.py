@@ -116,5 +116,5 @@ def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
     assert re.search(r"columns' share of the leaf tasks \d+\.\d%", text)
     assert re.search(r"ladder / leaf write +\d+\.\d\d +\((meets|misses) the target 0\.30\)",
                      text)
-    assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 2
+    assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 4
     assert "re-sweep of the unchanged store: 0 nodes folded" in text

@@ -435,3 +435,23 @@ def test_every_column_is_the_direct_fold_of_its_leaf(store):
     from test_pyramid_run import assert_columns_are_the_direct_fold_of_their_leaves
 
     assert assert_columns_are_the_direct_fold_of_their_leaves(Path(store)) > 0
+
+
+def test_a_child_restamped_in_the_same_second_by_another_run_forces_a_parent_refold(
+        store, tmp_path):
+    path = str(tmp_path / "runids")
+    shutil.copytree(store, path)
+    child = [o for o in overviews(path) if o.count("/") == 3][0]  # an order-2 overview
+    doc_path = os.path.join(path, child, "zarr.json")
+    with open(doc_path) as f:
+        doc = json.load(f)
+    # same leaves, same second, same bytes: only the run id that stamped it differs
+    doc["attributes"]["morton_hive_commit"]["run_id"] = "stage-20200101T000000Z-dddddd"
+    with open(doc_path, "w") as f:
+        json.dump(doc, f)
+    summary = sweep(path)
+    node = child.rsplit("/", 1)[0].replace("/", "")
+    assert sorted(r["node"] for r in summary.records) == [node[:2], node[:3]]
+    parent = artifact.stamped_attrs(zagg.hive.StoreRoot(path), overviews(path)[0].split("/")[0]
+                                    + "/all.zarr", "overview")
+    assert "stage-20200101T000000Z-dddddd" in json.dumps(parent)

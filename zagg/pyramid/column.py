@@ -110,15 +110,15 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
     the boundary, flat from the boundary group below it.
 
     A digest group folded from the leaf's cells is the merge of all their centroids under
-    each group cell, compressed once. Its sorted union is the same for every group, so it is
-    built once (the digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`, coarsened order by
-    order: each step merges four sorted runs) and each group compresses the union of its
-    cells; the merge is stable, so the bytes are those of the direct fold. Exact and packed
-    fields fold straight from the leaf's cells."""
+    each group cell, compressed once. The finest such group's cells' sorted unions (the
+    digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw
+    group folds those few sorted runs per cell instead of the leaf's many: the merge is
+    stable, so the bytes are those of the direct fold, for about half the work and one
+    copy of the leaf's centroids. Exact and packed fields fold straight from the cells."""
     out = {}
     digests = {n: law for n, law in laws.items() if law.kind == "ragged"}
     others = {n: law for n, law in laws.items() if law.kind != "ragged"}
-    union = leaf
+    union = None
     for r in decl.column_groups():
         src = decl.group_source(r)
         if src != decl.cell_order:
@@ -126,7 +126,8 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
             continue
         level, demotions = coarsen([leaf], r, others)
         if digests:
-            union = coarsen([union], r, lossless(digests))[0]
+            if union is None:
+                union = coarsen([leaf], r, lossless(digests))[0]
             level.fields.update(coarsen([union], r, digests)[0].fields)
             level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)
