@@ -214,7 +214,13 @@ def assert_columns_are_the_direct_fold_of_their_leaves(store):
     return compared
 
 
-def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path, photons):
+@pytest.mark.parametrize("block_rows", [2_000_000, 300])  # one block per leaf, or many
+def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path, photons,
+                                                                         monkeypatch,
+                                                                         block_rows):
+    from zagg.pyramid import column
+
+    monkeypatch.setattr(column, "BLOCK_ROWS", block_rows)
     store = tmp_path / "store"
     ds = zagg.aggregate(photons, zagg.load_config(config()))
     rows = [len(p) // 8 for p in ds["h_tdigest"].values]
@@ -223,7 +229,11 @@ def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path
     assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0
 
 
-def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons):
+def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons,
+                                                                 monkeypatch):
+    from zagg.pyramid import column
+
+    monkeypatch.setattr(column, "BLOCK_ROWS", 200)
     raw = config(pyramid={"overviews": [8, 7]})
     photons = photons.assign(flux=photons["h_ph"] * 0 + 2.5)
     raw["data_source"]["variables"] = ["h_ph", "flux"]

@@ -211,7 +211,8 @@ INTERRUPTED_WRITE = ("; the store keeps the leaves already stamped, and readers 
 USER_ERRORS = {"zagg.validation": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
                "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
                "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError",
-               "zagg.sources.catalog": "CatalogError", "zagg.pyramid.lease": "SweepRefused"}
+               "zagg.sources.catalog": "CatalogError", "zagg.pyramid.lease": "SweepRefused",
+               "zagg.pyramid.sweep": "SweepError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -23,7 +23,17 @@ from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
 from zagg.partials import Digests
 from zagg.pyramid.declare import Declaration
-from zagg.pyramid.levels import FieldCells, Law, Level, coarsen, laws_of, lossless
+from zagg.pyramid.levels import (
+    FieldCells,
+    Law,
+    Level,
+    blocks,
+    coarsen,
+    concat,
+    laws_of,
+    lossless,
+    slice_level,
+)
 
 WINDOW_ALL = "all"
 
@@ -105,6 +115,10 @@ def artifact_specs(fields: dict, attrs: dict, laws: dict[str, Law]) -> dict[str,
     return field_specs({n: fields[n] for n in names}, {n: attrs[n] for n in names if n in attrs})
 
 
+#: digest centroids a leaf column folds at once (bounds the fold's extra memory per task)
+BLOCK_ROWS = 2_000_000
+
+
 def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[int, tuple]:
     """Every column group ``r`` → ``(level, demotions)``: from the leaf's cells at or above
     the boundary, flat from the boundary group below it.
@@ -113,21 +127,35 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
     each group cell, compressed once. The finest such group's cells' sorted unions (the
     digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw
     group folds those few sorted runs per cell instead of the leaf's many: the merge is
-    stable, so the bytes are those of the direct fold, for about half the work and one
-    copy of the leaf's centroids. Exact and packed fields fold straight from the cells."""
-    out = {}
+    stable, so the bytes are those of the direct fold, for about half the work. The leaf
+    is folded in blocks of whole cells of the coarsest raw group (about
+    :data:`BLOCK_ROWS` centroids each), so the extra memory is a block's, not the leaf's."""
+    raw = [r for r in decl.column_groups() if decl.group_source(r) == decl.cell_order]
+    parts: dict[int, list] = {r: [] for r in raw}
+    demoted: dict = {}
+    for lo, hi in blocks(leaf, raw[-1], BLOCK_ROWS):
+        for r, (level, dem) in _raw_groups(slice_level(leaf, raw[-1], lo, hi), raw,
+                                           laws).items():
+            parts[r].append(level)
+            for d in dem:  # one contributor (the leaf), whichever block fired
+                demoted[(d["field"], d["reason"])] = d
+    out = {r: (concat(parts[r], r), sorted(demoted.values(), key=lambda d: (
+        d["field"], d["reason"]))) for r in raw}
+    for r in decl.column_groups():
+        if r not in out:
+            out[r] = coarsen([out[decl.group_source(r)][0]], r, laws)
+    return {r: out[r] for r in decl.column_groups()}
+
+
+def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, tuple]:
+    """The groups folded from (a block of) the leaf's cells, finest first."""
     digests = {n: law for n, law in laws.items() if law.kind == "ragged"}
     others = {n: law for n, law in laws.items() if law.kind != "ragged"}
-    union = None
-    for r in decl.column_groups():
-        src = decl.group_source(r)
-        if src != decl.cell_order:
-            out[r] = coarsen([out[src][0]], r, laws)
-            continue
+    union = coarsen([leaf], raw[0], lossless(digests))[0] if digests else None
+    out = {}
+    for r in raw:
         level, demotions = coarsen([leaf], r, others)
-        if digests:
-            if union is None:
-                union = coarsen([leaf], r, lossless(digests))[0]
+        if union is not None:
             level.fields.update(coarsen([union], r, digests)[0].fields)
             level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)

@@ -155,6 +155,40 @@ def _concat_values(parts):
     return np.concatenate(parts)
 
 
+def slice_level(level: Level, order: int, lo: int, hi: int) -> Level:
+    """The cells of ``level`` whose ancestor word at ``order`` is in ``[lo, hi)``."""
+    out = Level(level.order)
+    for name, fc in level.fields.items():
+        anc = G.ancestor(fc.words, order)
+        a, b = np.searchsorted(anc, [lo, hi])
+        if isinstance(fc.values, Digests):
+            values = fc.values.take(int(a), int(b))
+        else:
+            values = fc.values[a:b]
+        out.fields[name] = FieldCells(fc.words[a:b], values)
+    return out
+
+
+def blocks(level: Level, order: int, rows: int) -> list[tuple[int, int]]:
+    """Ranges ``[lo, hi)`` of ancestor words at ``order`` that split ``level`` into pieces
+    of about ``rows`` digest centroids (a cell at ``order`` is never split)."""
+    digests = [fc for fc in level.fields.values() if isinstance(fc.values, Digests)]
+    words = [fc.words for fc in level.fields.values() if len(fc)]
+    if not words:
+        return []
+    anc = np.unique(G.ancestor(np.concatenate(words), order))
+    if not digests or anc.size == 1:
+        return [(int(anc[0]), int(anc[-1]) + 1)]
+    weight = np.zeros(anc.size, np.int64)
+    for fc in digests:
+        at = np.searchsorted(anc, G.ancestor(fc.words, order))
+        np.add.at(weight, at, np.diff(fc.values.offsets))
+    cut = np.flatnonzero(np.diff(np.cumsum(weight) // max(rows, 1)) > 0) + 1
+    starts = np.concatenate(([0], cut)).astype(np.int64)
+    ends = np.append(starts[1:], anc.size)
+    return [(int(anc[a]), int(anc[e - 1]) + 1) for a, e in zip(starts, ends, strict=True)]
+
+
 # -- the fold engine -----------------------------------------------------------------------
 def concat(levels: list[Level], order: int) -> Level:
     """Contributors of disjoint spans at the same ``order`` joined (a gather): no value

@@ -33,6 +33,10 @@ from zagg.pyramid.reading import group_schema, specs_of
 READERS = 16  # concurrent metadata GETs while planning
 
 
+class SweepError(ValueError):
+    """A store (or a request) the sweep cannot work on; the message names why and the fix."""
+
+
 @dataclass
 class SweepSummary:
     """What a sweep did."""
@@ -73,7 +77,7 @@ def parse_scope(scope) -> list[str] | None:
         try:
             G.validate_id(s)
         except ValueError as exc:
-            raise ValueError(f"--scope {s!r}: {exc}") from None
+            raise SweepError(f"scope {s!r}: {exc}") from None
     return items
 
 
@@ -95,14 +99,14 @@ def sweep(store, *, storage_options=None, scope=None, tuple_width: int = 3,
     root = as_root(store, storage_options)
     manifest = read_manifest(root)
     if manifest is None:
-        raise ValueError(f"no {MANIFEST_KEY} at {root.url}: not a hive store root")
+        raise SweepError(f"no {MANIFEST_KEY} at {root.url}: not a hive store root")
     decl = of_manifest(manifest)
     if decl is None:
-        raise ValueError(f"{root.url_of(MANIFEST_KEY)} declares no zagg-pyramid/2 ladder "
+        raise SweepError(f"{root.url_of(MANIFEST_KEY)} declares no zagg-pyramid/2 ladder "
                          "(pyramid declared off): nothing to sweep; declare output.pyramid "
                          "in the config and write the store with it")
     if not isinstance(tuple_width, int) or tuple_width < 1:
-        raise ValueError(f"tuple_width must be a positive integer, got {tuple_width!r}")
+        raise SweepError(f"tuple_width must be a positive integer, got {tuple_width!r}")
     scope = parse_scope(scope)
     run_id = _lease.new_run_id()
     held = _lease.acquire(root, run_id, scope=scope, ttl_s=ttl_s)
