@@ -110,7 +110,7 @@ def leaf_hashes(store: str | Path) -> dict[str, dict]:
     ``{relative leaf path: {"combined": ..., "arrays": {...}}}``."""
     store = Path(store)
     out = {}
-    for doc in sorted(store.rglob("zarr.json")):
+    for doc in sorted(store.rglob("*.zarr/zarr.json")):  # leaf roots (versions mirror them)
         attrs = json.loads(doc.read_text()).get("attributes") or {}
         stamp = attrs.get("morton_hive_commit")
         if stamp is not None:

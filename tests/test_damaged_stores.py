@@ -58,6 +58,12 @@ def leaves(store):
     return [leaf for leaf, _ in hive.walk_leaves(store)]
 
 
+def data_dir(store, leaf):
+    """Where a leaf's arrays are: its current version's directory when it is versioned."""
+    stamp = hive.read_stamp(hive.StoreRoot(store), leaf)
+    return store / leaf / stamp["current"] if stamp.get("current") else store / leaf
+
+
 def run_cli(capsys, *argv):
     """Exit status, stdout lines and stderr of one CLI command (a traceback fails the test)."""
     code = main([str(a) for a in argv])
@@ -98,7 +104,7 @@ DAMAGES = {
 def test_verify_reports_an_unreadable_array_and_checks_the_other_leaf(store, capsys, damage):
     key, harm, array, reason = DAMAGES[damage]
     bad, good = leaves(store)
-    harm(store / bad / key)
+    harm(data_dir(store, bad) / key)
     code, lines, err = run_cli(capsys, "verify", store)
     assert code == 1 and err == ""
     line = line_with(lines, "unreadable", bad)
@@ -110,8 +116,8 @@ def test_verify_reports_an_unreadable_array_and_checks_the_other_leaf(store, cap
 
 def test_verify_reports_every_damaged_leaf(store, capsys):
     first, second = leaves(store)
-    flip(store / first / "12/h_mean/c/0", -3)
-    truncate(store / second / "12/h_tdigest/zarr.json")
+    flip(data_dir(store, first) / "12/h_mean/c/0", -3)
+    truncate(data_dir(store, second) / "12/h_tdigest/zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
     assert code == 1
     assert "12/h_mean" in line_with(lines, "unreadable", first)
@@ -121,7 +127,7 @@ def test_verify_reports_every_damaged_leaf(store, capsys):
 
 def test_an_unreadable_cell_group_hides_its_arrays_without_calling_them_missing(store, capsys):
     bad, _ = leaves(store)
-    truncate(store / bad / "12/zarr.json")
+    truncate(data_dir(store, bad) / "12/zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
     line = line_with(lines, "unreadable", bad)
     assert code == 1 and "unreadable: 12 (zarr.json does not parse" in line
@@ -168,10 +174,16 @@ def test_a_rerun_rewrites_a_leaf_whose_stamp_is_torn(built, store, capsys):
     assert code == 0 and lines[-2:] == ["  2 ok", "verified: all stamped leaves intact"]
 
 
-def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(store):
+def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(built, tmp_path):
     from zagg.hive.leaf import _check_clearable
 
+    cfg = dict(CONFIG, output={**CONFIG["output"], "leaf_versions": False})
+    path = tmp_path / "legacy.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    store = tmp_path / "legacy"
+    assert main(["run", str(path), "--store", str(store), *CLI]) == 0
     torn, good = leaves(store)
+    assert data_dir(store, good) == store / good  # an unversioned leaf
     root = hive.StoreRoot(store)
     _check_clearable(root, good)  # a stamped, unversioned leaf may be replaced
     truncate(store / torn / "zarr.json")
@@ -180,6 +192,9 @@ def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(store):
     with pytest.raises(ValueError, match=r"is not valid JSON.*version prefixes "
                                          r"\['run-20260101T000000Z'\]"):
         _check_clearable(root, torn)
+    versioned = hive.StoreRoot(built[1])
+    with pytest.raises(ValueError, match="is a versioned leaf"):
+        _check_clearable(versioned, leaves(built[1])[0])
 
 
 # -- the manifest -----------------------------------------------------------------------------

@@ -60,6 +60,25 @@ def _cmd_configs(args) -> int:
     return 0
 
 
+def _cmd_gc(args) -> int:
+    from .hive import StoreRoot, read_manifest, walk_leaves
+    from .hive.versions import collect
+
+    root = StoreRoot(args.store, _storage_options(args.storage_option))
+    if read_manifest(root) is None:
+        raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
+    done = collect(root, [leaf for leaf, _ in walk_leaves(root)], keep=args.keep,
+                   dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
+          f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)")
+    for leaf, gone in sorted(done.removed.items())[:20]:
+        print(f"  {leaf}: {', '.join(gone)}")
+    for leaf in done.skipped:
+        print(f"  skipped {leaf}: its pointer cannot be read (left as it is)")
+    return 0
+
+
 def _cmd_profile(args) -> int:
     from .deploy import PROFILE
 
@@ -166,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--path", action="store_true", help="print its path instead")
     f.set_defaults(func=_cmd_profile)
 
+    g = sub.add_parser("gc", help="remove superseded versions of versioned leaves")
+    g.add_argument("store")
+    g.add_argument("--keep", type=int, default=0,
+                   help="superseded versions to keep per leaf besides the current one")
+    g.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    g.set_defaults(func=_cmd_gc)
+
     i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
     i.add_argument("store")
     i.add_argument("--leaves", type=int, default=10, help="leaves to list (default 10)")
@@ -174,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute every leaf's content hashes")
     v.add_argument("store")
     v.set_defaults(func=_cmd_verify)
-    for p in (i, v):
+    for p in (i, v, g):
         p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                        help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
                             "profile=...; repeatable (credentials are better left to the "

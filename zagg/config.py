@@ -157,6 +157,8 @@ class Output:
     store_layout: str = "hive"
     shard_memory_limit: int = DEFAULT_SHARD_MEMORY
     storage_options: Mapping[str, object] = field(default_factory=dict)
+    #: each leaf write makes a new version and moves the leaf's ``current`` pointer
+    leaf_versions: bool = True
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,8 @@ _SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic",
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
           "located")
-_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options")
+_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
+           "leaf_versions")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -541,7 +544,11 @@ def _parse_output(raw, fields) -> Output:
               f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
               "shards) or lower child_order, or raise output.shard_memory_limit")
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
-    return Output(store, short_name, str(version), grid, layout, limit, options)
+    versions = raw.get("leaf_versions", True)
+    if not isinstance(versions, bool):
+        fail("output.leaf_versions", f"expected true (each write makes a new version of the "
+             f"leaf; the default) or false (rewrite leaves in place), got {versions!r}")
+    return Output(store, short_name, str(version), grid, layout, limit, options, versions)
 
 
 def parse_config(raw: Mapping) -> Config:

@@ -23,7 +23,7 @@ from . import hive
 from .hive import coverage as hcov
 from .hive.hashes import array_digest, combined_digest
 from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY
-from .hive.stamp import read_stamp_or_debris
+from .hive.stamp import data_prefix, read_stamp_or_debris
 from .hive.storage import StoreRootError
 
 #: outcomes that are not failures of integrity
@@ -91,6 +91,12 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
         if stamp_problem:
             out["stamp_unreadable"] = stamp_problem
         return out
+    data = data_prefix(leaf, stamp)  # a versioned leaf's arrays are under its current version
+    if data != leaf:
+        own, own_problem = read_stamp_or_debris(root, data)
+        if own is None:  # the pointer names a version that is gone or was never stamped
+            return {"leaf": leaf, "status": "debris", "stamp_unreadable": own_problem or (
+                f"its current version {stamp['current']} is missing or unstamped")}
     recorded = stamp.get("content_hashes") or {}
     arrays_rec = recorded.get("arrays") if isinstance(recorded, dict) and "arrays" in recorded \
         else recorded
@@ -100,8 +106,10 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
     arrays_rec = {k: v for k, v in arrays_rec.items() if k != "combined"}
     if not arrays_rec:
         return {"leaf": leaf, "status": "unverifiable"}
-    keys, unreadable = _leaf_nodes(root, leaf)
-    store = root.zarr_store(leaf, read_only=True)
+    keys, unreadable = _leaf_nodes(root, data)
+    if data == leaf:  # a legacy leaf's root holds no versions
+        keys = [k for k in keys if not k.startswith("run-")]
+    store = root.zarr_store(data, read_only=True)
     actual = {}
     for key in keys:
         try:

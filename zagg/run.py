@@ -122,4 +122,5 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # input chunk's partial is freed as soon as the shards it feeds are written
         cfg.check_dataset(ds)
         return write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
-                            store, storage_options=options, progress=progress, t_start=t0)
+                            store, storage_options=options, progress=progress, t_start=t0,
+                            versioned=cfg.output.leaf_versions)
