@@ -139,11 +139,12 @@ def test_a_truncated_stamp_reads_as_debris_with_a_warning(store, capsys):
     torn, good = leaves(store)
     truncate(store / torn / "zarr.json")
     code, lines, err = run_cli(capsys, "verify", store)
-    assert code == 0 and err == ""
+    assert code == 3 and err == ""  # intact, but not complete: a rerun finishes it
     line = line_with(lines, "debris", torn)
     assert line.split()[0] == "debris" and "(warning: " in line
     assert f"{torn}/zarr.json is not valid JSON" in line and "read as unstamped debris" in line
-    assert "  1 debris, 1 ok" in lines and lines[-1] == "verified: all stamped leaves intact"
+    assert "  1 debris, 1 ok" in lines and "verified: all stamped leaves intact" in lines
+    assert lines[-1].startswith("incomplete: debris is left; run the same command again")
 
     code, lines, err = run_cli(capsys, "inspect", store)
     assert code == 0 and err == ""
@@ -157,8 +158,9 @@ def test_a_store_with_only_debris_is_not_called_intact(store, capsys):
     for leaf in leaves(store):
         truncate(store / leaf / "zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0 and "intact" not in "\n".join(lines)
-    assert lines[-1].startswith("no committed leaves yet: 2 leaves, all debris")
+    assert code == 3 and "intact" not in "\n".join(lines)
+    assert lines[-2].startswith("no committed leaves yet: 2 leaves, all debris")
+    assert lines[-1].startswith("incomplete: debris is left")
 
 
 def test_a_rerun_rewrites_a_leaf_whose_stamp_is_torn(built, store, capsys):
@@ -247,7 +249,8 @@ def test_a_path_that_does_not_exist_is_named_as_such(tmp_path, capsys):
 def test_verify_warns_when_the_root_coverage_is_missing(store, capsys):
     (store / "coverage.moc").unlink()
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0
+    assert code == 3
+    assert lines[-1].startswith("incomplete: the last run did not finish")
     verdict = lines.index("verified: all stamped leaves intact")
     assert lines[verdict + 1] == ("WARNING: the root coverage.moc is missing, although 2 "
                                   "leaves are stamped;")
@@ -260,7 +263,7 @@ def test_verify_warns_when_the_root_coverage_misses_a_stamped_leaf(store, capsys
     (first, _), (_, second) = hive.walk_leaves(store)
     hive.StoreRoot(store).write_json("coverage.moc", root_envelope([second], 8))
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0 and "verified: all stamped leaves intact" in lines
+    assert code == 3 and "verified: all stamped leaves intact" in lines
     sid = hive.walk_leaves(store)[0][1]
     line = line_with(lines, "WARNING")
     assert line == (f"WARNING: the root coverage.moc does not list 1 of the 2 leaves stamped "
