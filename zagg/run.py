@@ -124,9 +124,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
                                            memory_limit=memory_limit)) as cluster:
         ds = open_source(cfg, shards=shards) if source is None else source
         from .aggregate import aggregate
-        from .write import prepare_write
-
         from .sources.granules import skip_damaged
+        from .write import prepare_write
 
         def aggregate_and_write(ds):
             # the aggregated Dataset is not kept: once the write is submitted, each input
