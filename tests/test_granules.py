@@ -503,10 +503,16 @@ def test_the_documented_examples_parse():
     import yaml
 
     text = (pathlib.Path(__file__).parents[1] / "docs" / "granules.md").read_text()
-    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
-    assert len(blocks) == 2
-    for block in blocks:
-        raw = yaml.safe_load(block)
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    configs = [b for b in blocks if "data_source" in b]
+    pieces = [b for b in blocks if "data_source" not in b]
+    assert len(configs) == 2 and len(pieces) == 2
+    for piece in pieces:  # snippets of a data_source block: read_plan, strata variables
+        src = parse_granule_source(atl03_block("/d", **piece))
+        assert src.read_plan is not None and src.read_plan.kind == "segments"
+    strata = parse_granule_source(atl03_block("/d", **pieces[1]))
+    assert {v.name: v.column for v in strata.variables}["signal_conf_ph"] is None
+    for raw in configs:
         view = granule_view(raw["data_source"])
         load_config({**raw, "data_source": {
             "coordinates": {"latitude": view.latitude, "longitude": view.longitude},
