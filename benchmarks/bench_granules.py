@@ -15,13 +15,18 @@ crosses it once. Then, in the same run:
                one thread;
 - every core:  the same with zagg's default cluster for this machine;
 - processes:   the same on one worker process per core with one thread each;
+- in memory:   the same run on the granules' points read into memory first (not timed):
+               what the source costs beside the engine;
+- no store:    ``zagg.aggregate`` with discovery alone (every chunk read, keyed and
+               reduced), without the finalize and the leaf writes;
 - strata:      ``configs/atl03_strata_granules.yaml`` (count, all-photon t-digest, located
                signal and noise strata, composition word) on every core, same grid;
 - region:      a run restricted to the shards whose centres lie in a latitude band across
                every track (``--band``: a tenth of the box's height, so about a tenth of
                each granule's photons), with the read plan on (``read_plan: atl03``) and
                off, in one process; the bytes each run read (``read_chars`` of the process:
-               every read of a file, page cache included) against the granules' bytes.
+               every read of a file, page cache included) against the granules' bytes;
+               also without the store (read, key and reduce only).
 
 Each measurement runs in a fresh process on one cluster: a cold first run (imports, numba's
 cache, worker start) and ``--reps`` warm ones; rates are photons per second over every
@@ -119,19 +124,42 @@ def child(spec: dict) -> dict:
                             cluster_for(None, workers=spec.get("workers"),
                                         threads=spec.get("threads"))) as target:
         out["cluster_start"] = time.perf_counter() - t0
+        source = None
+        if spec.get("in_memory"):  # the same points, read into memory first (not timed)
+            from zagg.sources.granules import open_for_config
+
+            source = open_for_config(zagg.load_config(spec["config"])).compute()
         for _ in range(spec["reps"]):
             shutil.rmtree(spec["store"], ignore_errors=True)
             read0 = me.io_counters().read_chars
             t0 = time.perf_counter()
-            summary = zagg.run(spec["config"], store=spec["store"], scheduler=target,
-                               shards=spec.get("shards"), progress=False)
+            if spec.get("aggregate_only"):  # read, key and reduce every chunk; no store
+                res = _aggregate(spec, target)
+            else:
+                res = zagg.run(spec["config"], store=spec["store"], scheduler=target,
+                               shards=spec.get("shards"), source=source, progress=False)
+                res = (res.points, res.cells_with_data, res.leaves_written)
             out["walls"].append(time.perf_counter() - t0)
             out["read_chars"].append(me.io_counters().read_chars - read0)
-    out.update(points=summary.points, cells=summary.cells_with_data,
-               leaves=summary.leaves_written)
+    out.update(zip(("points", "cells", "leaves"), res, strict=True))
     out["rss"] = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
     return out
+
+
+def _aggregate(spec: dict, target) -> tuple[int, int, int]:
+    """``zagg.aggregate`` with discovery (every input chunk read, keyed and reduced, the
+    partials persisted) on ``target``: a run without its finalize and write."""
+    import zagg
+    from zagg.cluster import connected
+    from zagg.sources.granules import open_for_config
+
+    cfg = zagg.load_config(spec["config"])
+    with connected(target):
+        out = zagg.aggregate(open_for_config(cfg, shards=spec.get("shards")), cfg,
+                             shards=spec.get("shards"), discover=True)
+        pts = out.attrs["zagg"]["points"]["keyed"]
+        return pts, -1, out.sizes["cells"] // cfg.grid.cells_per_shard
 
 
 def run_child(spec: dict, tmp: Path) -> dict:
@@ -240,7 +268,7 @@ def granules_for(n: int, per: int, seed: int, keep: Path | None, tmp: Path) -> l
     from zagg.sources.write_granules import write_granules
 
     count = math.ceil(n / per)
-    where = (keep or tmp) / f"atl03-{count}x{per}-seed{seed}"
+    where = (keep or tmp) / f"atl03-{count}x{per}-seed{seed}-box{box_for(per)[1]:.3f}"
     marker = where / ".complete"
     if marker.exists():
         return sorted(where.glob("ATL03_*.h5"))
@@ -269,12 +297,16 @@ def measure(n: int, args, tmp: Path) -> dict:
     if cores > 1:
         r["procs"] = best({"config": plain, "store": store, "workers": cores, "threads": 1},
                           tmp, args.reps)
+    r["memory"] = best({"config": plain, "store": store, "in_memory": True}, tmp, args.reps)
+    r["agg_all"] = best({"config": plain, "store": store, "aggregate_only": True}, tmp,
+                        args.reps)
     r["strata"] = best({"config": strata_config(gdir), "store": store}, tmp, args.reps)
     shards, r["bbox"] = band_shards(box_for(args.per_granule), args.band)
     for plan in ("off", "on"):
         cfg = tdigest_config(gdir, read_plan="atl03" if plan == "on" else False)
-        r[f"region_{plan}"] = best({"config": cfg, "store": store, "shards": list(shards),
-                                    "in_process": True}, tmp, args.reps)
+        spec = {"config": cfg, "store": store, "shards": list(shards), "in_process": True}
+        r[f"region_{plan}"] = best(spec, tmp, args.reps)
+        r[f"region_agg_{plan}"] = best({**spec, "aggregate_only": True}, tmp, args.reps)
     r["band_shards"] = len(shards)
     return r
 
@@ -311,6 +343,11 @@ def report(r: dict) -> None:
         print(f"  processes    {procs / m:7.2f} Mphotons/s  {span(r['procs'])}  "
               f"({r['cores']} worker processes x 1 thread) ratio to floor "
               f"{procs / floor_rate:.2f}")
+    memory, agg = rate(r["memory"]), rate(r["agg_all"])
+    print(f"  in memory    {memory / m:7.2f} Mphotons/s  {span(r['memory'])}  the same run on "
+          f"the points read into memory first; granules / in memory {every / memory:.2f}")
+    print(f"  no store     {agg / m:7.2f} Mphotons/s  {span(r['agg_all'])}  read, key and "
+          f"reduce only (zagg.aggregate, discovery); ratio to floor {agg / floor_rate:.2f}")
     strata = rate(r["strata"])
     print(f"  strata       {strata / m:7.2f} Mphotons/s  {span(r['strata'])}  strata / plain "
           f"{strata / every:.2f} ({verdict(strata / every, TARGETS['strata'])})")
@@ -327,6 +364,10 @@ def report(r: dict) -> None:
           f"runs {off['wall'] / on['wall']:.2f}x faster than off "
           f"({verdict(off['wall'] / on['wall'], TARGETS['region'])}); same points and cells: "
           f"{same}")
+    a_on, a_off = r["region_agg_on"], r["region_agg_off"]
+    print(f"    read, key and reduce only: plan off {span(a_off)}, on {span(a_on)}: "
+          f"{a_off['wall'] / a_on['wall']:.2f}x; read {a_on['read'] / r['disk']:.1%} of the "
+          f"bytes with the plan, {a_off['read'] / r['disk']:.1%} without")
     peak = max(x["rss"] for x in (r["one"], r["all"], r["strata"]))
     print(f"  peak RSS     {peak / 2**30:.2f} GiB (largest process of any run; "
           f"{verdict(peak / 2**30, TARGETS['rss_gib'], higher=False)} GiB)")
