@@ -96,7 +96,8 @@ def test_a_loaded_config_is_read_only_and_survives_pickling():
 
 def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path):
     with pytest.raises(ConfigError, match=r"'configs/atl03_synthetic' is neither an existing "
-                                          r"\.yaml/\.yml file nor YAML text.*ending in \.yaml"):
+                                          r"\.yaml/\.yml file, the name of a shipped config "
+                                          r"nor YAML text.*ending in \.yaml"):
         load_config("configs/atl03_synthetic")
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_config(str(tmp_path / "missing.yaml"))
