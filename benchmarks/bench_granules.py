@@ -294,13 +294,15 @@ def measure(n: int, args, tmp: Path) -> dict:
     r["one"] = best({"config": plain, "store": store, "workers": 1, "threads": 1}, tmp,
                     args.reps)
     r["all"] = best({"config": plain, "store": store}, tmp, args.reps)
-    if cores > 1:
-        r["procs"] = best({"config": plain, "store": store, "workers": cores, "threads": 1},
-                          tmp, args.reps)
-    r["memory"] = best({"config": plain, "store": store, "in_memory": True}, tmp, args.reps)
-    r["agg_all"] = best({"config": plain, "store": store, "aggregate_only": True}, tmp,
-                        args.reps)
-    r["strata"] = best({"config": strata_config(gdir), "store": store}, tmp, args.reps)
+    optional = {
+        "procs": {"config": plain, "store": store, "workers": cores, "threads": 1},
+        "memory": {"config": plain, "store": store, "in_memory": True},
+        "agg_all": {"config": plain, "store": store, "aggregate_only": True},
+        "strata": {"config": strata_config(gdir), "store": store},
+    }
+    for name, spec in optional.items():
+        if name not in args.skip and not (name == "procs" and cores == 1):
+            r[name] = best(spec, tmp, args.reps)
     shards, r["bbox"] = band_shards(box_for(args.per_granule), args.band)
     for plan in ("off", "on"):
         cfg = tdigest_config(gdir, read_plan="atl03" if plan == "on" else False)
@@ -343,14 +345,19 @@ def report(r: dict) -> None:
         print(f"  processes    {procs / m:7.2f} Mphotons/s  {span(r['procs'])}  "
               f"({r['cores']} worker processes x 1 thread) ratio to floor "
               f"{procs / floor_rate:.2f}")
-    memory, agg = rate(r["memory"]), rate(r["agg_all"])
-    print(f"  in memory    {memory / m:7.2f} Mphotons/s  {span(r['memory'])}  the same run on "
-          f"the points read into memory first; granules / in memory {every / memory:.2f}")
-    print(f"  no store     {agg / m:7.2f} Mphotons/s  {span(r['agg_all'])}  read, key and "
-          f"reduce only (zagg.aggregate, discovery); ratio to floor {agg / floor_rate:.2f}")
-    strata = rate(r["strata"])
-    print(f"  strata       {strata / m:7.2f} Mphotons/s  {span(r['strata'])}  strata / plain "
-          f"{strata / every:.2f} ({verdict(strata / every, TARGETS['strata'])})")
+    if "memory" in r:
+        memory = rate(r["memory"])
+        print(f"  in memory    {memory / m:7.2f} Mphotons/s  {span(r['memory'])}  the same run "
+              f"on the points read into memory first; granules / in memory "
+              f"{every / memory:.2f}")
+    if "agg_all" in r:
+        agg = rate(r["agg_all"])
+        print(f"  no store     {agg / m:7.2f} Mphotons/s  {span(r['agg_all'])}  read, key and "
+              f"reduce only (zagg.aggregate, discovery); ratio to floor {agg / floor_rate:.2f}")
+    if "strata" in r:
+        strata = rate(r["strata"])
+        print(f"  strata       {strata / m:7.2f} Mphotons/s  {span(r['strata'])}  strata / "
+              f"plain {strata / every:.2f} ({verdict(strata / every, TARGETS['strata'])})")
     on, off = r["region_on"], r["region_off"]
     frac = on["points"] / max(r["all"]["points"], 1)
     print(f"  region {r['bbox']} ({r['band_shards']} shards, {frac:.1%} of the kept photons):")
@@ -368,7 +375,7 @@ def report(r: dict) -> None:
     print(f"    read, key and reduce only: plan off {span(a_off)}, on {span(a_on)}: "
           f"{a_off['wall'] / a_on['wall']:.2f}x; read {a_on['read'] / r['disk']:.1%} of the "
           f"bytes with the plan, {a_off['read'] / r['disk']:.1%} without")
-    peak = max(x["rss"] for x in (r["one"], r["all"], r["strata"]))
+    peak = max(r[k]["rss"] for k in ("one", "all", "strata", "procs") if k in r)
     print(f"  peak RSS     {peak / 2**30:.2f} GiB (largest process of any run; "
           f"{verdict(peak / 2**30, TARGETS['rss_gib'], higher=False)} GiB)")
 
@@ -386,6 +393,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="granule generator seed")
     ap.add_argument("--keep", type=Path, default=None,
                     help="write the granules here and reuse them in later runs")
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=("procs", "memory", "agg_all", "strata"),
+                    help="leave out these optional measurements (for long sizes)")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

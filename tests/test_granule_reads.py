@@ -18,7 +18,12 @@ from zagg.config import ConfigError, load_config
 from zagg.kernels import composition, tdigest
 from zagg.regions import region_shards
 from zagg.run import run
-from zagg.sources.granules import GranuleError, open_granules, parse_granule_source
+from zagg.sources.granules import (
+    GranuleError,
+    open_granules,
+    parse_granule_source,
+    wants_processes,
+)
 from zagg.sources.write_granules import BEAMS, write_granules
 
 REGION = (-100.2, -76.0, -99.8, -75.0)  # tall enough that the tracks (~30 km) do not wrap
@@ -154,6 +159,7 @@ def test_read_plan_reads_only_rows_whose_segments_reach_the_shards(granules, sha
     whole = open_granules(parse_granule_source(block(granules[0].parent)))
     part = open_granules(src, shards=shards, shard_order=P)
     assert part.sizes["obs"] < whole.sizes["obs"]
+    assert not wants_processes(part)  # gzip chunks: read on every thread
     assert part.attrs["index_bytes_read"] > 0 and whole.attrs["index_bytes_read"] == 0
     assert part.h_ph.attrs["stored_bytes_read"] < whole.h_ph.attrs["stored_bytes_read"]
     with dask.config.set(scheduler="threads"):
@@ -362,6 +368,7 @@ def test_every_layout_reads_as_h5py_does(tmp_path):
     with pytest.warns(UserWarning, match="read through h5py"):
         ds = open_granules(raw, chunk_size=9000)
     assert ds.conf.dims == ("obs", "conf_column") and ds.conf.shape == conf.shape
+    assert ds.attrs["h5py_datasets"] == 2 and wants_processes(ds)  # fletcher32 and lzf
     with dask.config.set(scheduler="threads"):
         c = ds.compute()
     np.testing.assert_array_equal(c.latitude.values, lat)

@@ -401,16 +401,18 @@ def _item_key(name: str) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def wants_processes(source) -> bool:
-    """Whether reading ``source`` needs worker processes to use every core.
+def wants_processes(ds) -> bool:
+    """Whether reading the granule Dataset ``ds`` (from :func:`open_granules`) needs worker
+    processes of one thread each to use every core.
 
-    Granule data are read without h5py (:mod:`zagg.sources.chunks`): threads of one
-    process fetch and inflate chunks in parallel, so a threaded or in-process cluster
-    reads on every core. Only datasets h5py must decode itself (filters other than
-    deflate and shuffle) serialise on h5py's lock; this source-level answer is False, and
-    :func:`open_granules` warns when a granule needs h5py for its data.
+    Granule data are read without h5py (:mod:`zagg.sources.chunks`): threads of one process
+    fetch and inflate chunks in parallel, so zagg's default cluster (threads, in one process
+    on small machines) reads on every core. Only datasets that h5py must decode itself
+    (filters other than deflate and shuffle, compact or external layouts: counted in
+    ``ds.attrs["h5py_datasets"]``) serialise on h5py's lock, and only then do processes
+    read faster.
     """
-    return False
+    return bool(ds.attrs.get("h5py_datasets"))
 
 
 def open_for_config(cfg, *, shards=None) -> xr.Dataset:
@@ -724,4 +726,5 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
         "granules": contributing,
         "failed_granules": failed,
         "index_bytes_read": int(sum(s.index_bytes for s in scans)),
+        "h5py_datasets": len(h5py_paths),
     })
