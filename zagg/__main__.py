@@ -22,7 +22,7 @@ def _cmd_demo(args) -> int:
     from .demo import demo
 
     demo(store=args.store, points=args.points, seed=args.seed, workers=args.workers,
-         map_path=args.map)
+         map_path=args.map, product=args.product)
     return 0
 
 
@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--workers", type=_at_least_one)
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
+    d.add_argument("--product", choices=("tdigest", "strata"), default="tdigest",
+                   help="tdigest (default) or strata (signal/noise digests, composition)")
     d.set_defaults(func=_cmd_demo)
 
     c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
