@@ -111,7 +111,7 @@ def leaf_hashes(store: str | Path) -> dict[str, dict]:
     columns and overviews, which carry a ``role``) are not leaves."""
     store = Path(store)
     out = {}
-    for doc in sorted(store.rglob("zarr.json")):
+    for doc in sorted(store.rglob("*.zarr/zarr.json")):  # leaf roots (versions mirror them)
         attrs = json.loads(doc.read_text()).get("attributes") or {}
         stamp = attrs.get("morton_hive_commit")
         if stamp is not None and "role" not in attrs:

@@ -58,6 +58,12 @@ def leaves(store):
     return [leaf for leaf, _ in hive.walk_leaves(store)]
 
 
+def data_dir(store, leaf):
+    """Where a leaf's arrays are: its current version's directory when it is versioned."""
+    stamp = hive.read_stamp(hive.StoreRoot(store), leaf)
+    return store / leaf / stamp["current"] if stamp.get("current") else store / leaf
+
+
 def run_cli(capsys, *argv):
     """Exit status, stdout lines and stderr of one CLI command (a traceback fails the test)."""
     code = main([str(a) for a in argv])
@@ -98,7 +104,7 @@ DAMAGES = {
 def test_verify_reports_an_unreadable_array_and_checks_the_other_leaf(store, capsys, damage):
     key, harm, array, reason = DAMAGES[damage]
     bad, good = leaves(store)
-    harm(store / bad / key)
+    harm(data_dir(store, bad) / key)
     code, lines, err = run_cli(capsys, "verify", store)
     assert code == 1 and err == ""
     line = line_with(lines, "unreadable", bad)
@@ -110,8 +116,8 @@ def test_verify_reports_an_unreadable_array_and_checks_the_other_leaf(store, cap
 
 def test_verify_reports_every_damaged_leaf(store, capsys):
     first, second = leaves(store)
-    flip(store / first / "12/h_mean/c/0", -3)
-    truncate(store / second / "12/h_tdigest/zarr.json")
+    flip(data_dir(store, first) / "12/h_mean/c/0", -3)
+    truncate(data_dir(store, second) / "12/h_tdigest/zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
     assert code == 1
     assert "12/h_mean" in line_with(lines, "unreadable", first)
@@ -121,7 +127,7 @@ def test_verify_reports_every_damaged_leaf(store, capsys):
 
 def test_an_unreadable_cell_group_hides_its_arrays_without_calling_them_missing(store, capsys):
     bad, _ = leaves(store)
-    truncate(store / bad / "12/zarr.json")
+    truncate(data_dir(store, bad) / "12/zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
     line = line_with(lines, "unreadable", bad)
     assert code == 1 and "unreadable: 12 (zarr.json does not parse" in line
@@ -133,11 +139,12 @@ def test_a_truncated_stamp_reads_as_debris_with_a_warning(store, capsys):
     torn, good = leaves(store)
     truncate(store / torn / "zarr.json")
     code, lines, err = run_cli(capsys, "verify", store)
-    assert code == 0 and err == ""
+    assert code == 3 and err == ""  # intact, but not complete: a rerun finishes it
     line = line_with(lines, "debris", torn)
     assert line.split()[0] == "debris" and "(warning: " in line
     assert f"{torn}/zarr.json is not valid JSON" in line and "read as unstamped debris" in line
-    assert "  1 debris, 1 ok" in lines and lines[-1] == "verified: all stamped leaves intact"
+    assert "  1 debris, 1 ok" in lines and "verified: all stamped leaves intact" in lines
+    assert lines[-1].startswith("incomplete: debris is left; run the same command again")
 
     code, lines, err = run_cli(capsys, "inspect", store)
     assert code == 0 and err == ""
@@ -151,8 +158,9 @@ def test_a_store_with_only_debris_is_not_called_intact(store, capsys):
     for leaf in leaves(store):
         truncate(store / leaf / "zarr.json")
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0 and "intact" not in "\n".join(lines)
-    assert lines[-1].startswith("no committed leaves yet: 2 leaves, all debris")
+    assert code == 3 and "intact" not in "\n".join(lines)
+    assert lines[-2].startswith("no committed leaves yet: 2 leaves, all debris")
+    assert lines[-1].startswith("incomplete: debris is left")
 
 
 def test_a_rerun_rewrites_a_leaf_whose_stamp_is_torn(built, store, capsys):
@@ -168,10 +176,16 @@ def test_a_rerun_rewrites_a_leaf_whose_stamp_is_torn(built, store, capsys):
     assert code == 0 and lines[-2:] == ["  2 ok", "verified: all stamped leaves intact"]
 
 
-def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(store):
+def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(built, tmp_path):
     from zagg.hive.leaf import _check_clearable
 
+    cfg = dict(CONFIG, output={**CONFIG["output"], "leaf_versions": False})
+    path = tmp_path / "legacy.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    store = tmp_path / "legacy"
+    assert main(["run", str(path), "--store", str(store), *CLI]) == 0
     torn, good = leaves(store)
+    assert data_dir(store, good) == store / good  # an unversioned leaf
     root = hive.StoreRoot(store)
     _check_clearable(root, good)  # a stamped, unversioned leaf may be replaced
     truncate(store / torn / "zarr.json")
@@ -180,6 +194,9 @@ def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(store):
     with pytest.raises(ValueError, match=r"is not valid JSON.*version prefixes "
                                          r"\['run-20260101T000000Z'\]"):
         _check_clearable(root, torn)
+    versioned = hive.StoreRoot(built[1])
+    with pytest.raises(ValueError, match="is a versioned leaf"):
+        _check_clearable(versioned, leaves(built[1])[0])
 
 
 # -- the manifest -----------------------------------------------------------------------------
@@ -232,7 +249,8 @@ def test_a_path_that_does_not_exist_is_named_as_such(tmp_path, capsys):
 def test_verify_warns_when_the_root_coverage_is_missing(store, capsys):
     (store / "coverage.moc").unlink()
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0
+    assert code == 3
+    assert lines[-1].startswith("incomplete: the last run did not finish")
     verdict = lines.index("verified: all stamped leaves intact")
     assert lines[verdict + 1] == ("WARNING: the root coverage.moc is missing, although 2 "
                                   "leaves are stamped;")
@@ -245,7 +263,7 @@ def test_verify_warns_when_the_root_coverage_misses_a_stamped_leaf(store, capsys
     (first, _), (_, second) = hive.walk_leaves(store)
     hive.StoreRoot(store).write_json("coverage.moc", root_envelope([second], 8))
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0 and "verified: all stamped leaves intact" in lines
+    assert code == 3 and "verified: all stamped leaves intact" in lines
     sid = hive.walk_leaves(store)[0][1]
     line = line_with(lines, "WARNING")
     assert line == (f"WARNING: the root coverage.moc does not list 1 of the 2 leaves stamped "

@@ -45,13 +45,16 @@ def new_store(root, short_name: str = "T", version: str = "1") -> str:
 
 
 def chunk_objects(root) -> dict[str, bytes]:
-    """Every chunk object under ``root`` (a store or a leaf), by relative path: the bytes
-    two ways of writing the same data must agree on (stamps and sidecars carry times)."""
+    """Every chunk object under ``root`` (a store or a leaf), by relative path without its
+    version: the bytes two ways of writing the same data must agree on (stamps and sidecars
+    carry times)."""
     from pathlib import Path
+
+    from leaves import without_versions
 
     root = Path(root)
     return {
-        str(p.relative_to(root)): p.read_bytes()
+        without_versions(str(p.relative_to(root))): p.read_bytes()
         for p in sorted(root.rglob("*"))
         if p.is_file() and "/c/" in str(p.relative_to(root))
     }

@@ -17,6 +17,7 @@ from test_strata import REGION, strata_config
 import zagg
 from zagg import hive
 from zagg.hive import decode
+from zagg.hive import stamp as hive_stamp
 from zagg.sources.synthetic import synthetic_photons
 
 
@@ -37,10 +38,12 @@ def store(request, tmp_path_factory):
 
 
 def _arrays(root: str):
-    for meta in sorted(Path(root).rglob("*.zarr/*/*/zarr.json")):
-        key = str(meta.parent.relative_to(root))
-        leaf = key.rsplit("/", 2)[0]
-        yield key, leaf, key[len(leaf) + 1 :]
+    """``(array key, the leaf's data prefix, the array's path in it)`` of every array."""
+    for leaf, _ in hive.walk_leaves(root):
+        data = hive_stamp.data_prefix(leaf, hive.read_stamp(hive.StoreRoot(root), leaf))
+        for meta in sorted((Path(root) / data).glob("*/*/zarr.json")):
+            key = str(meta.parent.relative_to(root))
+            yield key, data, key[len(data) + 1 :]
 
 
 def test_every_array_decodes_like_zarr(store):
@@ -93,13 +96,14 @@ def test_open_hive_values_are_zarrs(store):
     per_leaf = dense.sizes["cells"] // len(dense.attrs["zagg"]["shards"])
     for i, sid in enumerate(dense.attrs["zagg"]["shards"]):
         leaf = hive.leaf_path(sid)
+        data = hive_stamp.data_prefix(leaf, hive.read_stamp(root, leaf))
         rows = slice(i * per_leaf, (i + 1) * per_leaf)
         bitmap = moczarr.read_coverage_bitmap(store, leaf)
         in_sparse = np.isin(sparse["morton"].values, bitmap)
         np.testing.assert_array_equal(sparse["morton"].values[in_sparse], bitmap)
         at = np.flatnonzero(np.isin(dense["morton"].values[rows], bitmap))
         for name in dense.data_vars:
-            want = zarr.open_array(root.zarr_store(leaf, read_only=True), path=f"{group}/{name}",
+            want = zarr.open_array(root.zarr_store(data, read_only=True), path=f"{group}/{name}",
                                    mode="r")[...]
             got_dense, got_sparse = dense[name].values[rows], sparse[name].values[in_sparse]
             if want.dtype == object:

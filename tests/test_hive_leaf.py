@@ -321,13 +321,17 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
         len(v) for k, v in remote.items() if k.startswith(leaf + "/"))
     assert remote_record["timings"]["upload_s"] > 0
     batches = [c for c in calls if c[0] == "batch"]
-    assert len(batches) == 1
+    assert len(batches) == 2  # the leaf's objects, then its sidecars after the stamp
     sent = batches[0][1]
     assert sorted(k for k in local if "/c/" in k) == [k for k in sent if "/c/" in k]
     assert f"{leaf}/zarr.json" in sent  # the unstamped template, overwritten by the stamp
+    assert batches[1][1] == [f"{node}/stats.json"]
     before, after = calls[: calls.index(batches[0])], calls[calls.index(batches[0]) + 1:]
-    assert before == []  # a fresh leaf: no stamp to read, nothing to clear
+    # a fresh leaf: nothing to read or clear, only the writer's claim taken first
+    assert before == [("one", f"{leaf}.claim.json")]
     assert after[0] == ("one", f"{leaf}/zarr.json")  # the stamp follows the batch
+    assert after[1] == batches[1]  # then the sidecars
+    assert not fs.exists(f"leafbatch/store/{leaf}.claim.json")  # given up once written
     assert json.loads(remote[f"{leaf}/zarr.json"])["attributes"][COMMIT_ATTR]["complete"]
     # writing it again reads the old stamp and clears the leaf first, then the same bytes
     calls.clear()
@@ -383,30 +387,6 @@ def test_a_leaf_known_fresh_is_not_listed(tmp_path, monkeypatch):
     write_shard(root, SOUTH)
     assert [p for p, _ in listed] == [leaf_path(SOUTH)]
     np.testing.assert_array_equal(decoded(root, NORTH)["count"], arrays["count"])
-
-
-def test_deferred_sidecars_are_the_callers_to_write(tmp_path):
-    """With ``defer_siblings`` nothing follows the stamp: the record carries the sidecars,
-    and ``write_siblings`` writes what the leaf write would have."""
-    from zagg.hive import write_siblings
-
-    root = new_store(tmp_path)
-    ids = ["s3://b/p/G1.h5", "G2.h5"]
-    record, _ = write_shard(root, NORTH, granule_ids=ids, defer_siblings=True)
-    node = tmp_path.joinpath(*record["path"].split("/")).parent
-    assert sorted(p.name for p in node.iterdir()) == ["11213.zarr"]
-    assert sorted(record["siblings"]) == [f"{node.relative_to(tmp_path)}/granules.json",
-                                          f"{node.relative_to(tmp_path)}/stats.json"]
-    assert write_siblings(root, [record]) == 2
-    assert "siblings" not in record
-    direct, _ = write_shard(str(tmp_path / "direct"), NORTH, granule_ids=ids)
-    deferred_stats, direct_stats = read_stats(root, NORTH), read_stats(tmp_path / "direct", NORTH)
-    for key in ("content_hashes", "cells_with_data", "granules_sha256", "shard_key", "leaf"):
-        assert deferred_stats[key] == direct_stats[key], key
-    assert deferred_stats["granules_sha256"] == granules_sha256(ids)
-    assert (node / "granules.json").read_bytes() == (
-        tmp_path / "direct" / node.relative_to(tmp_path) / "granules.json").read_bytes()
-    assert write_siblings(root, [record]) == 0  # taken out of the record once written
 
 
 def test_object_store_reads_take_one_request(moto_s3, monkeypatch):

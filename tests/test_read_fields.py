@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from leaves import data_dir
 from moczarr import composition as mcomp
 from moczarr import ragged as mragged
 from test_strata import REGION, strata_config
@@ -85,7 +86,7 @@ def add_times(root, sid: str, field: str, grammar="mortie-toc/1") -> dict[int, n
     word per centroid row, bound by the payload's ``times`` attr. Returns the words by cell
     word."""
     leaf = hive.leaf_path(sid)
-    group = zarr.open_group(f"{root}/{leaf}/{C}", mode="r+", zarr_format=3)
+    group = zarr.open_group(f"{data_dir(root, leaf)}/{C}", mode="r+", zarr_format=3)
     payload = group[field]
     raw = payload[...]
     words = zagg.grid.shard_cell_words(zagg.grid.from_decimal([sid])[0], 9, C)

@@ -11,6 +11,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from leaves import data_dir
 
 import zagg
 from zagg import hive
@@ -213,14 +214,15 @@ def test_a_region_opens_only_the_leaves_and_inner_chunks_it_needs(store, tmp_pat
     n_inner = 4 ** (K - P)
 
     def stored_chunks(sid):
-        blob = (root / hive.leaf_path(sid) / str(C) / "h_tdigest" / "c" / "0").read_bytes()
+        blob = (data_dir(root, hive.leaf_path(sid)) / str(C) / "h_tdigest" / "c" / "0"
+                ).read_bytes()
         index = np.frombuffer(blob[-16 * n_inner - 4:-4], "<u8").reshape(-1, 2)
         return index, np.flatnonzero(index[:, 0] != np.iinfo(np.uint64).max)
 
     # inside a leaf with two stored digest chunks: keep the first one's cells, break the other
     inside = next(s for s in shards[:-1] if stored_chunks(s)[1].size >= 2)
     index, stored = stored_chunks(inside)
-    chunk_obj = root / hive.leaf_path(inside) / str(C) / "h_tdigest" / "c" / "0"
+    chunk_obj = data_dir(root, hive.leaf_path(inside)) / str(C) / "h_tdigest" / "c" / "0"
     blob = bytearray(chunk_obj.read_bytes())
     keep_chunk, broken_chunk = int(stored[0]), int(stored[1])
     off, size = (int(v) for v in index[broken_chunk])

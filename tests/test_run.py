@@ -9,6 +9,7 @@ from pathlib import Path
 import moczarr
 import numpy as np
 import pytest
+from leaves import data_dir
 
 import zagg
 from zagg import hive
@@ -292,7 +293,7 @@ def test_unsharded_store_reads_back_identically(tmp_path, photons):
     b = open_hive(tmp_path / "u", dense=True)
     np.testing.assert_array_equal(a["count"].values, b["count"].values)
     leaf = hive.walk_leaves(tmp_path / "u")[0][0]
-    chunks = sorted((tmp_path / "u" / leaf / "13" / "count" / "c").iterdir())
+    chunks = sorted((data_dir(tmp_path / "u", leaf) / "13" / "count" / "c").iterdir())
     assert len(chunks) > 1  # one object per occupied inner chunk
 
 
@@ -362,7 +363,7 @@ def test_cli_run_inspect_verify(tmp_path):
     leaf = hive.walk_leaves(store)[0][0]
     import zarr
 
-    arr = zarr.open_array(str(store / leaf / "13" / "h_max"), mode="r+")
+    arr = zarr.open_array(str(data_dir(store, leaf) / "13" / "h_max"), mode="r+")
     vals = arr[:]
     i = int(np.flatnonzero(~np.isnan(vals))[0])
     arr[i] = vals[i] + 1
@@ -406,12 +407,12 @@ def test_verify_reports_each_outcome_separately(tmp_path, photons):
     assert len(leaves) >= 3
     assert all(verify_leaf(root, leaf)["status"] == "ok" for leaf in leaves)
     # an extra array under one leaf
-    group = zarr.open_group(str(store / leaves[0] / "13"), mode="r+")
+    group = zarr.open_group(str(data_dir(store, leaves[0]) / "13"), mode="r+")
     group.create_array("debris", shape=(4,), dtype="int8")
     extra = verify_leaf(root, leaves[0])
     assert extra["status"] == "extra array" and extra["extra"] == ["13/debris"]
     # a missing array under another
-    shutil_rmtree(store / leaves[1] / "13" / "h_max")
+    shutil_rmtree(data_dir(store, leaves[1]) / "13" / "h_max")
     missing = verify_leaf(root, leaves[1])
     assert missing["status"] == "missing array" and missing["missing"] == ["13/h_max"]
     # a stamp without recorded hashes is unverifiable, not tampered
@@ -494,9 +495,9 @@ def test_the_morton_coordinate_keeps_its_attrs_in_the_store(tmp_path, photons):
 
 def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
         tmp_path, photons, monkeypatch):
-    """Into a store the write creates, leaf tasks skip the listing that looks for earlier
-    attempts; into an existing one every leaf is listed, and debris is cleared. Either way
-    each leaf's stats sidecar lands after the leaves, with its stamp's hashes."""
+    """Unversioned leaves: into a store the write creates, leaf tasks skip the listing that
+    looks for earlier attempts; into an existing one every leaf is listed, and debris is
+    cleared. Either way each leaf's stats sidecar lands with its stamp's hashes."""
     import dask
     from test_hive_builders import spy_listings
 
@@ -504,7 +505,7 @@ def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
     store = tmp_path / "s"
     leaves = zagg.aggregate(photons, config())
     with dask.config.set(scheduler="sync"):
-        first = to_hive(leaves, store)
+        first = to_hive(leaves, store, leaf_versions=False)
     paths = sorted(r["path"] for r in first.records)
     assert len(paths) == first.shards > 1
     assert not [p for p, _ in listed if p.endswith(".zarr")]
@@ -512,17 +513,46 @@ def test_a_new_store_writes_its_leaves_without_listing_them_and_a_rerun_heals(
         sidecar = hive.read_stats(store, r["shard_id"])
         assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
                                                             r["path"])["content_hashes"]
-        assert "siblings" not in r
     debris = store / paths[0] / "13" / "stale" / "c" / "0"
     debris.parent.mkdir(parents=True)
     debris.write_bytes(b"an older attempt's object")
     listed.clear()
     with dask.config.set(scheduler="sync"):
-        again = to_hive(zagg.aggregate(photons, config()), store)
+        again = to_hive(zagg.aggregate(photons, config()), store, leaf_versions=False)
     assert sorted(p for p, _ in listed if p.endswith(".zarr")) == paths
     assert not debris.exists()
     assert {r["shard_id"]: r["content_hashes"] for r in again.records} == {
         r["shard_id"]: r["content_hashes"] for r in first.records}
+
+
+def test_a_versioned_rewrite_adds_a_version_and_moves_the_pointer(tmp_path, photons,
+                                                                  monkeypatch):
+    """Versioned leaves (the default) are never listed nor cleared: a rewrite writes a new
+    version beside the current one, then points the leaf at it; the old version stays until
+    ``zagg gc``, which keeps the one ``current`` names."""
+    import dask
+    from test_hive_builders import spy_listings
+
+    listed = spy_listings(monkeypatch)
+    store = tmp_path / "s"
+    root = hive.StoreRoot(store)
+    with dask.config.set(scheduler="sync"):
+        first = to_hive(zagg.aggregate(photons, config()), store)
+        again = to_hive(zagg.aggregate(photons, config()), store)
+    assert not [p for p, _ in listed if p.endswith(".zarr")]
+    for a, b in zip(sorted(first.records, key=lambda r: r["path"]),
+                    sorted(again.records, key=lambda r: r["path"]), strict=True):
+        assert a["version"] != b["version"] and a["run_id"] != b["run_id"]
+        assert hive.read_stamp(root, b["path"])["current"] == b["version"]
+        assert sorted(p.name for p in (store / b["path"]).glob("run-*")) == sorted(
+            [a["version"], b["version"]])
+        assert a["content_hashes"] == b["content_hashes"]
+    assert main(["gc", str(store), "--dry-run"]) == 0
+    assert all(len(list((store / r["path"]).glob("run-*"))) == 2 for r in again.records)
+    assert main(["gc", str(store)]) == 0
+    for r in again.records:
+        assert [p.name for p in (store / r["path"]).glob("run-*")] == [r["version"]]
+    assert main(["verify", str(store)]) == 0
 
 
 def test_leaves_stamped_before_a_failed_write_keep_their_sidecars(tmp_path, photons):

@@ -31,7 +31,7 @@ def _cmd_demo(args) -> int:
     from .demo import demo
 
     demo(store=args.store, points=args.points, seed=args.seed, workers=args.workers,
-         map_path=args.map)
+         map_path=args.map, product=args.product)
     return 0
 
 
@@ -69,6 +69,25 @@ def _cmd_configs(args) -> int:
     return 0
 
 
+def _cmd_gc(args) -> int:
+    from .hive import StoreRoot, read_manifest, walk_leaves
+    from .hive.versions import collect
+
+    root = StoreRoot(args.store, _storage_options(args.storage_option))
+    if read_manifest(root) is None:
+        raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
+    done = collect(root, [leaf for leaf, _ in walk_leaves(root)], keep=args.keep,
+                   dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
+          f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)")
+    for leaf, gone in sorted(done.removed.items())[:20]:
+        print(f"  {leaf}: {', '.join(gone)}")
+    for leaf in done.skipped:
+        print(f"  skipped {leaf}: its pointer cannot be read (left as it is)")
+    return 0
+
+
 def _cmd_profile(args) -> int:
     from .deploy import PROFILE
 
@@ -100,11 +119,12 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from .inspect import verify_store
+    from .inspect import verify_status
 
-    report, ok = verify_store(args.store, storage_options=_storage_options(args.storage_option))
+    report, status = verify_status(args.store,
+                                   storage_options=_storage_options(args.storage_option))
     print(report)
-    return 0 if ok else 1
+    return status
 
 
 def _at_least_one(text: str) -> int:
@@ -170,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--workers", type=_at_least_one)
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
+    d.add_argument("--product", choices=("tdigest", "strata"), default="tdigest",
+                   help="tdigest (default) or strata (signal/noise digests, composition)")
     d.set_defaults(func=_cmd_demo)
 
     c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
@@ -187,15 +209,23 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--path", action="store_true", help="print its path instead")
     f.set_defaults(func=_cmd_profile)
 
+    g = sub.add_parser("gc", help="remove superseded versions of versioned leaves")
+    g.add_argument("store")
+    g.add_argument("--keep", type=int, default=0,
+                   help="superseded versions to keep per leaf besides the current one")
+    g.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    g.set_defaults(func=_cmd_gc)
+
     i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
     i.add_argument("store")
     i.add_argument("--leaves", type=int, default=10, help="leaves to list (default 10)")
     i.set_defaults(func=_cmd_inspect)
 
-    v = sub.add_parser("verify", help="recompute every leaf's content hashes")
+    v = sub.add_parser("verify", help="recompute every leaf's content hashes (exit status 0: "
+                                      "intact, 1: damaged, 3: incomplete)")
     v.add_argument("store")
     v.set_defaults(func=_cmd_verify)
-    for p in (i, v, w):
+    for p in (i, v, g, w):
         p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                        help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
                             "profile=...; repeatable (credentials are better left to the "

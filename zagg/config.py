@@ -160,6 +160,8 @@ class Output:
     #: the declared leaf resolutions of the pyramid (None: declared off)
     pyramid: tuple[int, ...] | None = None
     sweep: str | None = None  # "stages": build the pyramid ladder after each run
+    #: each leaf write makes a new version and moves the leaf's ``current`` pointer
+    leaf_versions: bool = True
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
           "located")
 _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
-           "pyramid", "sweep")
+           "pyramid", "sweep", "leaf_versions")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -546,8 +548,12 @@ def _parse_output(raw, fields) -> Output:
               "shards) or lower child_order, or raise output.shard_memory_limit")
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
     pyramid, sweep = _parse_pyramid(raw, grid)
+    versions = raw.get("leaf_versions", True)
+    if not isinstance(versions, bool):
+        fail("output.leaf_versions", f"expected true (each write makes a new version of the "
+             f"leaf; the default) or false (rewrite leaves in place), got {versions!r}")
     return Output(store, short_name, str(version), grid, layout, limit, options, pyramid,
-                  sweep)
+                  sweep, versions)
 
 
 def _parse_pyramid(raw, grid: Grid) -> tuple:

@@ -1,5 +1,9 @@
 """The built-in demo: seeded ATL03 HDF5 granules over Pine Island Glacier → a hive store,
-a printed summary and a PNG map of photon count and median height per cell."""
+a printed summary and a PNG map of photon count and median height per cell.
+
+Two products: ``tdigest`` (the default: count, height statistics and a height t-digest) and
+``strata`` (the shipped ``atl03_strata_granules`` config: signal and noise strata digests
+and the composition word, read from the granules' whole ``signal_conf_ph`` matrix)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import shutil
 from pathlib import Path
 
 DEMO_SHORT_NAME = "ZAGG-DEMO"
+PRODUCTS = ("tdigest", "strata")
 
 
 BEAMS = ["gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r"]
@@ -43,6 +48,19 @@ def demo_config(granules: str) -> dict:
     }
 
 
+def strata_demo_config(granules: str) -> dict:
+    """The shipped ``atl03_strata_granules`` config on the demo's granules and grid."""
+    from .config import load_config
+
+    raw = load_config("atl03_strata_granules").raw
+    raw["data_source"]["granules"] = granules
+    raw["output"]["store"] = None
+    raw["output"]["dataset"] = {"short_name": DEMO_SHORT_NAME, "version": "1"}
+    raw["output"]["grid"] = {"type": "healpix", "parent_order": 9, "chunk_inner": 13,
+                             "child_order": 17}
+    return raw
+
+
 def demo_granules(directory: Path, points: int, seed: int) -> list[Path]:
     """Seeded ATL03 granules in ``directory`` (reused when already written for this seed)."""
     from .sources.write_granules import write_granules
@@ -76,27 +94,35 @@ def _clear_previous_demo(store: Path) -> None:
 
 def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
          workers: int | None = None, map_path: str | None = None,
-         granules: str | None = None) -> dict:
-    """Write seeded ATL03 granules (once), aggregate them into ``store`` and draw the map.
+         granules: str | None = None, product: str = "tdigest") -> dict:
+    """Write seeded ATL03 granules (once), aggregate them into ``store`` as ``product``
+    (one of :data:`PRODUCTS`) and draw the map.
 
     Returns ``{"summary": RunSummary, "map": path or None}``.
     """
     from .run import run
 
+    if product not in PRODUCTS:
+        raise ValueError(f"product must be one of {', '.join(PRODUCTS)}, got {product!r}")
     path = Path(store)
     _clear_previous_demo(path)
     gdir = Path(granules) if granules else path.with_name(path.name + "-granules")
-    print(f"zagg demo: ATL03 granules with ~{points:,} synthetic photons over Pine Island "
-          f"Glacier in {gdir}/ → {path}/ (order-17 cells, order-9 shards)")
+    what = "strata product" if product == "strata" else "t-digest product"
+    print(f"zagg demo ({what}): ATL03 granules with ~{points:,} synthetic photons over Pine "
+          f"Island Glacier in {gdir}/ → {path}/ (order-17 cells, order-9 shards)")
     files = demo_granules(gdir, points, seed)
     print(f"granules        {len(files)} HDF5 files, {sum(f.stat().st_size for f in files):,} "
           "bytes")
-    summary = run(demo_config(str(gdir)), store=str(path), workers=workers)
+    cfg = strata_demo_config(str(gdir)) if product == "strata" else demo_config(str(gdir))
+    summary = run(cfg, store=str(path), workers=workers)
     print("\n".join(summary.lines()))
     png = Path(map_path) if map_path else path.with_name(path.name + ".png")
     made = plot_map(str(path), str(png))
     if made:
         print(f"map             {png}")
+    if product == "tdigest":
+        print("also            python -m zagg demo --product strata  (signal/noise strata and "
+              "the composition word, from the granules' signal_conf_ph)")
     return {"summary": summary, "map": str(png) if made else None}
 
 

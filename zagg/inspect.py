@@ -23,7 +23,7 @@ from . import hive
 from .hive import coverage as hcov
 from .hive.hashes import array_digest, combined_digest
 from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY
-from .hive.stamp import read_stamp_or_debris
+from .hive.stamp import data_prefix, read_stamp_or_debris
 from .hive.storage import StoreRootError
 
 #: outcomes that are not failures of integrity
@@ -91,6 +91,12 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
         if stamp_problem:
             out["stamp_unreadable"] = stamp_problem
         return out
+    data = data_prefix(leaf, stamp)  # a versioned leaf's arrays are under its current version
+    if data != leaf:
+        own, own_problem = read_stamp_or_debris(root, data)
+        if own is None:  # the pointer names a version that is gone or was never stamped
+            return {"leaf": leaf, "status": "debris", "stamp_unreadable": own_problem or (
+                f"its current version {stamp['current']} is missing or unstamped")}
     recorded = stamp.get("content_hashes") or {}
     arrays_rec = recorded.get("arrays") if isinstance(recorded, dict) and "arrays" in recorded \
         else recorded
@@ -100,8 +106,10 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
     arrays_rec = {k: v for k, v in arrays_rec.items() if k != "combined"}
     if not arrays_rec:
         return {"leaf": leaf, "status": "unverifiable"}
-    keys, unreadable = _leaf_nodes(root, leaf)
-    store = root.zarr_store(leaf, read_only=True)
+    keys, unreadable = _leaf_nodes(root, data)
+    if data == leaf:  # a legacy leaf's root holds no versions
+        keys = [k for k in keys if not k.startswith("run-")]
+    store = root.zarr_store(data, read_only=True)
     actual = {}
     for key in keys:
         try:
@@ -187,12 +195,26 @@ def _coverage_warnings(root: hive.StoreRoot, stamped: list[str]) -> list[str]:
             f"{_leaves(len(stamped))} stamped (e.g. shard {absent[0]});", rerun]
 
 
+#: what ``zagg verify`` exits with: intact, damaged, or intact but incomplete (debris, or a
+#: run into the store that did not finish)
+EXIT_INTACT, EXIT_DAMAGED, EXIT_INCOMPLETE = 0, 1, 3
+
+
 def verify_store(store, storage_options=None) -> tuple[str, bool]:
     """Check the manifest and every leaf; returns (report text, store intact).
 
     A store with a manifest and no leaf yet (a run that found no points) is reported as
-    such and passes: there is nothing to be damaged.
+    such and passes: there is nothing to be damaged. See :func:`verify_status` for the
+    finer outcome (intact, damaged, incomplete).
     """
+    report, status = verify_status(store, storage_options)
+    return report, status != EXIT_DAMAGED
+
+
+def verify_status(store, storage_options=None) -> tuple[str, int]:
+    """:func:`verify_store`'s report and its exit status: :data:`EXIT_INTACT`,
+    :data:`EXIT_DAMAGED` (a damaged leaf or manifest) or :data:`EXIT_INCOMPLETE` (nothing
+    damaged, but debris is left or the last run into the store did not finish)."""
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
     found = hive.walk_leaves(root)
@@ -228,16 +250,24 @@ def verify_store(store, storage_options=None) -> tuple[str, bool]:
                      "exit status 0")
     elif not stamped:
         lines.append(f"no committed leaves yet: {_leaves(len(results))}, all debris "
-                     "(unfinished writes, not damage to a committed leaf: exit status 0); rerun "
-                     "the config to complete the store")
+                     "(unfinished writes, not damage to a committed leaf)")
     elif counts.get("unverifiable"):
         n = counts["unverifiable"]
         lines.append(f"verified, but {_leaves(n)} {'records' if n == 1 else 'record'} no "
                      "content hashes (nothing to compare: unverifiable, not tampered)")
     else:
         lines.append("verified: all stamped leaves intact")
-    lines += _coverage_warnings(root, stamped)
-    return "\n".join(lines), ok
+    unfinished = _coverage_warnings(root, stamped)
+    lines += unfinished
+    if not ok:
+        return "\n".join(lines), EXIT_DAMAGED
+    if counts.get("debris") or unfinished:
+        lines.append(f"incomplete: {'debris is left' if counts.get('debris') else ''}"
+                     f"{' and ' if counts.get('debris') and unfinished else ''}"
+                     f"{'the last run did not finish' if unfinished else ''}; run the same "
+                     f"command again to complete the store (exit status {EXIT_INCOMPLETE})")
+        return "\n".join(lines), EXIT_INCOMPLETE
+    return "\n".join(lines), EXIT_INTACT
 
 
 def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:

@@ -26,11 +26,11 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
 
     src = cfg.data_source
     if src.granules is not None:
-        from .sources.granules import open_granules
+        # the granule source decides what the shards let it skip (a catalog's footprints,
+        # a read plan's rows): zagg.sources.granules.open_for_config
+        from .sources.granules import open_for_config
 
-        use_shards = shards if src.granules.is_catalog else None
-        return open_granules(src.granules, shards=use_shards,
-                             shard_order=cfg.grid.parent_order if use_shards else None)
+        return open_for_config(cfg, shards=shards)
     if src.synthetic is not None:
         from .sources.synthetic import DEFAULT_REGION, synthetic_photons
 
@@ -118,13 +118,20 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
                      memory_limit=memory_limit) as cluster, connected(cluster):
         ds = open_source(cfg, shards=shards) if source is None else source
         from .aggregate import shard_collection
+        from .sources.granules import skip_damaged
         from .write import write_shards
 
-        # the shards are written as they are aggregated, and nothing here keeps them: each
-        # input chunk's partial is freed as soon as the shards it feeds are written
-        cfg.check_dataset(ds)
-        summary = write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
-                               store, storage_options=options, progress=progress, t_start=t0)
+        def aggregate_and_write(ds):
+            # the shards are written as they are aggregated, and nothing here keeps them:
+            # each input chunk's partial is freed as soon as the shards it feeds are written
+            cfg.check_dataset(ds)
+            return write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
+                                store, storage_options=options, progress=progress,
+                                t_start=t0, versioned=cfg.output.leaf_versions)
+
+        # under on_error: skip, a granule found damaged while it is read (a chunk that
+        # does not decompress) is left out, recorded, and the run redone without it
+        summary = skip_damaged(ds, aggregate_and_write)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 

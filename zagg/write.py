@@ -26,6 +26,7 @@ from . import progress as progress_
 from .checks import require_dataset
 from .collection import Shards, block_tasks, shard_priorities
 from .hive.paths import MANIFEST_KEY
+from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
 
@@ -115,6 +116,8 @@ class LeafWriter:
     semantic_hash: str
     shard_granules: dict | None  # None: granules were not tracked
     stats_extra: dict | None
+    run_id: str
+    versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
     fresh: bool = False  # the store was empty when this write began: no leaf to clear
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
 
@@ -127,7 +130,8 @@ class LeafWriter:
             self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
             granule_count=None if ids is not None else 0, granule_ids=ids,
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
-            defer_siblings=True)
+            version=new_version(self.run_id) if self.versioned else None,
+            run_id=self.run_id)
         return self.write_column(shard_id, sc, record)
 
     def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
@@ -145,7 +149,7 @@ def _write_block(block, writer: LeafWriter) -> np.ndarray:
 
 
 def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
-            t_start: float | None = None) -> RunSummary:
+            t_start: float | None = None, leaf_versions: bool | None = None) -> RunSummary:
     """Write a Dataset from :func:`zagg.aggregate` (sparse or ``dense=True``, as returned
     or persisted, computed or edited since) as a morton-hive store.
 
@@ -156,21 +160,27 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     nothing. When the Dataset tracked its granules, each leaf records the ids of the
     granules that contributed to it (its stamp's ``granule_count`` and the
     ``granules.json`` sibling), and granules that failed to read are listed in every
-    leaf's stats sidecar.
+    leaf's stats sidecar. ``leaf_versions`` (default: the config's ``output.leaf_versions``)
+    writes each leaf as a new version (see :func:`zagg.hive.write_leaf_cells`).
     """
     t0 = time.perf_counter() if t_start is None else t_start
-    return write_shards(shards_from_dataset(ds), store, storage_options=storage_options,
-                        progress=progress, t_start=t0)
+    shards = shards_from_dataset(ds)
+    if leaf_versions is None:
+        output = (shards.meta.get("config") or {}).get("output") or {}
+        leaf_versions = bool(output.get("leaf_versions", True))
+    return write_shards(shards, store, storage_options=storage_options, progress=progress,
+                        t_start=t0, versioned=leaf_versions)
 
 
 def write_shards(shards: Shards, store, *, storage_options=None, progress: bool = False,
-                 t_start: float | None = None) -> RunSummary:
+                 t_start: float | None = None, versioned: bool = True) -> RunSummary:
     """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`).
 
     Once the writes are submitted nothing here holds the shards: when the caller does not
     either (``write_shards(shard_collection(...), ...)``), each input chunk's partial is
     freed as soon as the last shard it feeds is written."""
-    write = prepare_write(shards, store, storage_options=storage_options, t_start=t_start)
+    write = prepare_write(shards, store, storage_options=storage_options, t_start=t_start,
+                          versioned=versioned)
     del shards
     return write.execute(progress=progress)
 
@@ -193,15 +203,10 @@ class HiveWrite:
 
     def execute(self, progress: bool = False) -> RunSummary:
         tasks, self.tasks = self.tasks, []
-        records = progress_.compute(
-            tasks, progress=progress, label="writing leaves", release=True,
-            # the leaves stamped before a failure keep their sidecars
-            on_failure=lambda done: hive.write_siblings(self.root, _records(done)))
+        records = progress_.compute(tasks, progress=progress, label="writing leaves",
+                                    release=True)
         written = _records(records)
         if written:
-            # every leaf is stamped: its sidecars follow, all at once (one batch of
-            # concurrent PUTs on an object store instead of a round trip in each leaf task)
-            hive.write_siblings(self.root, written)
             hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
                                       self.shard_order)
         return RunSummary(
@@ -225,7 +230,8 @@ def _records(blocks) -> list[dict]:
 
 
 def prepare_write(shards: Shards, store, *, storage_options=None,
-                  t_start: float | None = None) -> HiveWrite:
+                  t_start: float | None = None, run_id: str | None = None,
+                  versioned: bool = True) -> HiveWrite:
     """Check the store, write its manifest and build one write task per shard (see
     :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
@@ -237,8 +243,8 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     writer = LeafWriter(root, {n: dict(z["fields"][n]) for n in shards.arrays}, z["grid"],
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-                        {"failed_granules": failed} if failed else None, fresh,
-                        pyramid_declaration(z))
+                        {"failed_granules": failed} if failed else None,
+                        run_id or new_run_id(), versioned, fresh, pyramid_declaration(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):

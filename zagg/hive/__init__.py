@@ -1,11 +1,10 @@
 """The morton-hive store format: paths, manifest, leaf writer, stamp, coverage, hashes.
 
 Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied cells) or
-:func:`write_leaf` (from dense arrays) writes one self-describing leaf and returns a small
-record. Client side, before any leaf: :func:`build_manifest` +
-:func:`write_manifest` (or the read-only :func:`check_manifest`); after the leaves:
-:func:`write_siblings` (the leaves' sidecars, when their tasks deferred them) and
-:func:`update_root_coverage`. Nothing here knows about dask.
+:func:`write_leaf` (from dense arrays) writes one self-describing leaf, versioned or not
+(:mod:`zagg.hive.versions`), and returns a small record. Client side, before any leaf:
+:func:`build_manifest` + :func:`write_manifest` (or the read-only :func:`check_manifest`);
+after the leaves: :func:`update_root_coverage`. Nothing here knows about dask.
 """
 
 from zagg.lazy import lazy_package
@@ -23,7 +22,7 @@ lazy_package(__name__, {name: f".{module}" for module, names in {
     "paths": ["leaf_path"],
     "semantic": ["semantic_hash"],
     "stamp": ["read_stamp"],
-    "stats": ["read_stats", "write_siblings", "write_stats"],
+    "stats": ["read_stats", "write_stats"],
     "storage": ["StoreRoot", "StoreRootError", "check_store_root"],
     "walk": ["walk_leaves"],
 }.items() for name in names})

@@ -8,6 +8,8 @@ i.e. ascending packed-word order. Ranks make the arithmetic independent of the c
 
 from __future__ import annotations
 
+import random
+import time
 import warnings
 from collections.abc import Iterable
 
@@ -243,35 +245,57 @@ def update_root_coverage(
 ) -> dict | None:
     """GET-union-PUT the root ranges MOC with ``shard_ids``; returns what was written.
 
-    Fail-open: the object is a regenerable cache, so an I/O failure warns and returns None
+    Runs writing one store at once each read their write back, and union again until their
+    shards are listed, so no run's shards are lost to another's PUT. Fail-open: the object is a regenerable cache, so an I/O failure warns and returns None
     rather than failing the run. Ids at the wrong order raise before any I/O. An existing
     object at a different order (or unusable) is replaced, with a warning.
     """
-    ids = set(shard_ids)
-    ranges(ids, order)  # validates every id against the order
+    mine = set(shard_ids)
+    ranges(mine, order)  # validates every id against the order
     root = as_root(root)
     try:
-        existing = read_root_coverage(root)
-        if existing is not None and existing["order"] != order:
-            warnings.warn(
-                f"root coverage at {root.url} is at order {existing['order']}, not {order}; "
-                "replacing it",
-                stacklevel=2,
-            )
-            existing = None
-        if existing is not None:
-            try:
-                ids |= set(expand_ranges(existing))
-            except ValueError as exc:
-                warnings.warn(
-                    f"root coverage at {root.url} is malformed ({exc}); replacing it", stacklevel=2
-                )
-        envelope = root_envelope(ids, order, source=source)
-        root.write_json(ROOT_COVERAGE_KEY, envelope)
-        return envelope
+        for attempt in range(_UNION_ATTEMPTS):
+            envelope = _union_once(root, mine, order, source)
+            # another run may have written its own union at the same moment: read back,
+            # and union again until this run's shards are all listed
+            back = read_root_coverage(root)
+            if back is not None and back.get("order") == order and mine <= set(
+                    expand_ranges(back)):
+                return envelope
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        warnings.warn(f"root coverage at {root.url} kept losing this run's shards to "
+                      "concurrent writers; refresh it with a walk (zagg.hive."
+                      "refresh_root_coverage)", stacklevel=2)
+        return None
     except Exception as exc:  # fail-open by contract
         warnings.warn(f"root coverage at {root.url} was not updated: {exc}", stacklevel=2)
         return None
+
+
+_UNION_ATTEMPTS = 8
+
+
+def _union_once(root, mine: set, order: int, source: str) -> dict:
+    """One GET-union-PUT of the root coverage with the shards ``mine``."""
+    ids = set(mine)
+    existing = read_root_coverage(root)
+    if existing is not None and existing["order"] != order:
+        warnings.warn(
+            f"root coverage at {root.url} is at order {existing['order']}, not {order}; "
+            "replacing it",
+            stacklevel=3,
+        )
+        existing = None
+    if existing is not None:
+        try:
+            ids |= set(expand_ranges(existing))
+        except ValueError as exc:
+            warnings.warn(
+                f"root coverage at {root.url} is malformed ({exc}); replacing it", stacklevel=3
+            )
+    envelope = root_envelope(ids, order, source=source)
+    root.write_json(ROOT_COVERAGE_KEY, envelope)
+    return envelope
 
 
 def refresh_root_coverage(root) -> dict:

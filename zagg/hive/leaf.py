@@ -1,19 +1,22 @@
-"""Write one shard's leaf: validate → clear prefix → template → arrays → coverage → stamp.
+"""Write one shard's leaf: validate → template → arrays → coverage → stamp (→ pointer).
 
 :func:`write_leaf_cells` writes a leaf from its occupied cells (what the aggregation's
 write tasks hand it); :func:`write_leaf` takes dense per-cell arrays and writes the same
-bytes. Everything is validated before the first byte is written (bad ids, wrong lengths or dtypes, malformed
-ragged declarations raise with nothing on the store). A retry clears the prefix and writes
-the whole leaf again, so a crash at any point leaves either the previous state or an
-unstamped prefix (debris) that the next write heals — a root ``zarr.json`` torn while the
-stamp was being written included. The stamp is always the last write of the leaf prefix;
-the granule and stats siblings follow it.
+bytes. Everything is validated before the first byte is written (bad ids, wrong lengths or
+dtypes, malformed ragged declarations raise with nothing on the store).
+
+A versioned leaf (the default of runs) writes a fresh version subgroup, stamps it, then
+moves the leaf root's ``current`` pointer in one PUT: a crash at any point leaves the
+previous version current, and concurrent writers never tear each other's leaf. An
+unversioned leaf is rewritten in place under a claim: a retry clears the prefix and writes
+the whole leaf again, so a crash leaves either the previous state or an unstamped prefix
+(debris) that the next write heals. The stamp is always the last write of a leaf's
+objects; the granule and stats sidecars follow it.
 
 On an object store a leaf's write waits for few round trips: its objects go up together,
-then the stamp; a caller writing many leaves can take their sidecars and write them all
-at once afterwards. The listing that finds a previous attempt to clear runs beside the
-encoding, and is skipped altogether where the caller knows the prefix is empty (a store
-this write created).
+then the stamp (and the pointer). The listing that finds a previous attempt to clear (an
+unversioned rewrite) runs beside the encoding, and is skipped where the caller knows the
+prefix is empty (a store this write created).
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ import numpy as np
 
 from zagg import grid as _grid
 from zagg.hive import cells as cells_
-from zagg.hive import coverage, encode, hashes, paths, stamp, stats
+from zagg.hive import claims, coverage, encode, hashes, paths, stamp, stats, versions
 from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.parts import object_size
-from zagg.hive.storage import StoreRoot, as_root
+from zagg.hive.storage import StoreRoot, as_root, dumps_json
 
 
 def write_leaf(
@@ -74,7 +77,8 @@ def write_leaf_cells(
     write_stats: bool = True,
     stats_extra: Mapping | None = None,
     fresh: bool = False,
-    defer_siblings: bool = False,
+    version: str | None = None,
+    run_id: str | None = None,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
@@ -82,12 +86,18 @@ def write_leaf_cells(
     :class:`~zagg.hive.cells.RaggedCells` (every other cell holds the fill). ``attrs`` are
     the exact zarr attrs of each array. ``granule_ids`` (when given) are recorded in the
     ``granules.json`` sibling and hashed into the stats sidecar, which is written when
-    ``write_stats`` is true. ``fresh`` says nothing can be under the leaf's prefix yet (its
-    store was empty when this write began), so no listing looks for a previous attempt.
-    With ``defer_siblings`` the ``granules.json`` and stats sidecars are not written but
-    returned in ``record["siblings"]`` (key → payload) for the caller to write once the
-    stamp has landed (:func:`zagg.hive.stats.write_siblings`). Everything is validated
-    before the first write; returns None (writing nothing) when no cell is occupied.
+    ``write_stats`` is true; both are written right after the stamp.
+
+    With ``version`` (a :func:`zagg.hive.versions.new_version` name) the leaf is versioned:
+    its objects go to the fresh subgroup ``{leaf}/{version}/``, which is stamped, and then
+    one PUT of the leaf's root ``zarr.json`` mirrors that stamp and names it ``current``.
+    Nothing is cleared, so a concurrent writer of the same leaf (each with its own version)
+    can never tear it: the last pointer wins whole. Without ``version`` the leaf is
+    rewritten in place under a claim (:mod:`zagg.hive.claims`) that refuses a second
+    writer; ``fresh`` then says nothing can be under the prefix yet (the store was empty
+    when this write began), so no listing looks for a previous attempt. ``run_id`` names
+    the run in claims and sidecars. Everything is validated before the first write;
+    returns None (writing nothing) when no cell is occupied.
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -111,18 +121,37 @@ def write_leaf_cells(
     t_prepared = time.perf_counter()
 
     template = template_documents(geometry, specs, morton_attrs)
-    out = _Unstamped(root, None if fresh else _Clearing(root, rel))
+    data = rel if version is None else f"{rel}/{versions.check_name(version)}"
+    claim = None if version is not None else claims.claim_leaf(root, rel, run_id)
+    try:
+        return _write(root, shard_id, rel, data, version, run_id, template, geometry, specs,
+                      contents, occupied, ids, granule_count, semantic_hash, write_stats,
+                      stats_extra, None if fresh or version is not None else
+                      _Clearing(root, rel), t_start, t_prepared)
+    finally:
+        if claim is not None:
+            claims.release(root, claim)
+
+
+def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs, contents,
+           occupied, ids, granule_count, semantic_hash, write_stats, stats_extra, clearing,
+           t_start, t_prepared) -> dict:
+    """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
+    checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
+    versioned leaf), then the sidecars."""
+    cells_with_data = int(occupied.size)
+    out = _Unstamped(root, clearing)
     sizes = {  # final size of every object of the leaf, by key
-        key: out.put(f"{rel}/{key}", doc) for key, doc in template.items()
+        key: out.put(f"{data}/{key}", doc) for key, doc in template.items()
     }
     digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-        out, rel, shard_id, geometry, specs, contents, occupied)
+        out, data, shard_id, geometry, specs, contents, occupied)
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
     if geometry.depth > 0:
         payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
-        extra_bytes += out.put(f"{rel}/{paths.LEAF_COVERAGE_NAME}", payload)
+        extra_bytes += out.put(f"{data}/{paths.LEAF_COVERAGE_NAME}", payload)
         envelope = coverage.leaf_envelope(
             coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
@@ -145,12 +174,17 @@ def write_leaf_cells(
         coverage=envelope,
         content_hashes=content,
     )
-    sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON], seal)
+    sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, data, template[stamp.ZARR_JSON], seal)
+    if version is not None:  # the pointer: one PUT, only once the version is stamped
+        sizes["pointer"] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON],
+                                             {**seal, "current": version})
     t_stamped = time.perf_counter()
 
     record = {
         "shard_id": shard_id,
         "path": rel,
+        "version": version,
+        "run_id": run_id,
         "cells_with_data": cells_with_data,
         "granule_count": int(granule_count),
         "content_hashes": content,
@@ -180,16 +214,12 @@ def write_leaf_cells(
                 extra=dict(stats_extra) if stats_extra else None)
         except ValueError as exc:  # the sidecar is telemetry, never truth
             warnings.warn(f"stats sidecar for leaf {rel} was not made: {exc}", stacklevel=2)
-    if defer_siblings:
-        record["siblings"] = siblings
-        return record
-    for key, payload in siblings.items():
-        try:
-            root.write_json(key, payload)
-        except Exception as exc:  # sidecars are telemetry, never truth
-            if key != paths.stats_key(shard_id):
-                raise
-            warnings.warn(f"stats sidecar for leaf {rel} was not written: {exc}", stacklevel=2)
+    # the leaf's identity record lands with the leaf, so a run killed after this leaf can
+    # tell it is current (one batch of concurrent PUTs on an object store)
+    try:
+        root.write_many({key: dumps_json(payload) for key, payload in siblings.items()})
+    except Exception as exc:  # the stamp stands; without its sidecars the leaf is rewritten
+        warnings.warn(f"sidecars of leaf {rel} were not written: {exc}", stacklevel=2)
     return record
 
 

@@ -97,27 +97,3 @@ def granules_record(ids: Iterable[str]) -> dict:
     """The ``granules.json`` payload of a leaf built from granules ``ids``."""
     bare = bare_granule_ids(ids)
     return {"spec": GRANULES_SPEC, "ids": bare, "granules_sha256": granules_sha256(bare)}
-
-
-def write_siblings(root: str | StoreRoot, records: Iterable[dict]) -> int:
-    """Write the sidecars that leaf writes left to their caller (``record["siblings"]``:
-    key → JSON payload, taken out of each record), all at once: concurrent PUTs on an
-    object store. Sidecars are telemetry: a failure warns and leaves the leaves as they
-    are. Returns the number written."""
-    import warnings
-
-    from zagg.hive.storage import dumps_json
-
-    root = as_root(root)
-    objects = {}
-    for record in records:
-        for key, payload in (record.pop("siblings", None) or {}).items():
-            objects[key] = dumps_json(payload)
-    if not objects:
-        return 0
-    try:
-        root.write_many(objects)
-    except Exception as exc:  # never truth: the stamps carry the content hashes
-        warnings.warn(f"{len(objects)} leaf sidecars were not written: {exc}", stacklevel=2)
-        return 0
-    return len(objects)

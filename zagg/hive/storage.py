@@ -127,6 +127,77 @@ class StoreRoot:
         if objects:
             self.fs.pipe({self._full(k): object_bytes(v) for k, v in objects.items()})
 
+    def create(self, key: str, data) -> bool:
+        """Write one object only if ``key`` does not exist yet, atomically: an exclusive
+        create locally, a conditional PUT (``If-None-Match: *``) on an object store. True
+        when this call created it, False when it was there already."""
+        full = self._full(key)
+        payload = object_bytes(data)
+        if self.is_local:
+            os.makedirs(posixpath.dirname(full), exist_ok=True)
+            try:
+                with open(full, "xb") as f:
+                    f.write(payload)
+            except FileExistsError:
+                return False
+            return True
+        try:
+            self.fs.pipe_file(full, payload, mode="create")
+        except FileExistsError:
+            return False
+        except OSError as exc:  # s3fs reports a failed precondition as a plain OSError
+            if "PreconditionFailed" in str(exc) or "412" in str(exc):
+                return False
+            raise
+        return True
+
+    def delete(self, key: str) -> None:
+        """Delete one object (a no-op when absent)."""
+        try:
+            self.fs.rm_file(self._full(key))
+        except FileNotFoundError:
+            pass
+
+    def touch(self, keys) -> tuple[int, int]:
+        """Give each existing object a fresh modification time, its bytes unchanged: a
+        local ``os.utime``, an object store's server-side self-copy that replaces its
+        metadata. Best effort: returns (objects touched, failures); absent keys count
+        as neither."""
+        touched = failed = 0
+        for key in keys:
+            full = self._full(key)
+            try:
+                if self.is_local:
+                    os.utime(full)
+                else:
+                    self._copy_onto_itself(full)
+                touched += 1
+            except FileNotFoundError:
+                continue
+            except Exception:  # never fails the run: the objects keep their old times
+                failed += 1
+        return touched, failed
+
+    def _copy_onto_itself(self, full: str) -> None:
+        bucket, key, _ = self.fs.split_path(full)
+        self.fs.call_s3("copy_object", Bucket=bucket, Key=key,
+                        CopySource={"Bucket": bucket, "Key": key},
+                        MetadataDirective="REPLACE")
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every object key under ``prefix`` (recursively), relative to the root, sorted."""
+        full = self._full(prefix)
+        try:
+            self.fs.invalidate_cache(full)
+        except Exception:
+            pass
+        try:
+            found = self.fs.find(full)
+        except FileNotFoundError:
+            return []
+        base = self.path.rstrip("/") + "/"
+        return sorted(f[len(base):] if f.startswith(base) else f for f in found)
+
     def read_json(self, key: str) -> Any | None:
         """Parse one JSON object; ``None`` when absent, ``ValueError`` when unparsable."""
         data = self.read_bytes(key)

@@ -21,6 +21,7 @@ from zagg.hive import artifact
 from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows, ragged_cells
 from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
+from zagg.hive.storage import dumps_json
 from zagg.partials import Digests
 from zagg.pyramid.declare import Declaration
 from zagg.pyramid.levels import (
@@ -209,15 +210,15 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
 
 def after_leaf(root, shard_id: str, contents: dict, record: dict | None, decl, fields: dict,
                attrs: dict, fresh: bool) -> dict | None:
-    """The leaf task's column step: once the leaf is stamped (``record``), its column;
-    the column's sidecar joins the leaf's deferred siblings and its time the leaf's."""
+    """The leaf task's column step: once the leaf is stamped (``record``), its column and
+    the column's sidecar (written here, like the leaf's); its time joins the leaf's."""
     if record is None:
         return None
     col = write_column(root, shard_id, contents, decl, fields, attrs,
                        granule_count=record.get("granule_count", 0), fresh=fresh)
     if col is None:
         return record
-    record.setdefault("siblings", {}).update(col.pop("sidecar"))
+    root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})
     record["column"] = {k: col[k] for k in ("path", "content_hashes", "bytes_written",
                                             "objects_written", "written_at")}
     record["timings"]["column_s"] = col["timings"]["total_s"]

@@ -43,14 +43,13 @@ from .granules import (
     StorageOptions,
     _local,
     _open_with_stamp,
+    _read_scanned,
     _s3,
     _scan_file,
     _stamp_size,
     granule_id,
-    hdf5_path,
     list_granules,
     parse_granule_source,
-    read_rows,
 )
 
 __all__ = [
@@ -245,7 +244,8 @@ def _current_size(href: str, options: Mapping) -> int | None:
 def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
     gid = granule_id(href)
     try:
-        with _open_with_stamp(href, source.storage_options, 1 << 20) as (f, stamp):
+        with _open_with_stamp(href, source.storage_options,
+                              source.reads.metadata_block_size) as (f, stamp):
             scan = _scan_file(source, f, href, gid, stamp)
             epoch = ATLAS_SDP_GPS_EPOCH
             if "ancillary_data/atlas_sdp_gps_epoch" in f:
@@ -256,8 +256,8 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
                     stop = min(start + READ_ROWS, g.rows)
 
                     def rows(template, g=g, start=start, stop=stop):
-                        dset = f[hdf5_path(template, g.group)]
-                        return read_rows(dset, start, stop, dtype=np.float64)
+                        return _read_scanned(f, href, g, template, start, stop,
+                                             source.storage_options, source.reads)
 
                     words, ok = G.point_words(rows(source.latitude), rows(source.longitude))
                     cells.append(np.unique(G.ancestor(words[ok], order)))

@@ -5,21 +5,23 @@ glob, an ``s3://`` prefix or a catalog file), the beam groups, and the HDF5 path
 coordinates and variables with ``{group}`` standing for the group; see ``docs/granules.md``.
 :func:`parse_granule_source` validates that block into a :class:`GranuleSource`;
 :func:`open_granules` turns it into a Dataset on one dimension ``obs`` whose dask chunks are
-read by h5py inside their own tasks (one or more per granule and group). At open time only
-metadata is read (dataset shapes, dtypes, attributes), which is also when a corrupt file or a
-missing path is refused, naming the granule and the path.
+the read units (granule × group × row range, on storage-chunk boundaries), each read inside
+its own task without h5py (:mod:`zagg.sources.chunks`), so reads run on every core. At open
+time only metadata is read (dataset shapes, dtypes, attributes, where each storage chunk
+lies), which is also when a corrupt file or a missing path is refused, naming the granule and
+the path; under a read plan (:mod:`zagg.sources.readplan`) and a run's shards, the product's
+along-track index is read too, to pick the rows the shards need. :func:`skip_damaged` leaves
+out granules found damaged mid-read under ``on_error: skip``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob as globmod
-import operator
+import math
 import os
-import re
-import string
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -27,38 +29,44 @@ from typing import TYPE_CHECKING
 import dask
 import numpy as np
 from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import Task, TaskRef
 
 if TYPE_CHECKING:
-    import dask.array as da
     import xarray as xr
 
-from ..credentials import StorageOptions, parse_storage_options
-from ..filters import Filter, parse_filters
-from ..validation import ConfigError, check_keys, fail
+from ..credentials import StorageOptions
+from ..validation import ConfigError
+from .chunks import FetchSettings, Layout, chunk_index, float_fill, layout_of, read_direct
+from .errors import GranuleError, GranuleReadError
+from .granule_config import (
+    CATALOG_SUFFIXES,
+    GRANULE_SUFFIXES,
+    GranuleSource,
+    GranuleVariable,
+    is_catalog,
+    parse_granule_source,
+)
+from .readplan import ShardCover, blocks, needed_rows
 
 __all__ = [
     "CATALOG_SUFFIXES",
     "GRANULE_SUFFIXES",
+    "FetchSettings",
     "GranuleError",
+    "GranuleReadError",
     "GranuleSource",
     "GranuleVariable",
     "StorageOptions",
     "granule_id",
     "hdf5_path",
     "list_granules",
+    "open_for_config",
     "open_granules",
     "open_h5",
     "parse_granule_source",
-    "read_block",
-    "read_rows",
+    "skip_damaged",
+    "wants_processes",
 ]
 
-GRANULE_SUFFIXES = (".h5", ".hdf5", ".he5")
-CATALOG_SUFFIXES = (".json", ".parquet")
-RESERVED_NAMES = ("latitude", "longitude", "time", "granule")
-ON_ERROR = ("fail", "skip")
 DEFAULT_CHUNK = 2_000_000  # rows per dask chunk at most (a multiple of ATL03's 10000)
 TIME_ATTRS = {
     "units": "seconds since 2018-01-01T00:00:00Z",
@@ -67,207 +75,8 @@ TIME_ATTRS = {
                    "2018-01-01T00:00:00Z plus this (GPS-UTC = 18 s is inside the epoch)",
 }
 
-_KEYS = ("granules", "groups", "coordinates", "variables", "filters", "delta_time",
-         "on_error", "storage_options")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SCAN_BLOCK = 1 << 20  # s3 read block while reading metadata
-_READ_BLOCK = 8 << 20  # s3 read block while reading data
-
-
-class GranuleError(ValueError):
-    """A granule that cannot be read as configured; the message names the file and path."""
-
-
-@dataclass(frozen=True)
-class GranuleVariable:
-    """One Dataset variable ``name`` read from the HDF5 ``path`` (one ``column`` if 2-D)."""
-
-    name: str
-    path: str
-    column: int | None = None
-
-
-@dataclass(frozen=True)
-class GranuleSource:
-    """A validated granule ``data_source`` block (paths keep their ``{group}`` placeholder)."""
-
-    granules: str | tuple[str, ...]
-    groups: tuple[str, ...] | None
-    latitude: str
-    longitude: str
-    variables: tuple[GranuleVariable, ...] = ()
-    filters: tuple[Filter, ...] = ()
-    delta_time: str | None = None
-    on_error: str = "fail"
-    storage_options: StorageOptions = field(default_factory=StorageOptions, repr=False)
-    config_key: str = "data_source"  # where the block sits in the config, for messages
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The variables of the opened Dataset, in order (``granule`` excepted)."""
-        return ("latitude", "longitude", *(v.name for v in self.variables),
-                *(("time",) if self.delta_time else ()))
-
-    @property
-    def is_catalog(self) -> bool:
-        return isinstance(self.granules, str) and _is_catalog(self.granules)
-
-    def items(self) -> tuple[tuple[str, str, int | None], ...]:
-        """(name, path template, column) of everything read per group, coordinates first."""
-        out = [("latitude", self.latitude, None), ("longitude", self.longitude, None)]
-        out += [(v.name, v.path, v.column) for v in self.variables]
-        if self.delta_time:
-            out.append(("time", self.delta_time, None))
-        return tuple(out)
-
-
-# --------------------------------------------------------------------------- config block
-
-
-def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSource:
-    """Validate a granule ``data_source`` block; every refusal is a ``ConfigError``."""
-    if isinstance(raw, Mapping) and "time" in raw:
-        fail(f"{path}.time", "granule sources set the time variable with 'delta_time' (an "
-              "HDF5 path such as '/{group}/heights/delta_time'); replace 'time' by it")
-    for key in ("input", "synthetic"):
-        if isinstance(raw, Mapping) and key in raw:
-            fail(f"{path}.{key}", f"give either 'granules' or '{key}', not both")
-    check_keys(raw, _KEYS, path, ("granules", "coordinates"))
-    granules = _parse_location(raw["granules"], f"{path}.granules")
-    groups = _parse_groups(raw.get("groups"), f"{path}.groups")
-    grouped = groups is not None
-
-    coords = raw["coordinates"]
-    check_keys(coords, ("latitude", "longitude"), f"{path}.coordinates",
-                ("latitude", "longitude"))
-    lat = _template(coords["latitude"], f"{path}.coordinates.latitude", grouped)
-    lon = _template(coords["longitude"], f"{path}.coordinates.longitude", grouped)
-
-    variables = _parse_variables(raw.get("variables"), f"{path}.variables", grouped)
-    delta_time = raw.get("delta_time")
-    if delta_time is not None:
-        delta_time = _template(delta_time, f"{path}.delta_time", grouped)
-    declared = [v.name for v in variables] + (["time"] if delta_time else [])
-    filters = _parse_granule_filters(raw.get("filters"), declared, f"{path}.filters")
-
-    on_error = raw.get("on_error", "fail")
-    if on_error not in ON_ERROR:
-        fail(f"{path}.on_error", f"{on_error!r} is not valid; use 'fail' (stop at the first "
-              "unreadable granule) or 'skip' (leave it out and record it)")
-    options = parse_storage_options(raw.get("storage_options"), f"{path}.storage_options")
-    return GranuleSource(granules, groups, lat, lon, variables, filters, delta_time, on_error,
-                         options, path)
-
-
-def _parse_location(value, path: str) -> str | tuple[str, ...]:
-    what = ("a local directory, a glob, an s3://bucket/prefix/, a catalog file (.json or "
-            ".parquet) or a list of granule files")
-    if isinstance(value, list):
-        if not value:
-            fail(path, f"the list of granule files is empty; give {what}")
-        for i, v in enumerate(value):
-            if not isinstance(v, str) or not v.strip():
-                fail(f"{path}[{i}]", f"expected a granule file path or URL, got {v!r}")
-            if _is_catalog(v):
-                fail(f"{path}[{i}]", f"{v!r} is a catalog; give it alone, not in a list")
-        return tuple(value)
-    if not isinstance(value, str) or not value.strip():
-        fail(path, f"expected {what}, got {value!r}")
-    if "://" in value and not value.startswith(("s3://", "file://")):
-        fail(path, f"{value!r}: only local paths and s3:// URLs are supported")
-    return value
-
-
-def _parse_groups(value, path: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str) or not isinstance(value, list) or not value:
-        fail(path, f"expected a non-empty list of group names such as [gt1l, gt1r, gt2l, gt2r, "
-              f"gt3l, gt3r], got {value!r}")
-    for i, g in enumerate(value):
-        if (not isinstance(g, str) or not g.strip() or "/" in g or g in (".", "..")
-                or "{" in g or "}" in g):
-            fail(f"{path}[{i}]", f"expected an HDF5 group name (no '/', braces or dots-only), "
-                  f"got {g!r}")
-    dup = sorted({g for g in value if value.count(g) > 1})
-    if dup:
-        fail(path, f"{dup} listed more than once; list each group once")
-    return tuple(value)
-
-
-def _template(value, path: str, grouped: bool) -> str:
-    """A validated HDF5 path template, normalised to start with '/'."""
-    if not isinstance(value, str) or not value.strip():
-        fail(path, f"expected an HDF5 dataset path such as '/{{group}}/heights/lat_ph', "
-              f"got {value!r}")
-    try:
-        parts = list(string.Formatter().parse(value))
-    except ValueError as exc:
-        fail(path, f"{value!r} has unbalanced braces ({exc}); the only placeholder is "
-              "'{group}'")
-    fields = [(f, spec, conv) for _, f, spec, conv in parts if f is not None]
-    for f, spec, conv in fields:
-        if f != "group" or spec or conv:
-            fail(path, f"{value!r} uses the placeholder {{{f}}}; the only placeholder is "
-                  "'{group}'")
-    if grouped and not fields:
-        fail(path, f"{value!r} does not contain '{{group}}'; with data_source.groups set, "
-              "every path must name its group, e.g. '/{group}/heights/h_ph'")
-    if not grouped and fields:
-        fail(path, f"{value!r} uses '{{group}}' but data_source.groups is not set; list the "
-              "groups, e.g. groups: [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r]")
-    norm = "/" + value.strip("/")
-    if any(c in ("", ".", "..") for c in norm[1:].split("/")):
-        fail(path, f"{value!r} has an empty, '.' or '..' component; give an absolute HDF5 "
-              "path such as '/{group}/heights/h_ph'")
-    return norm
-
-
-def _parse_variables(value, path: str, grouped: bool) -> tuple[GranuleVariable, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, Mapping):
-        fail(path, f"expected a mapping of variable name to HDF5 path (or to {{path, "
-              f"column}}), e.g. {{h_ph: '/{{group}}/heights/h_ph'}}, got {value!r}")
-    out = []
-    for name, spec in value.items():
-        p = f"{path}.{name}"
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            fail(p, "variable names must be identifiers (letters, digits, underscores)")
-        if name in RESERVED_NAMES:
-            fail(p, f"{name!r} is reserved for the Dataset's own variables "
-                  f"({', '.join(RESERVED_NAMES)}); choose another name")
-        column = None
-        if isinstance(spec, Mapping):
-            check_keys(spec, ("path", "column"), p, ("path",))
-            column = spec.get("column")
-            if column is not None and (isinstance(column, bool) or not isinstance(column, int)
-                                       or column < 0):
-                fail(f"{p}.column", f"expected a non-negative column index of the 2-D "
-                      f"dataset, got {column!r}")
-            spec = spec["path"]
-            p = f"{p}.path"
-        out.append(GranuleVariable(name, _template(spec, p, grouped), column))
-    return tuple(out)
-
-
-def _parse_granule_filters(value, declared, path: str) -> tuple[Filter, ...]:
-    if isinstance(value, list):
-        for i, f in enumerate(value):
-            if isinstance(f, Mapping) and "column" in f:
-                fail(f"{path}[{i}].column", "granule filters take no column; declare the "
-                      "column as its own variable, e.g. variables: {land_ice_conf: {path: "
-                      "'/{group}/heights/signal_conf_ph', column: 3}}, and filter on that name")
-            check_keys(f, ("variable", "op", "value"), f"{path}[{i}]",
-                        ("variable", "op", "value"))
-    return parse_filters(value, tuple(declared), path)
-
 
 # --------------------------------------------------------------------------- locations
-
-
-def _is_catalog(location: str) -> bool:
-    return location.lower().endswith(CATALOG_SUFFIXES)
 
 
 def granule_id(href: str) -> str:
@@ -287,7 +96,7 @@ def list_granules(source: GranuleSource) -> list[str]:
     loc, key = source.granules, f"{source.config_key}.granules"
     if isinstance(loc, tuple):
         hrefs = [_local(h) for h in loc]
-    elif _is_catalog(loc):
+    elif is_catalog(loc):
         hrefs = [e.href for e in _read_catalog(source)]
     elif loc.startswith("s3://"):
         hrefs = _list_s3(loc, source.storage_options, key)
@@ -296,7 +105,7 @@ def list_granules(source: GranuleSource) -> list[str]:
     if not hrefs:
         raise _config_error(key, f"no granule files ({', '.join(GRANULE_SUFFIXES)}) found at "
                             f"{loc!r}; check the path or the glob")
-    if not (isinstance(loc, str) and _is_catalog(loc)):
+    if not (isinstance(loc, str) and is_catalog(loc)):
         hrefs = sorted(hrefs, key=granule_id)
     ids = [granule_id(h) for h in hrefs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -353,8 +162,10 @@ def _config_error(key: str, msg: str) -> ConfigError:
 
 
 @contextlib.contextmanager
-def open_h5(href: str, storage_options: Mapping | None = None, block_size: int = _READ_BLOCK):
-    """An open ``h5py.File`` for a local path or an ``s3://`` URL (through s3fs)."""
+def open_h5(href: str, storage_options: Mapping | None = None,
+            block_size: int = FetchSettings.metadata_block_size):
+    """An open ``h5py.File`` for a local path or an ``s3://`` URL (through s3fs, read in
+    ranged requests of ``block_size`` bytes)."""
     with _open_with_stamp(href, storage_options, block_size) as (f, _):
         yield f
 
@@ -387,19 +198,28 @@ def _stamp_size(href: str, stamp) -> int | None:
 
 @dataclass(frozen=True)
 class _GroupShape:
+    """One group of a granule: its rows, how each path read there is stored (``layouts``,
+    ``index``: the chunk entries by HDF5 path) and, under a read plan, the row ranges the
+    run needs (``runs``; None: every row)."""
+
     group: str | None
     rows: int
+    layouts: Mapping[str, Layout] = field(default_factory=dict)
+    index: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
+    runs: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
 class _Scan:
-    """What open time learns about one granule: rows per group, dtypes and attrs."""
+    """What open time learns about one granule: per group its rows and storage, dtypes and
+    attrs per variable, and the bytes the read plan's index took."""
 
     href: str
     groups: tuple[_GroupShape, ...]
     dtypes: Mapping[str, str]
     attrs: Mapping[str, Mapping]
     stamp: object  # size/mtime or ETag: part of the graph token
+    index_bytes: int = 0
 
 
 def hdf5_path(template: str, group: str | None) -> str:
@@ -427,12 +247,14 @@ def _decode_attrs(attrs) -> dict:
     return out
 
 
-def _scan(source: GranuleSource, href: str) -> _Scan:
-    """Open one granule and check every configured path in every group (metadata only)."""
+def _scan(source: GranuleSource, href: str, cover: ShardCover | None = None) -> _Scan:
+    """Open one granule and check every configured path in every group (metadata only;
+    under a read plan with ``cover``, also the plan's index)."""
     gid = granule_id(href)
     try:
-        with _open_with_stamp(href, source.storage_options, _SCAN_BLOCK) as (f, stamp):
-            return _scan_file(source, f, href, gid, stamp)
+        with _open_with_stamp(href, source.storage_options,
+                              source.reads.metadata_block_size) as (f, stamp):
+            return _scan_file(source, f, href, gid, stamp, cover)
     except GranuleError:
         raise
     except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
@@ -440,17 +262,20 @@ def _scan(source: GranuleSource, href: str) -> _Scan:
         raise GranuleError(f"granule {gid!r} ({href}): cannot open as HDF5: {msg}") from None
 
 
-def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp) -> _Scan:
+def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp,
+               cover: ShardCover | None = None) -> _Scan:
     import h5py
 
     items = source.items()
     groups = source.groups or (None,)
     prefix = _group_prefix(source.latitude)
     shapes, dtypes, attrs = [], {}, {}
+    index_bytes = 0
     for group in groups:
         if group is not None and prefix.format(group=group) not in f:
             continue  # the whole group is absent: an empty beam
         rows = None
+        layouts, index = {}, {}
         for name, template, column in items:
             hpath = hdf5_path(template, group)
             obj = f.get(hpath)
@@ -461,11 +286,15 @@ def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp) -> _Scan:
                 raise GranuleError(f"granule {gid!r}: HDF5 path {hpath!r} is a group, not a "
                                    f"dataset; point {_item_key(name)} at a dataset")
             shape = obj.shape
-            if column is None and len(shape) != 1:
+            one_d = name in ("latitude", "longitude", "time")
+            if len(shape) not in (1, 2) or (one_d and len(shape) != 1):
                 raise GranuleError(
-                    f"granule {gid!r}: {hpath!r} has shape {shape}; a variable must be 1-D "
-                    f"along the observations, or 2-D with one column chosen by "
-                    f"{{path, column}} in {_item_key(name)}")
+                    f"granule {gid!r}: {hpath!r} has shape {shape}; "
+                    + (f"{_item_key(name)} must be 1-D along the observations" if one_d else
+                       f"a variable must be 1-D along the observations, 2-D (rows x columns, "
+                       f"read whole, such as signal_conf_ph for a composition), or one "
+                       f"column of a 2-D dataset chosen by {{path, column}} in "
+                       f"{_item_key(name)}"))
             if column is not None and (len(shape) != 2 or column >= shape[1]):
                 raise GranuleError(
                     f"granule {gid!r}: {hpath!r} has shape {shape}; column {column} of "
@@ -484,8 +313,83 @@ def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp) -> _Scan:
             dtypes[name] = obj.dtype.str if prev is None else np.result_type(prev, obj.dtype).str
             if name not in attrs:
                 attrs[name] = _decode_attrs(obj.attrs)
-        shapes.append(_GroupShape(group, int(rows)))
-    return _Scan(href, tuple(shapes), dtypes, attrs, stamp)
+            if hpath not in layouts:
+                layouts[hpath] = layout_of(obj)
+                index[hpath] = chunk_index(obj, layouts[hpath])
+        runs = None
+        if cover is not None and source.read_plan is not None:
+            runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index,
+                                      cover)
+            index_bytes += nbytes
+        shapes.append(_GroupShape(group, int(rows), layouts, index, runs))
+    return _Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes)
+
+
+def _read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
+    """All rows of dataset ``hpath`` of the open granule (directly when its layout allows,
+    else through h5py) with float fill as NaN, and the bytes fetched."""
+    dset = f[hpath]
+    layout = layout_of(dset)
+    if layout.fallback is not None:
+        arr, nbytes = np.asarray(dset[...]), int(dset.id.get_storage_size())
+    else:
+        arr, nbytes = read_direct(href, layout, chunk_index(dset, layout), 0, layout.rows,
+                                  options, settings)
+    fill = float_fill(dset)
+    if fill is not None:
+        arr = arr.astype(np.float64)
+        arr[arr == fill] = np.nan
+    return arr, nbytes
+
+
+def _read_scanned(f, href: str, shape: _GroupShape, template: str, start: int, stop: int,
+                  options, settings: FetchSettings) -> np.ndarray:
+    """Rows ``start:stop`` of a scanned group's dataset at ``template`` as float64 (fill
+    as NaN), read directly when its layout allows, else through the open file ``f``."""
+    hpath = hdf5_path(template, shape.group)
+    layout = shape.layouts[hpath]
+    if layout.fallback is not None:
+        arr = np.asarray(f[hpath][start:stop])
+    else:
+        arr = read_direct(href, layout, shape.index[hpath], start, stop, options, settings)[0]
+    arr = arr.astype(np.float64)
+    if layout.nan_fill is not None:
+        arr[arr == layout.nan_fill] = np.nan
+    return arr
+
+
+def _plan_runs(source: GranuleSource, f, href, gid, group, rows, layouts, index, cover):
+    """The rows of one group the run needs, by the read plan's index, and the bytes read."""
+    import h5py
+
+    plan = source.read_plan
+    key = f"{source.config_key}.read_plan"
+    if plan.kind == "coordinates":
+        roles = (("latitude", source.latitude), ("longitude", source.longitude))
+    else:
+        roles = plan.items()
+    arrays, nbytes = {}, 0
+    for role, template in roles:
+        hpath = hdf5_path(template, group)
+        obj = f.get(hpath)
+        if not isinstance(obj, h5py.Dataset) or len(obj.shape) != 1:
+            what = "does not exist" if obj is None else f"is not a 1-D dataset ({obj})"
+            raise GranuleError(f"granule {gid!r}: HDF5 path {hpath!r} ({key} {role}) {what} "
+                               f"in {href}; fix the read plan's paths or set {key}: false")
+        try:
+            arrays[role], n = _read_whole(f, href, hpath, source.storage_options,
+                                          source.reads)
+        except Exception as exc:
+            msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
+            raise GranuleError(f"granule {gid!r} ({href}): the read plan's index {hpath!r} "
+                               f"cannot be read: {msg}") from None
+        nbytes += n
+    try:
+        runs = needed_rows(plan, cover, rows, arrays)
+    except ValueError as exc:
+        raise GranuleError(f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
+                           f"plan's index ({key}) does not describe these rows") from None
+    return tuple(runs), nbytes
 
 
 def _item_key(name: str) -> str:
@@ -497,77 +401,87 @@ def _item_key(name: str) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def read_rows(dset, start: int, stop: int, column: int | None = None, dtype=None) -> np.ndarray:
-    """Rows ``start:stop`` (one ``column`` if given) of an h5py dataset as ``dtype``, with a
-    float dataset's ``_FillValue`` (as ICESat-2 products declare it) turned into NaN."""
-    arr = dset[start:stop] if column is None else dset[start:stop, column]
-    arr = np.asarray(arr)
-    if dtype is not None:
-        arr = arr.astype(np.dtype(dtype), copy=False)
-    if arr.dtype.kind == "f" and "_FillValue" in dset.attrs:
-        fill = np.asarray(dset.attrs["_FillValue"]).ravel()
-        if fill.size and np.isfinite(fill[0]):
-            if not arr.flags.writeable:
-                arr = arr.copy()
-            arr[arr == arr.dtype.type(fill[0])] = np.nan
-    return arr
+def wants_processes(ds) -> bool:
+    """Whether reading the granule Dataset ``ds`` (from :func:`open_granules`) needs worker
+    processes of one thread each to use every core.
 
-
-def read_block(href: str, group: str | None, start: int, stop: int, items: tuple,
-               dtypes: Mapping[str, str], storage_options: Mapping, fail_all_nan: bool) -> dict:
-    """Read rows ``start:stop`` of every item of one group; float fill values become NaN.
-
-    Runs inside a dask task. Refuses coordinates that are all non-finite (when
-    ``fail_all_nan``), naming the granule and path; otherwise such rows are returned as NaN
-    and aggregation drops and counts them.
+    Granule data are read without h5py (:mod:`zagg.sources.chunks`): threads of one process
+    fetch and inflate chunks in parallel, so zagg's default cluster (threads, in one process
+    on small machines) reads on every core. Only datasets that h5py must decode itself
+    (filters other than deflate and shuffle, compact or external layouts: counted in
+    ``ds.attrs["h5py_datasets"]``) serialise on h5py's lock, and only then do processes
+    read faster.
     """
-    gid = granule_id(href)
-    out = {}
-    options = StorageOptions(storage_options or {})  # a plain mapping works too
-    hpath = None
-    try:
-        with open_h5(href, options) as f:
-            for name, template, column in items:
-                hpath = hdf5_path(template, group)
-                out[name] = read_rows(f[hpath], start, stop, column, dtypes[name])
-    except Exception as exc:
-        where = f"HDF5 path {hpath!r}" if hpath else "the file"
-        raise GranuleError(f"granule {gid!r} ({href}): reading {where} rows {start}:{stop} "
-                           f"failed: {options.redact(f'{type(exc).__name__}: {exc}')}") from None
-    for name, template, _ in items[:2]:
-        if stop > start and not np.isfinite(out[name]).any():
-            hp = hdf5_path(template, group)
-            msg = (f"granule {gid!r} ({href}): coordinates at HDF5 path {hp!r} rows "
-                   f"{start}:{stop} are all NaN or fill; no point there can be placed")
-            if fail_all_nan:
-                raise GranuleError(msg + "; fix or remove the granule, or set on_error: skip")
-            warnings.warn(msg + "; its rows are dropped as invalid coordinates", stacklevel=1)
-    return out
+    return bool(ds.attrs.get("h5py_datasets"))
 
 
-def _granule_index(n: int, index: int) -> np.ndarray:
-    return np.full(n, index, dtype=np.int32)
+def open_for_config(cfg, *, shards=None) -> xr.Dataset:
+    """The granules of a config (``cfg.data_source.granules``) for a run over ``shards``
+    (decimal ids or words at the shard order; None: every shard): a catalog keeps only the
+    granules touching them, and a read plan reads only the rows that can reach them."""
+    src = cfg.data_source.granules
+    if not (src.is_catalog or src.read_plan is not None):
+        shards = None  # neither footprints nor an index to restrict the read with
+    return open_granules(src, shards=shards,
+                         shard_order=cfg.grid.parent_order if shards is not None else None)
+
+
+def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
+    """``use(ds)``, leaving out granules found damaged while reading, under ``on_error:
+    skip``.
+
+    A chunk that cannot be decoded is found only when it is read, after the Dataset's rows
+    are fixed. When ``use`` fails with a :class:`GranuleReadError` and ``ds`` was opened by
+    :func:`open_granules` with ``on_error: skip``, the granule is recorded in
+    ``failed_granules`` like one that cannot be opened, the granules are opened again
+    without it (``reopen(skip)`` if given, else as ``ds`` was opened) and ``use`` runs
+    again, so no row of a damaged granule reaches the result. Otherwise the error
+    propagates, naming the granule, path and rows.
+    """
+    recipe = ds.encoding.get("zagg_granules") if hasattr(ds, "encoding") else None
+    skipped: list[dict] = []
+    while True:
+        try:
+            return use(ds)
+        except GranuleReadError as exc:
+            if recipe is None or recipe["source"].on_error != "skip" \
+                    or exc.granule in {s["granule"] for s in skipped} \
+                    or exc.granule not in ds.attrs.get("granules", []):
+                raise
+            skipped.append({"granule": exc.granule, "error": str(exc)})
+            warnings.warn(f"granule {exc.granule!r} is damaged and left out of the run "
+                          f"(on_error: skip): {exc}", stacklevel=2)
+            if reopen is not None:
+                ds = reopen(skipped)
+            else:
+                ds = open_granules(recipe["source"], **recipe["kwargs"], skip=skipped)
 
 
 def open_granules(source, *, shards=None, shard_order: int | None = None,
-                  chunk_size: int = DEFAULT_CHUNK) -> xr.Dataset:
+                  chunk_size: int = DEFAULT_CHUNK, skip=()) -> xr.Dataset:
     """Open the granules of ``source`` as a lazy Dataset on dimension ``obs``.
 
     ``source`` is a :class:`GranuleSource` or a raw ``data_source`` mapping. Variables:
-    ``latitude``, ``longitude``, one per declared variable, ``time`` (float64 seconds since
+    ``latitude``, ``longitude``, one per declared variable (2-D for a whole 2-D dataset,
+    on dims ``(obs, {name}_column)``), ``time`` (float64 seconds since
     2018-01-01T00:00:00Z) when ``delta_time`` is set, and ``granule`` (int32 index into
     ``attrs["granules"]``). Rows run granule by granule (in id order) and group by group (in
-    the configured order); every dask chunk holds at most ``chunk_size`` rows of one granule
-    and group, and is read in its own task. ``shards`` (decimal ids or words, all at
-    ``shard_order`` if given) keeps only granules whose catalog footprint touches them, which
-    needs ``granules`` to be a catalog file. A catalogued granule whose file size differs
-    from its entry's is refused with a ``CatalogError`` (rebuild the catalog), whatever
-    ``on_error`` says.
+    the configured order); every dask chunk is one read unit: at most ``chunk_size`` rows of
+    one granule and group, beginning and ending on storage-chunk boundaries.
+
+    ``shards`` (decimal ids or words, all at ``shard_order``) restricts what is read: with a
+    catalog only granules whose footprint touches them are opened, and with a read plan
+    (``data_source.read_plan``) only the rows whose segments can reach them are read. A
+    catalogued granule whose file size differs from its entry's is refused with a
+    ``CatalogError`` (rebuild the catalog), whatever ``on_error`` says. ``skip`` lists
+    granules already found damaged (``{granule, error}``, see :func:`skip_damaged`): they
+    are left out and recorded in ``attrs["failed_granules"]``.
     """
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    skip = [dict(s) for s in skip]
     failed: list[dict] = []
     sizes: dict[str, int] = {}  # href -> bytes, as the catalog recorded them
     if source.is_catalog:
@@ -589,16 +503,42 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
             else:
                 hrefs.append(e.href)
     else:
-        if shards is not None:
+        if shards is not None and source.read_plan is None:
             raise _config_error(f"{source.config_key}.granules", "selecting granules by "
                                 "shards needs their footprints: build a catalog with "
                                 "zagg.sources.catalog.build_catalog and write_catalog, then "
-                                "point this key at the .json or .parquet file")
+                                "point this key at the .json or .parquet file (or set "
+                                f"{source.config_key}.read_plan to read only the rows the "
+                                "shards need)")
         hrefs = list_granules(source)
+    skipped = {s["granule"] for s in skip}
+    hrefs = [h for h in hrefs if granule_id(h) not in skipped]
+    failed += skip
 
-    scans = _scan_all(source, hrefs, failed)
+    cover = None
+    if shards is not None and source.read_plan is not None:
+        cover = _cover(shards, shard_order, source.read_plan.margin)
+    scans = _scan_all(source, hrefs, failed, cover)
     _check_sizes(source, scans, sizes)
-    return _dataset(source, scans, failed, chunk_size)
+    ds = _dataset(source, scans, failed, chunk_size)
+    ds.encoding["zagg_granules"] = {"source": source, "kwargs": {
+        "shards": shards, "shard_order": shard_order, "chunk_size": chunk_size}}
+    return ds
+
+
+def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
+    from .. import grid as G
+
+    ids = [shards] if isinstance(shards, str | np.integer | int) else list(shards)
+    words = G.from_decimal(ids) if ids and isinstance(ids[0], str) \
+        else np.asarray(ids, dtype=np.uint64)
+    orders = np.unique(words & np.uint64(63)) if words.size else np.zeros(0, np.uint64)
+    if orders.size > 1 or (shard_order is not None and orders.size
+                           and int(orders[0]) != shard_order):
+        raise ValueError(f"shards must all be cells at the shard order {shard_order}, got "
+                         f"orders {orders.tolist()}")
+    order = int(orders[0]) if orders.size else int(shard_order or 0)
+    return ShardCover(words, order, margin)
 
 
 def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, int]) -> None:
@@ -616,10 +556,11 @@ def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, 
                 "(python -m zagg catalog ..., or build_catalog and write_catalog)")
 
 
-def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> list[_Scan]:
+def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict],
+              cover: ShardCover | None = None) -> list[_Scan]:
     def safe(href):
         try:
-            return _scan(source, href)
+            return _scan(source, href, cover)
         except GranuleError as exc:
             return exc
 
@@ -653,13 +594,42 @@ def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict]) -> li
     return scans
 
 
+def _align(layouts) -> int:
+    """Rows a read unit's bounds are multiples of: the storage chunks' rows of every
+    dataset read (their least common multiple, or the largest when that grows too big)."""
+    rows = sorted({lay.chunk_rows for lay in layouts if lay.chunks})
+    if not rows:
+        return 1
+    lcm = math.lcm(*rows)
+    return lcm if lcm <= 4 * rows[-1] else rows[-1]
+
+
+def _width(template: str, name: str, scans: list[_Scan]) -> int | None:
+    """Columns of the datasets at ``template`` (None: 1-D), refusing granules or groups
+    that store it with different numbers of columns."""
+    seen: dict[int | None, str] = {}
+    for s in scans:
+        for g in s.groups:
+            lay = g.layouts.get(hdf5_path(template, g.group))
+            if lay is not None:
+                seen.setdefault(lay.shape[1] if len(lay.shape) == 2 else None,
+                                f"{granule_id(s.href)} {lay.path}")
+    if len(seen) > 1:
+        (w1, at1), (w2, at2) = list(seen.items())[:2]
+        raise GranuleError(f"{_item_key(name)} ({template!r}) is stored with "
+                           f"{w1 or 'no'} columns in {at1} but {w2 or 'no'} in {at2}; every "
+                           "granule and group must store it alike")
+    return next(iter(seen), None)
+
+
 def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
              chunk_size: int) -> xr.Dataset:
-    """The lazy Dataset over ``scans``: one read task per block of at most ``chunk_size``
-    rows of one granule and group, one selection task per variable and block, and one
-    granule-index task per block (which never touches the file)."""
-    import dask.array as da
+    """The lazy Dataset over ``scans``: per path template one array whose chunks are the
+    read units (granule x group x row range); variables are those arrays or columns of
+    them, and ``granule`` an index that never touches a file."""
     import xarray as xr
+
+    from .granule_arrays import GranuleRows, Piece, TemplateArray, lazy
 
     items = source.items()
     dtypes: dict[str, str] = {name: np.dtype(np.float64).str for name, _, _ in items}
@@ -669,52 +639,83 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
             dtypes[name] = dt if i == 0 else np.result_type(dtypes[name], dt).str
         for name, a in s.attrs.items():
             attrs.setdefault(name, a)
-    blocks = []  # (granule index, href, group, start, stop)
-    contributing = []
+    # one array per template (variables reading columns of one dataset share it)
+    templates: dict[str, str] = {}  # template -> the first name reading it
+    for name, template, _ in items:
+        templates.setdefault(template, name)
+    t_dtype = {t: np.result_type(*[dtypes[n] for n, tt, _ in items if tt == t]).str
+               for t in templates}
+    t_width = {t: _width(t, templates[t], scans) for t in templates}
+
+    units = []  # (contributing index, scan, group shape, start, stop)
+    contributing: list[str] = []
+    h5py_paths: set[str] = set()
     for s in scans:
-        groups = [g for g in s.groups if g.rows > 0]
+        groups = [g for g in s.groups if g.rows > 0 and (g.runs is None or g.runs)]
         if groups:
             contributing.append(granule_id(s.href))
         for g in groups:
-            for start in range(0, g.rows, chunk_size):
-                stop = min(start + chunk_size, g.rows)
-                blocks.append((len(contributing) - 1, s.href, g.group, start, stop))
+            runs = g.runs if g.runs is not None else ((0, g.rows),)
+            align = _align(g.layouts.values())
+            for start, stop in blocks(runs, g.rows, align, max(chunk_size, 1)):
+                units.append((len(contributing) - 1, s, g, start, stop))
+            h5py_paths |= {p for p, lay in g.layouts.items() if lay.fallback}
+    if h5py_paths:
+        warnings.warn(f"{len(h5py_paths)} HDF5 dataset(s) are stored with filters or layouts "
+                      f"only h5py decodes (e.g. {sorted(h5py_paths)[0]}): they are read "
+                      "through h5py, one read at a time per process", stacklevel=3)
+    sizes = [b - a for *_, a, b in units] or [0]
 
     token = tokenize(source.granules, source.groups, items, dtypes, source.storage_options,
-                     [(s.href, s.stamp, s.groups) for s in scans], chunk_size)
-    chunks = (tuple(b[4] - b[3] for b in blocks) or (0,),)
-    read = f"read-granule-{token}"
+                     source.reads, [(s.href, s.stamp, s.groups) for s in scans], chunk_size)
     fail_nan = source.on_error == "fail"
-    read_layer = {
-        (read, i): Task((read, i), read_block, href, group, start, stop, items, dtypes,
-                        source.storage_options, fail_nan, _data_producer=True)
-        for i, (_, href, group, start, stop) in enumerate(blocks)
-    }
+    arrays = {}
+    planned = {}
+    for template, first in templates.items():
+        pieces, fills, nbytes = [], {}, 0
+        for _, s, g, start, stop in units:
+            hpath = hdf5_path(template, g.group)
+            layout = g.layouts[hpath]
+            entries = g.index[hpath]
+            if entries.size:
+                keep = (entries[:, 0] < stop) & (entries[:, 0] + layout.chunk_rows > start)
+                entries = entries[keep]
+                nbytes += int(entries[:, 3].sum())
+            elif layout.fallback is None and layout.chunks is None:
+                nbytes += (stop - start) * layout.row_bytes
+            fills[hpath] = layout.nan_fill
+            pieces.append(Piece(s.href, granule_id(s.href), hpath, start, stop, layout,
+                                entries))
+        planned[template] = nbytes
+        reader = TemplateArray(pieces, t_dtype[template], t_width[template], fills,
+                               source.storage_options, source.reads,
+                               coordinate=template in (source.latitude, source.longitude),
+                               fail_all_nan=fail_nan)
+        if not units:
+            import dask.array as da
 
-    def array(name: str, dtype, make) -> da.Array:
-        key = f"{name}-{token}"
-        if not blocks:  # nothing to read: one empty chunk
-            layer = {(key, 0): Task((key, 0), np.zeros, 0, np.dtype(dtype))}
-            graph = HighLevelGraph({key: layer}, {key: set()})
+            arrays[template] = da.zeros((0,) + reader.shape[1:], dtype=reader.dtype)
         else:
-            layer = {(key, i): make((key, i), i) for i in range(len(blocks))}
-            uses_read = name in dtypes
-            graph = HighLevelGraph({read: read_layer, key: layer} if uses_read else {key: layer},
-                                   {read: set(), key: {read}} if uses_read else {key: set()})
-        return da.Array(graph, key, chunks=chunks, dtype=np.dtype(dtype))
+            arrays[template] = lazy(reader, sizes, f"read-granules-{first}-{token}")
 
     data_vars = {}
     for name, template, column in items:
-        arr = array(name, dtypes[name],
-                    lambda k, i, name=name: Task(k, operator.getitem, TaskRef((read, i)), name))
+        arr = arrays[template]
+        if column is not None:
+            arr = arr[:, column]
+        dims = ("obs",) if arr.ndim == 1 else ("obs", f"{name}_column")
+        arr = arr.astype(dtypes[name]) if arr.dtype != np.dtype(dtypes[name]) else arr
         a = dict(TIME_ATTRS) if name == "time" else dict(attrs.get(name, {}))
         a["source_path"] = template
         if column is not None:
             a["column"] = column
-        data_vars[name] = xr.Variable("obs", arr, attrs=a)
-    index = array("granule", np.int32, lambda k, i: Task(k, _granule_index,
-                                                          blocks[i][4] - blocks[i][3],
-                                                          blocks[i][0]))
+        a["stored_bytes_read"] = planned[template]
+        data_vars[name] = xr.Variable(dims, arr, attrs=a)
+    rows = GranuleRows(sizes if units else [], [u[0] for u in units])
+    import dask.array as da
+
+    index = lazy(rows, sizes, f"granule-index-{token}") if units else \
+        da.zeros(0, dtype=np.int32)
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"})
     where = source.granules if isinstance(source.granules, str) else list(source.granules)
@@ -724,4 +725,6 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
         "groups": list(source.groups or []),
         "granules": contributing,
         "failed_granules": failed,
+        "index_bytes_read": int(sum(s.index_bytes for s in scans)),
+        "h5py_datasets": len(h5py_paths),
     })

@@ -1,0 +1,171 @@
+"""Re-runs: which shards of a store a run must write, before it reads or writes them.
+
+Each leaf records its identity: the store's semantic hash (what and how, from the config)
+and the granule ids it was built from (over what), in its stats sidecar
+(``granules_sha256``) and the ``granules.json`` sibling. A run plans, per shard, the same
+pair and gets one verdict per shard (:func:`classify`):
+
+- ``current``: the pair matches and the leaf is stamped: the run writes nothing for it and
+  only refreshes its objects' modification times (:func:`touch_current`), so lifecycle
+  rules that purge old objects leave it alone;
+- ``refused``: the planned granules drop ids the leaf was built from (a contraction, e.g.
+  a catalog that lost granules): nothing is written for it unless contraction is allowed,
+  and the run records every missing id in a refusal manifest at the store root
+  (:func:`write_refusals`);
+- ``rewrite``: everything else (new granules, a changed config, no or an unreadable
+  record, an unstamped leaf).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+
+from . import __version__
+from .hive import paths
+from .hive.stamp import data_prefix, now_iso, read_stamp_or_debris
+from .hive.stats import bare_granule_ids, granules_sha256, read_stats
+from .hive.storage import StoreRoot, dumps_json
+
+CURRENT, REFUSED, REWRITE = "current", "refused", "rewrite"
+REFUSALS_SPEC = "zagg-refusals/1"
+_READERS = 16  # concurrent sidecar reads on an object store
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a run does with one shard, and why."""
+
+    shard_id: str
+    kind: str  # current / refused / rewrite
+    reason: str
+    missing: tuple[str, ...] = ()  # recorded ids the plan drops (refused, or allowed)
+    added: tuple[str, ...] = ()  # planned ids the record lacks
+    versioned: bool = False
+
+
+@dataclass
+class Gate:
+    """The verdicts of one run, and what it did about the current ones."""
+
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    objects_touched: int = 0
+    touch_failures: int = 0
+    refusals_key: str | None = None
+
+    def of(self, kind: str) -> list[str]:
+        return [sid for sid, v in self.verdicts.items() if v.kind == kind]
+
+    def merge(self, other: Gate) -> Gate:
+        return Gate({**self.verdicts, **other.verdicts},
+                    self.objects_touched + other.objects_touched,
+                    self.touch_failures + other.touch_failures,
+                    other.refusals_key or self.refusals_key)
+
+
+def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_hash: str, *,
+             allow_contraction: bool = False) -> dict[str, Verdict]:
+    """The verdict of every planned shard (shard id → its planned granule ids; None where
+    the run cannot say, which is always a rewrite)."""
+    items = sorted(planned.items())
+    workers = 1 if root.is_local else _READERS
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        found = pool.map(lambda item: _verdict(root, *item, semantic_hash, allow_contraction),
+                         items)
+        return {v.shard_id: v for v in found}
+
+
+def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) -> Verdict:
+    leaf = paths.leaf_path(sid)
+    stamp, problem = read_stamp_or_debris(root, leaf)
+    if stamp is None:
+        return Verdict(sid, REWRITE, "torn stamp" if problem else "no stamped leaf")
+    versioned = stamp.get("current") is not None
+    if versioned:
+        own, _ = read_stamp_or_debris(root, data_prefix(leaf, stamp))
+        if own is None:
+            return Verdict(sid, REWRITE, "its current version is missing or unstamped")
+    record = read_stats(root, sid)
+    if record is None:
+        return Verdict(sid, REWRITE, "no stats sidecar", versioned=versioned)
+    if record.get("content_hashes") != stamp.get("content_hashes"):
+        return Verdict(sid, REWRITE, "the sidecar does not describe the stamped leaf",
+                       versioned=versioned)
+    if record.get("semantic_hash") != semantic_hash:
+        return Verdict(sid, REWRITE, "the config changed", versioned=versioned)
+    if ids is None:
+        return Verdict(sid, REWRITE, "the run does not know its granules",
+                       versioned=versioned)
+    planned = set(bare_granule_ids(ids))
+    recorded_sha = record.get("granules_sha256")
+    if recorded_sha == granules_sha256(planned):
+        return Verdict(sid, CURRENT, "unchanged", versioned=versioned)
+    recorded = _recorded_ids(root, sid, recorded_sha)
+    if recorded is None:
+        return Verdict(sid, REWRITE, "its granules are not recorded", versioned=versioned)
+    missing = tuple(sorted(recorded - planned))
+    added = tuple(sorted(planned - recorded))
+    if missing and not allow:
+        return Verdict(sid, REFUSED, "contraction" if not added else "mixed", missing, added,
+                       versioned)
+    return Verdict(sid, REWRITE, "contraction allowed" if missing else "new granules",
+                   missing, added, versioned)
+
+
+def _recorded_ids(root: StoreRoot, sid: str, recorded_sha) -> set[str] | None:
+    """The granule ids a leaf's sibling records, when it agrees with the sidecar's hash (a
+    sibling that does not is a torn rewrite: unrecorded)."""
+    try:
+        sibling = root.read_json(paths.granules_key(sid))
+    except ValueError:
+        return None
+    if not isinstance(sibling, dict) or not isinstance(sibling.get("ids"), list):
+        return None
+    ids = set(bare_granule_ids(sibling["ids"]))
+    if recorded_sha is None or granules_sha256(ids) != recorded_sha:
+        return None
+    return ids
+
+
+def touch_current(root: StoreRoot, verdicts: list[Verdict]) -> tuple[int, int]:
+    """Refresh the modification times of the current leaves' objects (their bytes stay):
+    a versioned leaf's pointer and sidecars only (its versions are never touched), an
+    unversioned leaf's whole tree and sidecars. Best effort: (touched, failed)."""
+    keys = []
+    for v in verdicts:
+        leaf = paths.leaf_path(v.shard_id)
+        sides = [paths.stats_key(v.shard_id), paths.granules_key(v.shard_id)]
+        if v.versioned:
+            keys += [f"{leaf}/zarr.json", *sides]
+        else:
+            keys += [*root.list_keys(leaf), *sides]
+    return root.touch(keys)
+
+
+def touch_root(root: StoreRoot) -> tuple[int, int]:
+    """Refresh the store-root objects no leaf owns (manifest, config record, coverage)."""
+    return root.touch([paths.MANIFEST_KEY, paths.CONFIG_KEY, paths.ROOT_COVERAGE_KEY])
+
+
+def refusals_key(run_id: str, at: str) -> str:
+    stamp = at.replace("-", "").replace(":", "").split("+")[0]  # 2026-12-01T10:00:00 → …
+    return f"refusals_{stamp}Z_{run_id}.json"
+
+
+def write_refusals(root: StoreRoot, run_id: str, semantic_hash: str,
+                   refused: list[Verdict]) -> str | None:
+    """The refusal manifest of a run that refused shards: every refused shard and the
+    complete list of granule ids its plan dropped. Returns its key (None: nothing refused)."""
+    if not refused:
+        return None
+    at = now_iso()
+    body = {
+        "spec": REFUSALS_SPEC, "run_id": run_id, "written_at": at,
+        "semantic_hash": semantic_hash, "zagg_version": __version__,
+        "refused": [{"shard_key": v.shard_id, "window": None, "classification": v.reason,
+                     "missing_granules": list(v.missing), "added_granules": list(v.added)}
+                    for v in sorted(refused, key=lambda v: v.shard_id)],
+    }
+    key = refusals_key(run_id, at)
+    root.write_bytes(key, dumps_json(body))
+    return key
