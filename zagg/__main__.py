@@ -13,7 +13,8 @@ def _cmd_run(args) -> int:
     summary = run(args.config, store=args.store, scheduler=args.scheduler,
                   workers=args.workers, threads=args.threads, memory_limit=args.memory_limit,
                   progress=not args.quiet, catalog=args.catalog, region=args.region,
-                  bbox=args.bbox, sweep=True if args.sweep else None)
+                  bbox=args.bbox, sweep=True if args.sweep else None,
+                  overwrite=args.overwrite, allow_contraction=args.allow_contraction)
     print("\n".join(summary.lines()))
     return 0
 
@@ -170,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the shards it covers")
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--overwrite", action="store_true",
+                   help="rewrite every shard, even those already current (by default a "
+                        "re-run writes only shards whose config or granules changed)")
+    r.add_argument("--allow-contraction", action="store_true",
+                   help="rewrite shards whose leaves were built from granules this run does "
+                        "not have (refused by default, and listed in refusals_*.json)")
     r.add_argument("--sweep", action="store_true", help="build the pyramid ladder after the "
                    "leaves (as output.sweep: stages does)")
     r.set_defaults(func=_cmd_run)

@@ -11,6 +11,7 @@ same shards straight to a store.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -71,13 +72,15 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, dense: bool = False,
 
 def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
                      chunk_size: int = DEFAULT_CHUNK, progress: bool = False,
-                     discover: bool = True) -> collection.Shards:
+                     discover: bool = True, select=None) -> collection.Shards:
     """The lazy :class:`~zagg.collection.Shards` of a points Dataset.
 
     With ``discover`` the chunk reductions are computed and kept on the cluster first (a
     progress bar follows them when asked), so only the shards holding data are built,
     heaviest first, and the point accounting is known; without, ``shards`` must be given
-    and every chunk feeds every shard lazily.
+    and every chunk feeds every shard lazily. ``select(shard_ids, shard_granules)``, called
+    once the shards holding data are known, returns the decimal ids of those to build
+    (a re-run's gate); ``shard_granules`` is None when granules are not tracked.
     """
     granule_ids = list(ds.attrs.get("granules") or [])
     granule_var = "granule" if granule_ids and "granule" in ds.variables else None
@@ -88,6 +91,8 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
     found = Discovery.lazy(results, plan)
     if discover:
         found = Discovery.run(results, progress, granule_ids if granule_var else None)
+        if select is not None:
+            found = found.only(select(G.to_decimal(found.words), found.shard_granules))
     meta = dataset_meta(config, found.words, dim, found.counts, time.perf_counter() - t0)
     if granule_var:
         meta["granules"] = granule_ids
@@ -227,6 +232,19 @@ class Discovery:
                               for w, idx in per_shard.items()}
         return cls(results, words, members, rows, counts, shard_granules,
                    _held_by_one_worker(reductions))
+
+
+    def only(self, shard_ids) -> Discovery:
+        """The same discovery restricted to the shards ``shard_ids`` (decimal ids)."""
+        keep = np.isin(self.words, G.from_decimal(sorted(shard_ids)) if shard_ids else
+                       np.zeros(0, np.uint64))
+        words = self.words[keep]
+        members = {int(w): self.members[int(w)] for w in words}
+        rows = None if self.rows is None else {w: self.rows[w] for w in members}
+        granules = None if self.shard_granules is None else {
+            sid: ids for sid, ids in self.shard_granules.items() if sid in set(shard_ids)}
+        return dataclasses.replace(self, words=words, members=members, rows=rows,
+                                   shard_granules=granules)
 
 
 def _held_by_one_worker(persisted: da.Array) -> bool:

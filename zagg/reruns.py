@@ -64,15 +64,38 @@ class Gate:
 
 
 def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_hash: str, *,
-             allow_contraction: bool = False) -> dict[str, Verdict]:
+             allow_contraction: bool = False, column: bool = False) -> dict[str, Verdict]:
     """The verdict of every planned shard (shard id → its planned granule ids; None where
-    the run cannot say, which is always a rewrite)."""
+    the run cannot say, which is always a rewrite). With ``column`` (the config declares
+    leaf columns) a unit is current only when its stamped column is there too."""
     items = sorted(planned.items())
     workers = 1 if root.is_local else _READERS
+
+    def verdict(item):
+        v = _verdict(root, *item, semantic_hash, allow_contraction)
+        if v.kind == CURRENT and column and not _has_column(root, v.shard_id):
+            return Verdict(v.shard_id, REWRITE, "its pyramid column is missing",
+                           versioned=v.versioned)
+        return v
+
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        found = pool.map(lambda item: _verdict(root, *item, semantic_hash, allow_contraction),
-                         items)
-        return {v.shard_id: v for v in found}
+        return {v.shard_id: v for v in pool.map(verdict, items)}
+
+
+def _has_column(root: StoreRoot, sid: str) -> bool:
+    from .hive import artifact
+
+    return artifact.stamped_attrs(root, artifact.column_path(sid), "column") is not None
+
+
+def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
+    """The granule ids a leaf's sibling records ([] when absent or unreadable)."""
+    try:
+        sibling = root.read_json(paths.granules_key(sid))
+    except ValueError:
+        return []
+    ids = sibling.get("ids") if isinstance(sibling, dict) else None
+    return bare_granule_ids(ids) if isinstance(ids, list) else []
 
 
 def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) -> Verdict:
@@ -127,12 +150,19 @@ def _recorded_ids(root: StoreRoot, sid: str, recorded_sha) -> set[str] | None:
     return ids
 
 
-def touch_current(root: StoreRoot, verdicts: list[Verdict]) -> tuple[int, int]:
+def touch_current(root: StoreRoot, verdicts: list[Verdict], *,
+                  column: bool = False) -> tuple[int, int]:
     """Refresh the modification times of the current leaves' objects (their bytes stay):
     a versioned leaf's pointer and sidecars only (its versions are never touched), an
-    unversioned leaf's whole tree and sidecars. Best effort: (touched, failed)."""
+    unversioned leaf's whole tree and sidecars, and with ``column`` the leaf column's tree
+    and its sidecar. Best effort: (touched, failed)."""
+    from .hive import artifact
+
     keys = []
     for v in verdicts:
+        if column:
+            rel = artifact.column_path(v.shard_id)
+            keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]
         leaf = paths.leaf_path(v.shard_id)
         sides = [paths.stats_key(v.shard_id), paths.granules_key(v.shard_id)]
         if v.versioned:

@@ -12,7 +12,8 @@ from .checks import require_dataset
 from .cluster import cluster_for, connected
 from .config import Config, ConfigError, load_config
 from .hive.paths import MANIFEST_KEY
-from .manifests import check_store
+from .hive.versions import new_run_id
+from .manifests import check_store, manifest_for
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -71,7 +72,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         scheduler=None, workers: int | None = None, threads: int | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
-        shards=None, sweep: bool | None = None) -> RunSummary:
+        shards=None, sweep: bool | None = None, overwrite: bool = False,
+        allow_contraction: bool = False) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -84,6 +86,12 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
     cluster (its summary is ``summary.sweep``).
+
+    Re-runs write only what changed (:mod:`zagg.gate`): a shard whose leaf was built by
+    the same config from the same granules is current and not written again (with a
+    catalog, its granules are not even read); a shard whose planned granules drop some its
+    leaf was built from is refused (listed in a ``refusals_*.json`` at the store root)
+    unless ``allow_contraction``. ``overwrite`` rewrites every shard regardless.
     """
     t0 = time.perf_counter()
     cfg = load_config(config)
@@ -114,6 +122,20 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
     check_store(root, probe)
+    from .gate import RunGate, catalog_plan, found_plan, source_ids
+    from .reruns import recorded_ids
+
+    run_id = new_run_id()
+    gate = None if overwrite else RunGate(
+        root, manifest_for(probe)["semantic_hash"], run_id, allow_contraction,
+        column=cfg.output.pyramid is not None)
+    # with a catalog every shard's granules are known before any is opened: gate first
+    planned = catalog_plan(cfg, shards) if gate is not None and source is None else None
+    if planned is not None:
+        todo = gate.decide(planned)
+        if not todo:
+            return gate.summary(time.perf_counter() - t0)
+        shards = sorted(todo)
     with cluster_for(scheduler, workers=workers, threads=threads,
                      memory_limit=memory_limit) as cluster, connected(cluster):
         ds = open_source(cfg, shards=shards) if source is None else source
@@ -125,14 +147,41 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
             # the shards are written as they are aggregated, and nothing here keeps them:
             # each input chunk's partial is freed as soon as the shards it feeds are written
             cfg.check_dataset(ds)
-            return write_shards(shard_collection(ds, cfg, shards=shards, progress=progress),
-                                store, storage_options=options, progress=progress,
-                                t_start=t0, versioned=cfg.output.leaf_versions)
+            ids = source_ids(cfg, ds, from_config=source is None)
+            select = None
+            if gate is not None and planned is None:  # gate the shards the read finds
+                def select(found, contributors):
+                    return gate.decide(found_plan(contributors, found, ids,
+                                                  lambda sid: recorded_ids(root, sid)))
+            shards_ = shard_collection(ds, cfg, shards=shards, progress=progress,
+                                       select=select)
+            record_granules(shards_, planned, ids)
+            summary = write_shards(shards_, store, storage_options=options,
+                                   progress=progress, t_start=t0,
+                                   versioned=cfg.output.leaf_versions, run_id=run_id)
+            if gate is not None:
+                summary.gate = gate.gate
+                summary.shards = max(summary.shards, len(gate.gate.verdicts))
+            return summary
 
         # under on_error: skip, a granule found damaged while it is read (a chunk that
         # does not decompress) is left out, recorded, and the run redone without it
         summary = skip_damaged(ds, aggregate_and_write)
         return chain_sweep(cfg, summary, store, options, sweep)
+
+
+def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None:
+    """The granule ids each leaf records (its identity's second half): with a catalog
+    plan, the planned ids of its shard that were read (a granule that failed to read is
+    left out, so the next run retries it); else the granules that fed it, or the one
+    granule a single-granule source is."""
+    meta = shards.meta
+    failed = {f.get("granule") for f in meta.get("failed_granules") or ()}
+    if planned is not None:
+        meta["shard_granules"] = {sid: [i for i in planned.get(sid, ()) if i not in failed]
+                                  for sid in shards.shard_ids}
+    elif meta.get("shard_granules") is None and ids is not None:
+        meta["shard_granules"] = {sid: list(ids) for sid in shards.shard_ids}
 
 
 def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | None):

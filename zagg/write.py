@@ -39,6 +39,7 @@ class RunSummary:
     """What a write did: counts, sizes, rates and the per-leaf records."""
 
     store: str
+    run_id: str | None = None  # names the run's leaf versions and refusal manifest
     shards: int = 0
     leaves_written: int = 0
     cells_with_data: int = 0
@@ -51,6 +52,7 @@ class RunSummary:
     #: the point accounting (read, filtered, invalid_coordinates, outside_shards, keyed)
     point_counts: dict | None = None
     sweep: object = None  # the pyramid sweep chained after the run (zagg.pyramid.sweep)
+    gate: object = None  # the re-run verdicts (zagg.reruns.Gate; None: no gate)
 
     @property
     def points_per_second(self) -> float | None:
@@ -84,11 +86,40 @@ class RunSummary:
                          "source (granules, catalog and region, or input)")
         return lines
 
+    @property
+    def units(self) -> dict[str, int]:
+        """Shards by what the run did with them: ``current`` (already up to date, not
+        written), ``rewritten`` (leaves written), ``refused`` (a contraction)."""
+        g = self.gate
+        return {"current": len(g.of("current")) if g else 0,
+                "rewritten": self.leaves_written,
+                "refused": len(g.of("refused")) if g else 0}
+
+    def _gate_lines(self) -> list[str]:
+        g = self.gate
+        if g is None or not g.verdicts:
+            return []
+        u = self.units
+        lines = [f"re-run          {u['current']:,} shards current, {u['rewritten']:,} "
+                 f"rewritten, {u['refused']:,} refused"]
+        if g.objects_touched or g.touch_failures:
+            lines.append(f"  touched       {g.objects_touched:,} objects of current shards"
+                         + (f" ({g.touch_failures} failed)" if g.touch_failures else ""))
+        if g.refusals_key:
+            refused = [g.verdicts[s] for s in g.of("refused")]
+            missing = sorted({m for v in refused for m in v.missing})
+            lines.append(f"  refused       their leaves were built from granules this run "
+                         f"does not have ({', '.join(missing[:5])}"
+                         f"{', ...' if len(missing) > 5 else ''}; {len(missing)} in all): "
+                         f"see {g.refusals_key}; pass --allow-contraction to rewrite them")
+        return lines
+
     def lines(self) -> list[str]:
         rate = self.points_per_second
         pts = "unknown" if self.points is None else f"{self.points:,}"
         return [
             f"store           {self.store}",
+            *([f"run id          {self.run_id}"] if self.run_id else []),
             f"shards          {self.shards:,} ({self.leaves_written:,} leaves written)",
             f"cells with data {self.cells_with_data:,}",
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
@@ -97,6 +128,7 @@ class RunSummary:
               if self.granules is not None else []),
             *[f"  failed        {f.get('granule')}: {f.get('error')}"
               for f in self.failed_granules[:10]],
+            *self._gate_lines(),
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
             *(["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
@@ -173,14 +205,15 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
 
 
 def write_shards(shards: Shards, store, *, storage_options=None, progress: bool = False,
-                 t_start: float | None = None, versioned: bool = True) -> RunSummary:
+                 t_start: float | None = None, versioned: bool = True,
+                 run_id: str | None = None) -> RunSummary:
     """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`).
 
     Once the writes are submitted nothing here holds the shards: when the caller does not
     either (``write_shards(shard_collection(...), ...)``), each input chunk's partial is
     freed as soon as the last shard it feeds is written."""
     write = prepare_write(shards, store, storage_options=storage_options, t_start=t_start,
-                          versioned=versioned)
+                          versioned=versioned, run_id=run_id)
     del shards
     return write.execute(progress=progress)
 
@@ -200,6 +233,7 @@ class HiveWrite:
     tasks: list
     info: dict
     t0: float
+    run_id: str | None = None
 
     def execute(self, progress: bool = False) -> RunSummary:
         tasks, self.tasks = self.tasks, []
@@ -211,6 +245,7 @@ class HiveWrite:
                                       self.shard_order)
         return RunSummary(
             store=self.root.url,
+            run_id=self.run_id,
             shards=len(self.shards),
             leaves_written=len(written),
             cells_with_data=sum(r["cells_with_data"] for r in written),
@@ -240,11 +275,12 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     fresh = not hive.check_store_root(root, MANIFEST_KEY)
     semantic = ensure_store(root, z)["semantic_hash"]
     failed = z.get("failed_granules") or []
+    run_id = run_id or new_run_id()
     writer = LeafWriter(root, {n: dict(z["fields"][n]) for n in shards.arrays}, z["grid"],
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
                         {"failed_granules": failed} if failed else None,
-                        run_id or new_run_id(), versioned, fresh, pyramid_declaration(z))
+                        run_id, versioned, fresh, pyramid_declaration(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
@@ -254,7 +290,8 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
         tasks = block_tasks(records)
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
-    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
+    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0,
+                     run_id)
 
 
 def pyramid_declaration(z: dict):

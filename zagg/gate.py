@@ -1,0 +1,152 @@
+"""The re-run gate of one run: which of its shards it writes, decided before it reads
+when it can.
+
+Each shard is a unit with an identity: the store's semantic hash and the unit's planned
+granule ids (:mod:`zagg.reruns` holds the verdicts). Where a run's plan comes from:
+
+- **a catalog** (``data_source.granules`` names one): each granule's footprint says which
+  shards it touches, so every unit's plan is known before any granule is opened. The gate
+  runs first and the run reads only the granules of the units it must rewrite; an
+  unchanged re-run opens no granule at all. Leaves record their planned ids.
+- **any other source**: which shards a granule feeds is known only once it is read, so
+  the run reads and reduces its points, then gates the shards it found (their planned ids
+  are the granules that fed them, plus those the leaf recorded that the run read again)
+  and writes only the units that are not current. A directory or list of granules names
+  its granules by file name, the built-in generator is one granule ``synthetic`` (its
+  parameters are in the semantic hash), an input file is its file name; a Dataset passed
+  in without granule ids has no identity and is always rewritten.
+
+``overwrite`` bypasses the gate (every unit rewritten, contraction included).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hive.storage import StoreRoot
+from .reruns import (
+    CURRENT,
+    REFUSED,
+    REWRITE,
+    Gate,
+    classify,
+    touch_current,
+    touch_root,
+    write_refusals,
+)
+
+SYNTHETIC_ID = "synthetic"
+
+
+@dataclass
+class RunGate:
+    """The gate of one run: its store, identity inputs and what it has decided so far."""
+
+    root: StoreRoot
+    semantic_hash: str
+    run_id: str
+    allow_contraction: bool = False
+    column: bool = False  # the config declares leaf columns: a unit needs its column too
+    gate: Gate | None = None
+
+    def decide(self, planned: dict[str, list[str] | None]) -> set[str]:
+        """Classify ``planned`` units, touch the current ones, record refusals; returns the
+        shard ids to write."""
+        verdicts = classify(self.root, planned, self.semantic_hash,
+                            allow_contraction=self.allow_contraction, column=self.column)
+        gate = Gate(verdicts)
+        current = [v for v in verdicts.values() if v.kind == CURRENT]
+        gate.objects_touched, gate.touch_failures = touch_current(self.root, current,
+                                                                  column=self.column)
+        refused = [v for v in verdicts.values() if v.kind == REFUSED]
+        gate.refusals_key = write_refusals(self.root, self.run_id, self.semantic_hash, refused)
+        self.gate = gate if self.gate is None else self.gate.merge(gate)
+        if current:  # the store-root objects no leaf owns live as long as its leaves
+            touched, failed = touch_root(self.root)
+            self.gate.objects_touched += touched
+            self.gate.touch_failures += failed
+        return {sid for sid, v in verdicts.items() if v.kind == REWRITE}
+
+    def summary(self, wall_seconds: float):
+        """The summary of a run the gate left nothing to do: no granule read, nothing
+        written."""
+        from .write import RunSummary
+
+        return RunSummary(store=self.root.url, run_id=self.run_id,
+                          shards=len(self.gate.verdicts), points=0,
+                          granules=0, wall_seconds=wall_seconds, gate=self.gate)
+
+
+def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
+    """Per shard (decimal id at the shard order) the catalogued granules whose footprint
+    touches it, restricted to ``shards`` when given; None when the config names no catalog."""
+    src = cfg.data_source.granules
+    if src is None or not src.is_catalog:
+        return None
+    from . import grid as G
+    from .sources.catalog import select
+    from .sources.granules import _read_catalog
+
+    catalog = _read_catalog(src)
+    p = cfg.grid.parent_order
+    if catalog.order < p:  # footprints too coarse to name shards: gate after the read
+        return None
+    wanted = None
+    if shards is not None:
+        catalog = select(catalog, shards, shard_order=p)
+        wanted = set(G.to_decimal(catalog_words(shards)))
+    plan: dict[str, set[str]] = {}
+    for e in catalog:
+        if not e.footprint:
+            continue
+        words = np.unique(G.ancestor(G.from_decimal(list(e.footprint)), p))
+        for sid in G.to_decimal(words):
+            if wanted is None or sid in wanted:
+                plan.setdefault(sid, set()).add(e.id)
+    return {sid: sorted(ids) for sid, ids in sorted(plan.items())}
+
+
+def catalog_words(shards) -> np.ndarray:
+    """Shard ids or words as morton words."""
+    from . import grid as G
+
+    items = [shards] if isinstance(shards, str | int | np.integer) else list(shards)
+    if items and all(isinstance(s, str) for s in items):
+        return G.from_decimal(items)
+    return np.asarray(items, dtype=np.uint64)
+
+
+def source_ids(cfg, ds, from_config: bool) -> list[str] | None:
+    """The granule ids a run's points come from: the granules a Dataset was opened from
+    (``attrs["granules"]``), else for points the config names the generator's id or the
+    input file's name; None when unknown (a passed-in Dataset without granule ids)."""
+    if ds.attrs.get("granules"):
+        return [str(g) for g in ds.attrs["granules"]]
+    src = cfg.data_source
+    if from_config and src.synthetic is not None:
+        return [SYNTHETIC_ID]
+    if from_config and src.input is not None:
+        return [os.path.basename(str(src.input).rstrip("/"))]
+    return None
+
+
+def found_plan(found_ids: dict[str, list[str]] | None, shard_ids: list[str],
+               read_ids: list[str] | None, recorded) -> dict[str, list[str] | None]:
+    """The planned ids of the shards a full read found: the granules that fed each (or,
+    for a one-granule source, that granule), plus the ids its leaf recorded that the run
+    read again (a granule that touched the shard but kept no point in it last time)."""
+    read = set(read_ids or ())
+    out: dict[str, list[str] | None] = {}
+    for sid in shard_ids:
+        if found_ids is not None:
+            ids = set(found_ids.get(sid) or ())
+        elif read_ids is not None:
+            ids = set(read)
+        else:
+            out[sid] = None
+            continue
+        out[sid] = sorted(ids | (set(recorded(sid)) & read))
+    return out
