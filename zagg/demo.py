@@ -146,6 +146,7 @@ def plot_map(store: str, png: str) -> bool:
     draw(ds, "h_tdigest", q=0.5, ax=axes[1], projection="lonlat", cmap="terrain",
          title="median height (m)")
     fig.suptitle(f"zagg demo store {store}: {ds.sizes['cells']:,} cells with data")
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return True

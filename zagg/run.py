@@ -149,7 +149,9 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
             cfg.check_dataset(ds)
             ids = source_ids(cfg, ds, from_config=source is None)
             select = None
-            if gate is not None and planned is None:  # gate the shards the read finds
+            if gate is not None and planned is None and ids is not None:
+                # gate the shards the read finds (a Dataset with no granule ids has no
+                # identity to compare: every shard is written)
                 def select(found, contributors):
                     return gate.decide(found_plan(contributors, found, ids,
                                                   lambda sid: recorded_ids(root, sid)))
