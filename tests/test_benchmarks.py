@@ -159,3 +159,22 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
     assert int(on.group(2).replace(",", "")) == np.unique(cells[inside]).size
     assert "same points and cells: True" in text
     assert re.search(r"plan on reads [\d.]+% of the bytes", text)
+
+
+def test_bench_reruns_writes_only_what_changed():
+    """bench_reruns on small granules: what each re-run printed it wrote is what the gate
+    must do (nothing when unchanged, the lost leaves on resume), never its times."""
+    text = _run("bench_reruns.py", "--size", "40000", "--per-granule", "10000",
+                "--workers", "1")
+    rows = {m.group(1).strip(): (int(m.group(2)), int(m.group(3))) for m in re.finditer(
+        r"^(.+?)\s+\d+\.\d\d s\s+(\d+) leaves written,\s+(\d+) current", text, flags=re.M)}
+    first, _ = rows["first run (catalog)"]
+    assert first > 0 and rows["unchanged re-run (catalog)"] == (0, first)
+    lost = max(1, first // 10)
+    assert rows["resume, a tenth of leaves lost"] == (lost, first - lost)
+    listed, _ = rows["first run (granule list)"]
+    assert listed == first and rows["unchanged re-run (granule list)"] == (0, first)
+    syn, _ = rows["first run"]
+    assert syn > 0 and rows["unchanged re-run"] == (0, syn)
+    assert len(re.findall(r"unchanged re-run ÷ first run, [\w ]+: \d\.\d{3} \((meets|misses) "
+                          r"the target 0\.05\)", text)) == 3

@@ -161,7 +161,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
             summary = write_shards(shards_, store, storage_options=options,
                                    progress=progress, t_start=t0,
                                    versioned=cfg.output.leaf_versions, run_id=run_id)
-            if gate is not None:
+            if gate is not None and gate.gate is not None:
                 summary.gate = gate.gate
                 summary.shards = max(summary.shards, len(gate.gate.verdicts))
             return summary
