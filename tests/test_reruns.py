@@ -143,3 +143,23 @@ def test_a_refusal_manifest_lists_every_missing_id(store, tmp_path):
         s: [i[0]] for s, i in planned.items() if len(i) > 1}
     assert reruns.write_refusals(root, "b" * 32, semantic(), []) is None
     assert not any(n.startswith("refusals_") and "b" * 32 in n for n in os.listdir(path))
+
+
+def test_an_empty_unit_recorded_is_current_for_the_same_identity_only(store):
+    """A shard the run computed and found empty keeps its identity without a leaf: the
+    same granules and config are current (nothing to read again), others rewrite."""
+    path, planned = store
+    root = hive.StoreRoot(path)
+    empty = "-5121124344"  # a shard no point of the store falls in
+    assert empty not in planned
+    assert reruns.write_empty(root, [empty], {empty: ["G1.h5", "G2.h5"]}, semantic(),
+                              "r1") == 1
+    assert not (path / paths.leaf_path(empty)).exists()
+    got = reruns.classify(root, {empty: ["G1.h5", "G2.h5"]}, semantic())
+    assert (got[empty].kind, got[empty].reason, got[empty].empty) == ("current", "empty", True)
+    assert reruns.touch_current(root, list(got.values())) == (2, 0)  # its two sidecars
+    for ids, sem in ((["G1.h5", "G2.h5", "G9.h5"], semantic()),
+                     (["G1.h5", "G2.h5"], semantic(config({"count": {"function": "count"}})))):
+        again = reruns.classify(root, {empty: ids}, sem)[empty]
+        assert (again.kind, again.reason) == ("rewrite", "no stamped leaf")
+    assert {sid for _, sid in hive.walk_leaves(path)} == set(planned)  # readers see no leaf

@@ -35,6 +35,7 @@ from .reruns import (
     classify,
     touch_current,
     touch_root,
+    write_empty,
     write_refusals,
 )
 
@@ -70,10 +71,19 @@ class RunGate:
             self.gate.touch_failures += failed
         return {sid for sid, v in verdicts.items() if v.kind == REWRITE}
 
+    def record_empty(self, planned: dict, todo, summary) -> None:
+        """After a planned run: the units it was to write that came out empty (no point
+        in the shard) record their identity, so the next run skips them too."""
+        written = {r["shard_id"] for r in summary.records}
+        failed = {f.get("granule") for f in summary.failed_granules}
+        empty = sorted(set(todo) - written)
+        write_empty(self.root, empty, {sid: [i for i in planned[sid] if i not in failed]
+                                       for sid in empty}, self.semantic_hash, self.run_id)
+
     def summary(self, wall_seconds: float):
         """The summary of a run the gate left nothing to do: no granule read, nothing
         written."""
-        from .write import RunSummary
+        from .summary import RunSummary
 
         return RunSummary(store=self.root.url, run_id=self.run_id,
                           shards=len(self.gate.verdicts), points=0,

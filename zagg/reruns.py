@@ -14,6 +14,11 @@ pair and gets one verdict per shard (:func:`classify`):
   (:func:`write_refusals`);
 - ``rewrite``: everything else (new granules, a changed config, no or an unreadable
   record, an unstamped leaf).
+
+A unit the run computed and found empty (no point of its granules left in the shard after
+the filters) has no leaf, so it records its identity in its sidecars alone
+(:func:`write_empty`): the next run with the same identity finds it ``current`` without
+reading its granules again.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from dataclasses import dataclass, field
 from . import __version__
 from .hive import paths
 from .hive.stamp import data_prefix, now_iso, read_stamp_or_debris
-from .hive.stats import bare_granule_ids, granules_sha256, read_stats
+from .hive.stats import (
+    STATS_SPEC,
+    bare_granule_ids,
+    granules_record,
+    granules_sha256,
+    read_stats,
+)
 from .hive.storage import StoreRoot, dumps_json
 
 CURRENT, REFUSED, REWRITE = "current", "refused", "rewrite"
@@ -42,6 +53,7 @@ class Verdict:
     missing: tuple[str, ...] = ()  # recorded ids the plan drops (refused, or allowed)
     added: tuple[str, ...] = ()  # planned ids the record lacks
     versioned: bool = False
+    empty: bool = False  # no leaf: the unit was computed and holds no point
 
 
 @dataclass
@@ -73,13 +85,39 @@ def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_has
 
     def verdict(item):
         v = _verdict(root, *item, semantic_hash, allow_contraction)
-        if v.kind == CURRENT and column and not _has_column(root, v.shard_id):
+        if v.kind == CURRENT and column and not v.empty and not _has_column(root, v.shard_id):
             return Verdict(v.shard_id, REWRITE, "its pyramid column is missing",
                            versioned=v.versioned)
         return v
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         return {v.shard_id: v for v in pool.map(verdict, items)}
+
+
+def _recorded_empty(record, semantic_hash: str, ids) -> bool:
+    """Whether a sidecar without a leaf records this identity as computed and empty."""
+    return (isinstance(record, dict) and record.get("leaf") is None
+            and record.get("cells_with_data") == 0 and ids is not None
+            and record.get("semantic_hash") == semantic_hash
+            and record.get("granules_sha256") == granules_sha256(ids))
+
+
+def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str,
+                run_id: str) -> int:
+    """Record units the run computed and found empty (their sidecars, no leaf); returns
+    how many."""
+    payloads = {}
+    for sid in shard_ids:
+        granules = granules_record(planned[sid])
+        payloads[paths.granules_key(sid)] = dumps_json(granules)
+        payloads[paths.stats_key(sid)] = dumps_json({
+            "spec": STATS_SPEC, "shard_key": sid, "leaf": None, "cells_with_data": 0,
+            "granule_count": len(granules["ids"]), "content_hashes": None,
+            "semantic_hash": semantic_hash, "granules_sha256": granules["granules_sha256"],
+            "written_at": now_iso(), "run_id": run_id})
+    if payloads:
+        root.write_many(payloads)
+    return len(payloads) // 2
 
 
 def _has_column(root: StoreRoot, sid: str) -> bool:
@@ -101,6 +139,10 @@ def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
 def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) -> Verdict:
     leaf = paths.leaf_path(sid)
     stamp, problem = read_stamp_or_debris(root, leaf)
+    if stamp is None and not problem:
+        record = read_stats(root, sid)
+        if _recorded_empty(record, semantic_hash, ids):
+            return Verdict(sid, CURRENT, "empty", empty=True)
     if stamp is None:
         return Verdict(sid, REWRITE, "torn stamp" if problem else "no stamped leaf")
     versioned = stamp.get("current") is not None
@@ -160,6 +202,9 @@ def touch_current(root: StoreRoot, verdicts: list[Verdict], *,
 
     keys = []
     for v in verdicts:
+        if v.empty:
+            keys += [paths.stats_key(v.shard_id), paths.granules_key(v.shard_id)]
+            continue
         if column:
             rel = artifact.column_path(v.shard_id)
             keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]

@@ -169,6 +169,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # under on_error: skip, a granule found damaged while it is read (a chunk that
         # does not decompress) is left out, recorded, and the run redone without it
         summary = skip_damaged(ds, aggregate_and_write)
+        if planned is not None:
+            gate.record_empty(planned, shards, summary)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 

@@ -187,6 +187,12 @@ class StoreRoot:
     def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (recursively), relative to the root, sorted."""
         full = self._full(prefix)
+        if self.is_local:  # a plain directory walk: no listing cache to bypass
+            base = self.path.rstrip("/") + "/"
+            if os.path.isfile(full):
+                return [full[len(base):]]
+            return sorted(os.path.join(d, f)[len(base):] for d, _, files in os.walk(full)
+                          for f in files)
         try:
             self.fs.invalidate_cache(full)
         except Exception:
