@@ -5,6 +5,7 @@ the leaves it had not written, and ``overwrite`` rewrites everything."""
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,23 @@ def test_two_runs_at_once_never_tear_a_leaf(tmp_path, small_granules, where, req
         if not options:  # the independent reader follows the pointers to the same values
             ours = zagg.open_hive(store)["count"].values
             assert int(moczarr.open_hive(store)["count"].values.sum()) == int(ours.sum())
+
+
+def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, capsys):
+    from zagg.__main__ import main
+
+    store = tmp_path / "s"
+    go(catalog(granules, tmp_path / "all.json"), store)
+    cfg = tmp_path / "fewer.yaml"
+    cfg.write_text(yaml.safe_dump(atl03_config(catalog(granules[1:], tmp_path / "f.json"))))
+    cli = ["run", str(cfg), "--store", str(store), "--quiet", "--workers", "1"]
+    assert main(cli) == 0
+    out = capsys.readouterr().out
+    refused = int(re.search(r"re-run +\d+ shards current, 0 rewritten, (\d+) refused",
+                            out).group(1))
+    assert refused > 0 and granules[0].name in out and "--allow-contraction" in out
+    assert main([*cli, "--allow-contraction"]) == 0
+    assert re.search(rf"re-run +\d+ shards current, {refused} rewritten, 0 refused",
+                     capsys.readouterr().out)
+    assert main([*cli, "--overwrite"]) == 0
+    assert "re-run" not in capsys.readouterr().out  # no gate: every shard rewritten
