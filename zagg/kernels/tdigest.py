@@ -550,14 +550,14 @@ def _positions(weights, a, k, pos):
     """Centroid positions in 0-based rank space (``C_i + w_i / 2 - 1/2``); returns total."""
     c = 0.0
     for i in range(k):
-        w = weights[a + i]
+        w = np.float64(weights[a + i])
         pos[i] = c + 0.5 * w - 0.5
         c += w
     return c
 
 
 @njit(cache=True, nogil=True)
-def _quantiles(means, weights, offsets, q, out):
+def segment_quantiles(means, weights, offsets, q, out):
     """``out[s, j]`` = quantile ``q[j]`` of segment s (see :func:`quantile`)."""
     nseg = offsets.size - 1
     pos = np.empty(_max_segment(offsets), np.float64)
@@ -580,15 +580,15 @@ def _quantiles(means, weights, offsets, q, out):
             else:
                 i = np.searchsorted(pos[:k], r, side="right") - 1
                 g = (r - pos[i]) / (pos[i + 1] - pos[i])
-                lo = means[a + i]
-                hi = means[a + i + 1]
+                lo = np.float64(means[a + i])  # float64 arithmetic on float32 rows too
+                hi = np.float64(means[a + i + 1])
                 d = hi - lo
                 out[s, j] = hi - d * (1.0 - g) if g >= 0.5 else lo + d * g
     return out
 
 
 @njit(cache=True, nogil=True)
-def _cdfs(means, weights, offsets, x, out):
+def segment_cdfs(means, weights, offsets, x, out):
     """``out[s, j]`` = cdf at ``x[j]`` of segment s (see :func:`cdf`)."""
     nseg = offsets.size - 1
     pos = np.empty(_max_segment(offsets), np.float64)
@@ -615,7 +615,8 @@ def _cdfs(means, weights, offsets, x, out):
                     p = 0.5 * (pos[lo] + pos[hi - 1])
                 else:
                     i = lo - 1
-                    p = pos[i] + (v - seg[i]) / (seg[i + 1] - seg[i]) * (pos[i + 1] - pos[i])
+                    m0, m1 = np.float64(seg[i]), np.float64(seg[i + 1])
+                    p = pos[i] + (v - m0) / (m1 - m0) * (pos[i + 1] - pos[i])
                 out[s, j] = (p + 0.5) / total
     return out
 
@@ -939,7 +940,7 @@ def quantile(digest, q):
     numpy's ``method="hazen"``. NaN for an empty digest.
     """
     qa = _probabilities(q)
-    return _shape_result(_quantiles(*_as_single(digest), qa, np.empty((1, qa.size)))[0], q)
+    return _shape_result(segment_quantiles(*_as_single(digest), qa, np.empty((1, qa.size)))[0], q)
 
 
 def cdf(digest, x):
@@ -949,12 +950,12 @@ def cdf(digest, x):
     mean it is the mid-point position of that centroid (or of a run of equal means).
     """
     xa = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
-    return _shape_result(_cdfs(*_as_single(digest), xa, np.empty((1, xa.size)))[0], x)
+    return _shape_result(segment_cdfs(*_as_single(digest), xa, np.empty((1, xa.size)))[0], x)
 
 
 def quantiles(payloads, q):
     """Quantiles of many digests: shape (m,) for scalar ``q``, else (m, len(q)); NaN if empty."""
     qa = _probabilities(q)
     means, weights, offsets = from_payloads(payloads)
-    res = _quantiles(means, weights, offsets, qa, np.empty((offsets.size - 1, qa.size)))
+    res = segment_quantiles(means, weights, offsets, qa, np.empty((offsets.size - 1, qa.size)))
     return res[:, 0] if np.ndim(q) == 0 else res
