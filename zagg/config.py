@@ -9,6 +9,7 @@ source variable missing from the Dataset) run in :func:`Config.check_dataset`, c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -162,6 +163,8 @@ class Output:
     sweep: str | None = None  # "stages": build the pyramid ladder after each run
     #: each leaf write makes a new version and moves the leaf's ``current`` pointer
     leaf_versions: bool = True
+    #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
+    windowing: object = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
           "located")
 _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
-           "pyramid", "sweep", "leaf_versions")
+           "pyramid", "sweep", "leaf_versions", "windowing")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -592,7 +595,18 @@ def parse_config(raw: Mapping) -> Config:
             fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
                   f"locations sibling of {f.name!r}; rename the field")
     output = _parse_output(raw["output"], fields)
+    windowing = _parse_windowing(raw["output"], source, output)
+    if windowing is not None:
+        output = dataclasses.replace(output, windowing=windowing)
     return Config(source, fields, output, raw)
+
+
+def _parse_windowing(raw, source: DataSource, output: Output):
+    """``output.windowing`` (:mod:`zagg.windows.schedule`): the schedule, its time field
+    among the declared variables."""
+    from .windows.schedule import parse_windowing
+
+    return parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
 
 
 def load_config(source) -> Config:
