@@ -606,7 +606,12 @@ def _parse_windowing(raw, source: DataSource, output: Output):
     among the declared variables."""
     from .windows.schedule import parse_windowing
 
-    return parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
+    windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
+    if windowing is not None and output.pyramid is not None:
+        fail("output.pyramid", "a windowed store's pyramid (per-window overviews and the "
+             "all-time fold) is not built by this zagg yet; set output.pyramid: false beside "
+             "output.windowing")
+    return windowing
 
 
 def load_config(source) -> Config:

@@ -79,6 +79,19 @@ class Plan:
     shard_order: int
     shard_set: tuple[int, ...] | None = None
     granule_var: str | None = None  # per-row granule index, tracked into each shard
+    #: the time-window schedule (a zagg.windows.Windowing): units are (shard, window)
+    windowing: object = None
+    #: keys of the min and max states of the time field (each unit's actual time range)
+    time_states: tuple[str, str] | None = None
+
+    def unit_of(self, unit: int) -> tuple[int, int | None]:
+        """``(shard word, window index or None)`` of a run unit's key."""
+        if self.windowing is None:
+            return int(unit), None
+        from .windows.units import unpack
+
+        shard, index = unpack([unit], self.shard_order)
+        return int(shard[0]), int(index[0])
 
     @property
     def state_specs(self) -> dict[str, StateSpec]:
@@ -114,6 +127,16 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         fields.append(fp)
         for s in wanted:
             specs.setdefault(s.key, s)
+    windowing = config.output.windowing
+    time_states = None
+    if windowing is not None:
+        from .reducers import MAX, MIN
+
+        lo, hi = StateSpec(MIN, windowing.time_field, None), StateSpec(MAX, windowing.time_field,
+                                                                        None)
+        specs.setdefault(lo.key, lo)
+        specs.setdefault(hi.key, hi)
+        time_states = (lo.key, hi.key)
     used = set().union(*(s.reads(src.variables) for s in specs.values())) - {POINT_WORDS}
     columns = tuple((n, *src.columns.get(n, (n, None))) for n in sorted(used))
     inputs = [src.latitude, src.longitude]
@@ -137,6 +160,8 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         config.grid.parent_order,
         shard_set,
         granule_var,
+        windowing,
+        time_states,
     )
 
 

@@ -29,6 +29,9 @@ class ShardCells:
     shard: int  # the shard word
     ranks: np.ndarray
     contents: dict
+    window: int | None = None  # the window index of a windowed run's unit
+    #: a windowed unit's first and last observation time, in the time field's own units
+    time_range: tuple[float, float] | None = None
 
     def __len__(self) -> int:
         return int(self.ranks.size)

@@ -25,7 +25,7 @@ from . import hive
 from . import progress as progress_
 from .checks import require_dataset
 from .collection import Shards, block_tasks, shard_priorities
-from .hive.paths import MANIFEST_KEY
+from .hive.paths import MANIFEST_KEY, leaf_stem
 from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
@@ -120,19 +120,34 @@ class LeafWriter:
     versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
     fresh: bool = False  # the store was empty when this write began: no leaf to clear
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
+    windowing: object = None  # the zagg.windows.Windowing of a windowed run
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then its pyramid column; None
         (nothing written) when no cell holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
-        ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
+        window, time_range = self.window_of(sc)
+        ids = None if self.shard_granules is None else self.shard_granules.get(
+            leaf_stem(shard_id, window))
         record = hive.write_leaf_cells(
             self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
             granule_count=None if ids is not None else 0, granule_ids=ids,
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
             version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id)
+            run_id=self.run_id, window=window, time_range=time_range)
         return self.write_column(shard_id, sc, record)
+
+    def window_of(self, sc: ShardCells) -> tuple[str | None, list[str] | None]:
+        """The window label of a windowed unit and its actual time range (ISO 8601 UTC)."""
+        if self.windowing is None or sc.window is None:
+            return None, None
+        from .windows.assign import iso_ns, label, utc_ns
+
+        span = None
+        if sc.time_range is not None:
+            ns, _ = utc_ns(self.windowing, np.asarray(sc.time_range, np.float64))
+            span = [iso_ns(ns[0]), iso_ns(ns[1])]
+        return label(self.windowing, sc.window), span
 
     def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
         """The leaf column, after the leaf's stamp (:mod:`zagg.pyramid.column`)."""
@@ -244,7 +259,8 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
                         {"failed_granules": failed} if failed else None,
-                        run_id or new_run_id(), versioned, fresh, pyramid_declaration(z))
+                        run_id or new_run_id(), versioned, fresh, pyramid_declaration(z),
+                        run_windowing(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
@@ -255,6 +271,16 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
+
+
+def run_windowing(z: dict):
+    """The window schedule of a windowed run (None: one leaf per shard)."""
+    if z.get("windowing") is None:
+        return None
+    from .windows.schedule import parse_windowing
+
+    raw = z["windowing"]
+    return parse_windowing(raw, (raw.get("time_field"),))
 
 
 def pyramid_declaration(z: dict):

@@ -122,13 +122,17 @@ def leaf_envelope(
     bitmap_nbytes: int | None = None,
     raw_nbytes: int | None = None,
     sidecar: str = "coverage.moc",
+    full: bool = False,
 ) -> dict:
-    """The stamp's ``coverage`` envelope: box-only, or box plus the bitmap sidecar keys."""
+    """The stamp's ``coverage`` envelope: box-only, box plus the bitmap sidecar keys, or
+    ``full`` (every cell occupied: ``encoding: "full"`` and no sidecar)."""
     if len(box_members) != BOX_SLOTS:
         raise ValueError(f"a coverage box has exactly {BOX_SLOTS} slots, got {len(box_members)}")
     envelope = {"spec": SPEC, "box": list(box_members), "cell_order": int(cell_order)}
     envelope["source"] = "worker"
-    if bitmap_nbytes is not None:
+    if full:
+        envelope["encoding"] = "full"
+    elif bitmap_nbytes is not None:
         envelope.update(
             encoding="bitmap",
             sidecar=sidecar,
