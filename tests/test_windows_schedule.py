@@ -216,6 +216,7 @@ def test_config_carries_the_schedule():
     raw2 = copy.deepcopy(raw)
     raw2["output"]["windowing"] = {"schedule": "yearly", "time_field": "delta_time",
                                    "epoch": EPOCH, "scale": "gps"}
+    raw2["output"]["pyramid"] = False
     cfg = load_config(raw2)
     assert cfg.output.windowing.schedule == "yearly"
     assert load_config(raw).output.windowing is None
