@@ -292,3 +292,22 @@ def test_run_on_a_cluster_writes_the_same_windowed_leaves(tmp_path, photons, sto
         for rel, sid in leaves:
             theirs[(sid, label)] = hive.read_stamp(root, rel)["content_hashes"]
     assert mine == theirs
+
+
+def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
+    from zagg.inspect import inspect_store
+
+    _, yearly, summary = stores
+    text = inspect_store(str(yearly))
+    lines = text.splitlines()
+    at = lines.index(f"windows: {len(years_of(photons))}")
+    for label, line in zip(years_of(photons), lines[at + 1:], strict=False):
+        records = [r for r in summary.records if r["window"] == label]
+        root = hive.StoreRoot(str(yearly))
+        ranges = [hive.read_stamp(root, r["path"])["time_range"] for r in records]
+        cells = sum(r["cells_with_data"] for r in records)
+        n = len(records)
+        assert line == (f"  {label:<10} {n} {'leaf' if n == 1 else 'leaves'}, {cells:,} cells with "
+                        f"data, {min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}")
+    assert f"leaves: {len(summary.records)} stamped, 0 debris" in lines
+    assert "sample quantiles (leaf -512113221, window " in text

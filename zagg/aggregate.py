@@ -93,7 +93,8 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
     if discover:
         found = Discovery.run(results, progress, granule_ids if granule_var else None,
                               unit_name=unit_namer(plan))
-    meta = dataset_meta(config, found.words, dim, found.counts, time.perf_counter() - t0)
+    meta = dataset_meta(config, unit_shards(plan, found.words), dim, found.counts,
+                        time.perf_counter() - t0)
     if granule_var:
         meta["granules"] = granule_ids
         meta["shard_granules"] = found.shard_granules
@@ -248,6 +249,15 @@ def _held_by_one_worker(persisted: da.Array) -> bool:
     futures = futures_of(persisted)
     held = client.who_has(futures) if futures else {}
     return len({w for where in held.values() for w in where}) <= 1
+
+
+def unit_shards(plan: Plan, units) -> np.ndarray:
+    """The distinct shard words of a run's units (its units themselves when unwindowed)."""
+    if plan.windowing is None:
+        return units
+    from .windows.units import unpack
+
+    return np.unique(unpack(units, plan.shard_order)[0])
 
 
 def unit_namer(plan: Plan):

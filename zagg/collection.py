@@ -112,7 +112,14 @@ class Shards:
 
     @property
     def shard_ids(self) -> list[str]:
-        return G.to_decimal(self.words)
+        """The distinct shards of the units (a windowed run has one unit per (shard,
+        window), :mod:`zagg.windows.units`)."""
+        words = self.words
+        if self.meta.get("windowing") is not None:
+            from .windows.units import unpack
+
+            words = np.unique(unpack(words, self.geometry[0])[0])
+        return G.to_decimal(words)
 
     @property
     def geometry(self) -> tuple[int, int]:

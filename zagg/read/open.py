@@ -90,9 +90,11 @@ def open_leaf(
     *,
     dense: bool = False,
     verify: bool = False,
+    window: str | None = None,
 ) -> xr.Dataset:
     """Open one shard's leaf (it must carry its commit stamp): its occupied cells, or with
-    ``dense=True`` all of its cells, as a one-chunk Dataset."""
+    ``dense=True`` all of its cells, as a one-chunk Dataset; ``window`` names the leaf of
+    a time-windowed store."""
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
     _grid.validate_id(shard_id)
@@ -101,7 +103,9 @@ def open_leaf(
             f"shard {shard_id} is order {_grid.id_order(shard_id)}; this store's shards are "
             f"order {manifest['shard_order']}"
         )
-    rel = _paths.leaf_path(shard_id)
+    if window is not None:
+        _check_window(root, manifest, window)
+    rel = _paths.leaf_path(shard_id, window)
     if read_stamp(root, rel) is None:
         raise ValueError(
             f"{root.url_of(rel)} has no commit stamp: the leaf is absent or debris from an "
