@@ -286,6 +286,9 @@ def stored_arrays(config: Config) -> tuple[dict, dict]:
         if f.located:
             arrays[f.locations_name] = ("ragged", "uint64", b"")
             attrs[f.locations_name] = f.locations_attrs()
+        if f.timed:
+            arrays[f.times_name] = ("ragged", "uint64", b"")
+            attrs[f.times_name] = f.times_attrs()
     return arrays, attrs
 
 
@@ -302,6 +305,10 @@ def fields_block(config: Config) -> dict:
             out[f.locations_name] = {"function": None, "source": f.source, "kind": "ragged",
                                      "dtype": "uint64", "fill_value": b"", "params": {},
                                      "pyramid_class": "approximate", "locations_of": f.name}
+        if f.timed:
+            out[f.times_name] = {"function": None, "source": f.source, "kind": "ragged",
+                                 "dtype": "uint64", "fill_value": b"", "params": {},
+                                 "pyramid_class": "approximate", "times_of": f.name}
     return out
 
 

@@ -105,7 +105,11 @@ class Plan:
 
 def field_plan(f: FieldSpec, config: Config) -> tuple[FieldPlan, list[StateSpec]]:
     red = f.reducer
-    opts = {**f.params, "located": f.located}
+    opts = {**f.params, "located": f.located, "timed": f.timed}
+    if f.timed:  # how the digest reads its time words (zagg.windows.clock)
+        from .windows.clock import clock_of
+
+        opts["clock"] = clock_of(config.output.windowing)
     if red.options is not None:
         opts.update(red.options(f, config.fields))
     specs = [StateSpec(s, f.source, f.where,

@@ -156,7 +156,8 @@ SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine)
 MIN = State("min", S.min_chunk, S.min_combine, S.compact_extreme)
 MAX = State("max", S.max_chunk, S.max_combine, S.compact_extreme)
 DIGEST = State("digest", S.digest_chunk, S.digest_combine,
-               options=("delta", "located", "weight_source", "weights"), reads=S.digest_reads)
+               options=("delta", "located", "weight_source", "weights", "timed", "clock"),
+               reads=S.digest_reads)
 LANES = State("lanes", S.lanes_chunk, S.sum_combine,
               options=("threshold", "of_source", "of_where"), reads=S.lanes_reads)
 

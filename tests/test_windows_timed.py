@@ -1,0 +1,156 @@
+"""Timed digests: a ``{field}_times`` toc word per centroid, checked against the raw points."""
+
+from __future__ import annotations
+
+import dask
+import moczarr
+import mortie
+import numpy as np
+import pytest
+
+import zagg
+from zagg import grid as G
+from zagg import hive
+from zagg.aggregate import shard_collection
+from zagg.config import ConfigError, load_config
+from zagg.kernels import tdigest
+from zagg.sources.synthetic import synthetic_photons
+from zagg.windows import assign, toc
+from zagg.write import write_shards
+
+REGION = (-100.2, -75.6, -99.8, -75.4)
+WINDOWING = {"schedule": "yearly", "time_field": "delta_time",
+             "epoch": "2018-01-01T00:00:00Z", "scale": "gps"}
+
+
+def config(delta=16, located=False):
+    return load_config({
+        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+                        "variables": ["h_ph", "delta_time"]},
+        "aggregation": {"variables": {
+            "count": {"function": "count"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph", "timed": True,
+                          "located": located, "params": {"delta": delta}},
+        }},
+        "output": {"dataset": {"short_name": "TEST", "version": "1"}, "pyramid": False,
+                   "grid": {"parent_order": 8, "child_order": 13, "chunk_inner": 10},
+                   "windowing": dict(WINDOWING)},
+    })
+
+
+def write(ds, cfg, store, chunk=7_000):
+    with dask.config.set(scheduler="sync"):
+        return write_shards(shard_collection(ds, cfg, chunk_size=chunk), str(store))
+
+
+@pytest.fixture(scope="module")
+def photons():
+    return synthetic_photons(60_000, REGION, chunk_size=12_000, seed=5).compute()
+
+
+def raw_by_cell(photons, cfg):
+    """Per (window label, cell word): the raw heights and their toc words."""
+    w = cfg.output.windowing
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    cells, ok = G.cell_words(lat, lon, 13)
+    t = photons["delta_time"].values
+    years = assign.window_index(w, t)
+    words = toc.observation_words(w, t)
+    h = photons["h_ph"].values
+    out: dict = {}
+    for i in np.flatnonzero(ok & np.isfinite(h)):
+        out.setdefault((str(years[i]), int(cells[i])), []).append((float(h[i]), int(words[i])))
+    return out
+
+
+def test_each_centroids_word_contains_its_members_checked_against_raw_points(tmp_path,
+                                                                              photons):
+    cfg = config(delta=16)
+    write(photons, cfg, tmp_path / "s")
+    raw = raw_by_cell(photons, cfg)
+    seen_merged = seen_single = 0
+    for label in ("2019", "2021", "2023"):
+        ds = zagg.open_hive(tmp_path / "s", window=label).load()
+        assert ds["h_tdigest_times"].attrs["temporal"] == {
+            "spec": "zagg-toc/1", "shape": "per-centroid", "grammar": "mortie-toc/1"}
+        assert ds["h_tdigest"].attrs["times"] == "h_tdigest_times"
+        for j, word in enumerate(ds["morton"].values):
+            digest = tdigest.payload_to_array(ds["h_tdigest"].values[j])
+            times = np.asarray(ds["h_tdigest_times"].values[j], np.uint64)
+            assert times.shape == (digest.shape[0],)  # row-aligned with the payload
+            members = raw[(label, int(word))]
+            member_words = np.array([m[1] for m in members], np.uint64)
+            # the cell's words join to exactly the join of its raw observations' instants
+            assert mortie.toc_reduce(times) == mortie.toc_reduce(member_words)
+            # every raw instant lies inside some centroid's word
+            starts, ends = mortie.toc2time(times)
+            for t in mortie.toc2time(member_words)[0]:
+                inside = (starts <= t) & ((t < ends) | (starts == ends) & (t == starts))
+                assert inside.any()
+            single = digest[:, 1] == 1
+            # a one-observation centroid carries its observation's own timestamp word
+            pairs = {(np.float32(h), w) for h, w in members}
+            for (mean, _), w in zip(digest[single], times[single], strict=True):
+                assert (np.float32(mean), int(w)) in pairs
+                assert not mortie.toc_is_range(np.array([w], np.uint64))[0]
+            seen_single += int(single.sum())
+            seen_merged += int((~single).sum())
+    assert seen_merged > 20 and seen_single > 20  # both kinds of centroid were checked
+
+
+def test_timed_digests_do_not_depend_on_chunking(tmp_path, photons):
+    cfg = config(delta=100_000, located=True)  # loss-free: one centroid per observation
+    a = write(photons, cfg, tmp_path / "a", chunk=7_000)
+    b = write(photons, cfg, tmp_path / "b", chunk=25_000)
+    key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in a.records}
+    assert key == {(r["shard_id"], r["window"]): r["content_hashes"] for r in b.records}
+    arrays = a.records[0]["content_hashes"]["arrays"]
+    assert sorted(arrays) == ["13/count", "13/h_tdigest", "13/h_tdigest_locations",
+                              "13/h_tdigest_times"]
+
+
+def test_moczarr_reads_the_times_sibling_we_wrote(tmp_path, photons):
+    write(photons, config(), tmp_path / "s")
+    root = str(tmp_path / "s")
+    rel, sid = hive.walk_leaves(root, "2019")[0]
+    ours = zagg.read.open_leaf(root, sid, window="2019", dense=True).load()
+    store = moczarr.open_leaf(root, sid, window="2019")
+    arr, element = moczarr.open_ragged(store, "13/h_tdigest_times")
+    raw = arr[:]
+    checked = 0
+    for i, cell in enumerate(raw):
+        if cell is None or not len(cell):
+            continue
+        np.testing.assert_array_equal(np.asarray(moczarr.decode_cell(cell, element)),
+                                      np.asarray(ours["h_tdigest_times"].values[i], np.uint64))
+        checked += 1
+    assert checked == int((ours["count"].values > 0).sum()) > 0
+
+
+def test_time_words_decode_to_utc_datetimes():
+    w = config().output.windowing
+    t = np.array([365 * 86400 + 18.0, 365 * 86400 + 18.5])  # GPS: 2019-01-01T00:00:00(.5) UTC
+    words = toc.observation_words(w, t)
+    start, end = toc.decode(words)
+    assert start.astype(str).tolist() == ["2019-01-01T00:00:00.000000000",
+                                          "2019-01-01T00:00:00.500000000"]
+    assert (start == end).all()
+    joined = mortie.toc_reduce(words)
+    lo, hi = toc.decode(np.array([joined], np.uint64))
+    assert lo[0] <= start[0] and hi[0] > start[1]
+
+
+def test_timed_needs_the_windowing_clock_and_a_digest():
+    raw = config().raw
+    del raw["output"]["windowing"]
+    with pytest.raises(ConfigError, match=r"'aggregation.variables.h_tdigest.timed'.*"
+                                          r"output.windowing"):
+        load_config(raw)
+    raw = config().raw
+    raw["aggregation"]["variables"]["count"]["timed"] = True
+    with pytest.raises(ConfigError, match="only digest"):
+        load_config(raw)
+    raw = config().raw
+    raw["aggregation"]["variables"]["h_tdigest_times"] = {"function": "count"}
+    with pytest.raises(ConfigError, match="taken by the times sibling"):
+        load_config(raw)
