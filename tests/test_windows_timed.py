@@ -154,3 +154,77 @@ def test_timed_needs_the_windowing_clock_and_a_digest():
     raw["aggregation"]["variables"]["h_tdigest_times"] = {"function": "count"}
     with pytest.raises(ConfigError, match="taken by the times sibling"):
         load_config(raw)
+
+
+def _b64(block, key="words"):
+    from zagg.windows.record import decode_words
+
+    return decode_words(block, key)
+
+
+def test_leaf_temporal_record_counts_every_clocked_observation(tmp_path, photons):
+    import json
+
+    cfg = config()
+    summary = write(photons, cfg, tmp_path / "s")
+    w = cfg.output.windowing
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    shards, ok = G.cell_words(lat, lon, 8)
+    t = photons["delta_time"].values
+    years = assign.window_index(w, t)
+    ns = toc.instants(w, t)[0]
+    root = hive.StoreRoot(str(tmp_path / "s"))
+    for r in summary.records:
+        stamp = hive.read_stamp(root, r["path"])
+        obj = json.loads((tmp_path / "s" / r["path"] / stamp["current"] / "temporal.toc")
+                         .read_text())
+        mine = ok & (shards == G.from_decimal([r["shard_id"]])[0]) & (years == int(r["window"]))
+        inst = ns[mine]
+        assert obj["spec"] == "zagg-leaf-temporal/1" and obj["source"] == "worker"
+        assert obj["fields"] == ["h_tdigest"] and obj["temporal_order"] == 24
+        counted = int(zagg.read.open_leaf(root, r["shard_id"], window=r["window"])["count"].sum())
+        assert obj["n_obs"] == obj["counts"]["obs_total"] == mine.sum() == counted
+        assert int(obj["word"]) == int(mortie.toc_reduce(toc.observation_words(w, t[mine])))
+        words, obs = _b64(obj["counts"]), _b64(obj["counts"], "obs")
+        lo, hi = mortie.toc2time(words)
+        assert np.all(hi - lo == 2**39) and np.all(lo % 2**39 == 0)
+        expected = [int(((inst >= a) & (inst < b)).sum()) for a, b in zip(lo, hi, strict=True)]
+        assert obs.tolist() == expected and sum(expected) == inst.size
+        cover = _b64(obj["cover"])
+        np.testing.assert_array_equal(cover, mortie.toc_normalize(words))
+
+
+def test_no_record_without_a_timed_field(tmp_path, photons):
+    raw = config().raw
+    raw["aggregation"]["variables"]["h_tdigest"]["timed"] = False
+    summary = write(photons, load_config(raw), tmp_path / "s")
+    assert summary.records and not list((tmp_path / "s").rglob("temporal.toc"))
+    assert all(r["temporal"] is None for r in summary.records)
+
+
+def test_a_leaf_whose_temporal_record_cannot_be_written_is_left_unstamped(tmp_path, photons,
+                                                                        monkeypatch):
+    cfg = config()
+    w = cfg.output.windowing
+    years = assign.window_index(w, photons["delta_time"].values)
+    first = photons.isel(photon=np.flatnonzero(years == years[0]))
+    shard = G.to_decimal(G.cell_words(first["lat_ph"].values[:1], first["lon_ph"].values[:1],
+                                      8)[0])[0]
+    rel = hive.leaf_path(shard, str(years[0]))
+    # the storage refuses the record's object (a full disk, a denied PUT): nothing else
+    real = hive.StoreRoot.write_bytes
+
+    def refuse_records(self, key, data):
+        if key.startswith(rel) and key.endswith("/temporal.toc"):
+            raise OSError(f"no space left for {key}")
+        return real(self, key, data)
+
+    monkeypatch.setattr(hive.StoreRoot, "write_bytes", refuse_records)
+    with pytest.raises(OSError, match="no space left"):
+        write(first, cfg, tmp_path / "s")
+    root = hive.StoreRoot(str(tmp_path / "s"))
+    assert hive.read_stamp(root, rel) is None  # neither a stamp nor a pointer: debris
+    versions = [p for p in (tmp_path / "s" / rel).iterdir() if p.name.startswith("run-")]
+    assert versions and all((v / "13" / "count").exists() for v in versions)  # arrays landed
+    assert not any((v / "zarr.json").exists() and hive.read_stamp(root, f"{rel}/{v.name}")
+                   for v in versions)

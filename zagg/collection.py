@@ -93,6 +93,7 @@ def shard_cells(plan: Plan, unit: int, *items) -> np.ndarray:
         from .windows.reduce import time_range
 
         out[0].window, out[0].time_range = window, time_range(plan, part)
+        out[0].clock = part.clock
     return out
 
 

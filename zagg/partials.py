@@ -88,6 +88,9 @@ class Partial:
 
     cells: np.ndarray
     states: dict[str, object] = field(default_factory=dict)  # state key → value
+    #: a windowed unit's clocked observations (a zagg.windows.record.Clock), when the
+    #: run keeps its leaves' temporal records
+    clock: object = None
 
     def take(self, a: int, b: int) -> Partial:
         """Rows ``a:b`` (a contiguous run of cells, e.g. one shard)."""
@@ -119,4 +122,9 @@ def combine(parts: list[Partial], specs) -> Partial:
     groups, cells = Groups.of(np.concatenate([p.cells for p in parts]))
     states = {key: spec.state.combine([p.states[key] for p in parts], groups, spec)
               for key, spec in specs.items()}
-    return Partial(cells, states)
+    clock = None
+    if any(p.clock is not None for p in parts):
+        from .windows.record import merge_clocks
+
+        clock = merge_clocks([p.clock for p in parts])
+    return Partial(cells, states, clock)

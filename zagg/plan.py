@@ -84,6 +84,12 @@ class Plan:
     #: keys of the min and max states of the time field (each unit's actual time range)
     time_states: tuple[str, str] | None = None
 
+    @property
+    def keeps_clocks(self) -> bool:
+        """Whether each windowed unit counts its clocked observations (its leaf's temporal
+        record): when a field declares per-centroid times."""
+        return self.windowing is not None and any(fp.field.timed for fp in self.fields)
+
     def unit_of(self, unit: int) -> tuple[int, int | None]:
         """``(shard word, window index or None)`` of a run unit's key."""
         if self.windowing is None:

@@ -32,6 +32,7 @@ class ShardCells:
     window: int | None = None  # the window index of a windowed run's unit
     #: a windowed unit's first and last observation time, in the time field's own units
     time_range: tuple[float, float] | None = None
+    clock: object = None  # its clocked observations (zagg.windows.record.Clock)
 
     def __len__(self) -> int:
         return int(self.ranks.size)

@@ -134,8 +134,19 @@ class LeafWriter:
             granule_count=None if ids is not None else 0, granule_ids=ids,
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
             version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id, window=window, time_range=time_range)
+            run_id=self.run_id, window=window, time_range=time_range,
+            temporal=self.temporal_record(sc))
         return self.write_column(shard_id, sc, record)
+
+    def temporal_record(self, sc: ShardCells) -> dict | None:
+        """The leaf's ``temporal.toc`` (:mod:`zagg.windows.record`): when a field declares
+        per-centroid times and the unit saw a clocked observation."""
+        timed = sorted(v["times_of"] for v in self.fields.values() if v.get("times_of"))
+        if not timed or getattr(sc, "clock", None) is None:
+            return None
+        from .windows.record import leaf_record
+
+        return leaf_record(timed, sc.clock)
 
     def window_of(self, sc: ShardCells) -> tuple[str | None, list[str] | None]:
         """The window label of a windowed unit and its actual time range (ISO 8601 UTC)."""

@@ -81,6 +81,7 @@ def write_leaf_cells(
     run_id: str | None = None,
     window: str | None = None,
     time_range: list[str] | None = None,
+    temporal: dict | None = None,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
@@ -107,6 +108,10 @@ def write_leaf_cells(
     first and last observation, ISO 8601 UTC), a leaf whose every cell is occupied
     records ``encoding: "full"`` coverage with no bitmap, and its sidecars are
     ``stats_{window}.json`` and ``granules_{window}.json``.
+
+    ``temporal`` (a :func:`zagg.windows.record.leaf_record`) is written as the leaf's
+    ``temporal.toc`` beside its arrays, before the stamp: if it cannot be written, the
+    write fails and the leaf is left unstamped (its counts exist nowhere else).
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -136,7 +141,8 @@ def write_leaf_cells(
         return _write(root, shard_id, rel, data, version, run_id, template, geometry, specs,
                       contents, occupied, ids, granule_count, semantic_hash, write_stats,
                       stats_extra, None if fresh or version is not None else
-                      _Clearing(root, rel), t_start, t_prepared, window, time_range)
+                      _Clearing(root, rel), t_start, t_prepared, window, time_range,
+                      temporal)
     finally:
         if claim is not None:
             claims.release(root, claim)
@@ -144,7 +150,7 @@ def write_leaf_cells(
 
 def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs, contents,
            occupied, ids, granule_count, semantic_hash, write_stats, stats_extra, clearing,
-           t_start, t_prepared, window=None, time_range=None) -> dict:
+           t_start, t_prepared, window=None, time_range=None, temporal=None) -> dict:
     """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
     checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
     versioned leaf), then the sidecars."""
@@ -158,6 +164,7 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
+    bitmap_written = False
     if window is not None and geometry.depth > 0 and cells_with_data == geometry.n_cells:
         envelope = coverage.leaf_envelope(  # every cell occupied: no bitmap to read
             coverage.box_of_ranks(shard_id, occupied, geometry.depth), geometry.cell_order,
@@ -165,6 +172,7 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     elif geometry.depth > 0:
         payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
         extra_bytes += out.put(f"{data}/{paths.LEAF_COVERAGE_NAME}", payload)
+        bitmap_written = True
         envelope = coverage.leaf_envelope(
             coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
@@ -174,6 +182,8 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     else:
         envelope = coverage.leaf_envelope(coverage.box_of_ranks(shard_id, occupied, 0),
                                           geometry.cell_order)
+    if temporal is not None:  # the temporal record: before the stamp, fail closed
+        extra_bytes += out.put(f"{data}/{paths.LEAF_TEMPORAL_NAME}", dumps_json(temporal))
     t_coverage = time.perf_counter()
     out.flush()  # every object of the leaf is stored before its stamp
     t_uploaded = time.perf_counter()
@@ -206,8 +216,10 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         "content_hashes": content,
         "coverage": envelope,
         "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
-        "objects_written": len(sizes) + chunk_objects + (1 if extra_bytes else 0),
+        "objects_written": len(sizes) + chunk_objects + (1 if bitmap_written else 0)
+        + (1 if temporal is not None else 0),
         "written_at": written_at,
+        "temporal": temporal,
         "timings": {
             "prepare_s": t_prepared - t_start,
             "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included

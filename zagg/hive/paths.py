@@ -13,6 +13,8 @@ MANIFEST_KEY = "morton_hive.json"
 ROOT_COVERAGE_KEY = "coverage.moc"
 CONFIG_KEY = "aggregation.yaml"  # the config of the run that made the store
 LEAF_COVERAGE_NAME = "coverage.moc"
+LEAF_TEMPORAL_NAME = "temporal.toc"  # the leaf temporal record, beside its arrays
+ROOT_COVER_KEY = "coverage.toc"  # the root word-set cover sibling of coverage.moc
 STATS_NAME = "stats.json"
 GRANULES_NAME = "granules.json"
 

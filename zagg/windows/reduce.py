@@ -26,13 +26,17 @@ class WindowedChunkResult(ChunkResult):
 
     parts: dict | None = None  # window index → ChunkResult
     shard_order: int = 0
+    clocks: dict | None = None  # unit key → its clocked observations (record.Clock)
 
     def piece(self, unit: int) -> Partial:
         shard, index = units.unpack([unit], self.shard_order)
         part = self.parts.get(int(index[0]))
         if part is None:
             return self.partial.take(0, 0)
-        return part.piece(int(shard[0]))
+        piece = part.piece(int(shard[0]))
+        if self.clocks is not None:
+            piece.clock = self.clocks.get(int(unit))
+        return piece
 
     def shard_rows(self) -> np.ndarray:
         rows = [self.parts[i].shard_rows() for i in sorted(self.parts)]
@@ -62,11 +66,19 @@ def reduce_windows(plan, points: CellPoints, counts: dict) -> WindowedChunkResul
     counts["outside_windows"] = outside
     counts["keyed"] = counts["keyed"] - outside
     parts = {}
+    clocks = {} if plan.keeps_clocks else None
+    instants = None
+    if clocks is not None and points.cell_words.size:
+        from .toc import instants as instants_of
+
+        instants = instants_of(w, points.values(w.time_field))[0]
     present = np.unique(index[index >= 0])
     for i in present.tolist():
         mask = index == i
         sub = points if mask.all() else subset(points, mask)
         parts[i] = reduce_points(plan, sub, {})
+        if clocks is not None:
+            clocks.update(unit_clocks(plan, sub.cell_words, instants[mask], i))
     keys = [units.pack(parts[i].shards, i, plan.shard_order) for i in present.tolist()]
     keys = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
     granules = None
@@ -78,7 +90,24 @@ def reduce_windows(plan, points: CellPoints, counts: dict) -> WindowedChunkResul
                 granules[key] = g
     empty = Partial(np.zeros(0, np.uint64), {})
     return WindowedChunkResult(empty, keys, np.zeros(1, np.int64), counts, granules, parts,
-                               plan.shard_order)
+                               plan.shard_order, clocks)
+
+
+def unit_clocks(plan, cell_words: np.ndarray, instants: np.ndarray, index: int) -> dict:
+    """The clock of each unit of one window's points (by unit key)."""
+    from .. import grid as G
+    from .record import clock_of
+
+    shard = G.ancestor(cell_words, plan.shard_order)
+    order = np.argsort(shard, kind="stable")
+    shard, instants = shard[order], instants[order]
+    starts = np.flatnonzero(np.concatenate(([True], shard[1:] != shard[:-1])))
+    bounds = np.append(starts, shard.size)
+    out = {}
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        key = int(units.pack([shard[a]], index, plan.shard_order)[0])
+        out[key] = clock_of(instants[a:b])
+    return out
 
 
 def time_range(plan, part: Partial) -> tuple[float, float] | None:
