@@ -228,3 +228,78 @@ def test_a_leaf_whose_temporal_record_cannot_be_written_is_left_unstamped(tmp_pa
     assert versions and all((v / "13" / "count").exists() for v in versions)  # arrays landed
     assert not any((v / "zarr.json").exists() and hive.read_stamp(root, f"{rel}/{v.name}")
                    for v in versions)
+
+
+def _raw_instants(photons, cfg):
+    w = cfg.output.windowing
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    shards, ok = G.cell_words(lat, lon, 8)
+    t = photons["delta_time"].values
+    ids = np.array(G.to_decimal(shards[ok]))
+    return ids, toc.instants(w, t[ok])[0], toc.observation_words(w, t[ok])
+
+
+def _buckets(ns):
+    b, n = np.unique(np.asarray(ns, np.int64) >> 39, return_counts=True)
+    from zagg.windows.record import bucket_words
+
+    return bucket_words(b, 24), n
+
+
+def test_root_temporal_section_and_cover_equal_the_raw_points(tmp_path, photons):
+    import json
+
+    from zagg.windows.record import decode_words
+    from zagg.windows.rootsection import quantize
+
+    cfg = config()
+    write(photons, cfg, tmp_path / "s")
+    ids, ns, words = _raw_instants(photons, cfg)
+    env = json.loads((tmp_path / "s" / "coverage.moc").read_text())
+    sec = env["temporal"]
+    assert sec["spec"] == "zagg-coverage-toc/1" and sec["fields"] == ["h_tdigest"]
+    assert sec["cover"] == "zagg-coverage-toc-cover/1"
+    assert sorted(sec["shards"]) == sorted(set(ids.tolist()))
+    for sid, word in sec["shards"].items():
+        assert int(word) == int(mortie.toc_reduce(words[ids == sid]))
+    bucket, count = _buckets(ns)
+    counts = sec["counts"]
+    assert counts["uncounted_shards"] == 0 and counts["obs_total"] == ns.size
+    np.testing.assert_array_equal(decode_words(counts), bucket)
+    np.testing.assert_array_equal(decode_words(counts, "obs"), count)
+    cover = json.loads((tmp_path / "s" / "coverage.toc").read_text())
+    assert (cover["spec"], cover["order"], cover["temporal_order"], cover["cap"]) == (
+        "zagg-coverage-toc-cover/1", 8, 24, 512)
+    for sid, block in cover["shards"].items():
+        mine = decode_words(block)
+        np.testing.assert_array_equal(mine, mortie.toc_normalize(_buckets(ns[ids == sid])[0]))
+        # parity with tier 1: the cover's envelope is the quantized shard word's
+        assert mortie.toc_reduce(mine) == mortie.toc_reduce(
+            quantize(np.array([int(sec["shards"][sid])], np.uint64), 24))
+    # the independent reader decodes the same tier-1 words
+    listed, got = moczarr.temporal_shard_words(moczarr.load_root_coverage(str(tmp_path / "s")))
+    assert {G.to_decimal(np.array([w], np.uint64))[0]: int(t)
+            for w, t in zip(listed, got, strict=True)} == {
+        k: int(v) for k, v in sec["shards"].items()}
+
+
+def test_appending_a_year_unions_tier_one_and_the_cover_and_drops_partial_counts(tmp_path,
+                                                                               photons):
+    import json
+
+    cfg = config()
+    years = assign.window_index(cfg.output.windowing, photons["delta_time"].values)
+    last = int(years.max())
+    write(photons.isel(photon=np.flatnonzero(years < last)), cfg, tmp_path / "s")
+    write(photons.isel(photon=np.flatnonzero(years == last)), cfg, tmp_path / "s")
+    write(photons, cfg, tmp_path / "whole")
+    got = json.loads((tmp_path / "s" / "coverage.moc").read_text())["temporal"]
+    whole = json.loads((tmp_path / "whole" / "coverage.moc").read_text())["temporal"]
+    assert got["shards"] == whole["shards"]  # the joins compose exactly
+    assert "counts" not in got and "counts" in whole  # never a partial count
+    a = json.loads((tmp_path / "s" / "coverage.toc").read_text())["shards"]
+    b = json.loads((tmp_path / "whole" / "coverage.toc").read_text())["shards"]
+    assert a == b
+    # a producer with no temporal contribution leaves the section standing
+    hive.update_root_coverage(hive.StoreRoot(str(tmp_path / "s")), list(got["shards"]), 8)
+    assert json.loads((tmp_path / "s" / "coverage.moc").read_text())["temporal"] == got

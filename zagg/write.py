@@ -234,7 +234,9 @@ class HiveWrite:
         written = _records(records)
         if written:
             hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
-                                      self.shard_order)
+                                      self.shard_order,
+                                      temporal=root_temporal(self.root, written,
+                                                             self.shard_order))
         return RunSummary(
             store=self.root.url,
             shards=len(self.shards),
@@ -282,6 +284,23 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
+
+
+def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
+    """The root temporal section of a run whose leaves carry temporal records (it writes
+    their ``coverage.toc``); None otherwise. Fail-open: these are caches."""
+    if not any(r.get("temporal") for r in records):
+        return None
+    import warnings
+
+    from .windows.rootsection import publish
+
+    try:
+        return publish(root, records, shard_order)
+    except Exception as exc:  # a regenerable cache never fails the run
+        warnings.warn(f"the root temporal coverage of {root.url} was not updated: {exc}",
+                      stacklevel=2)
+        return None
 
 
 def run_windowing(z: dict):
