@@ -303,3 +303,41 @@ def test_appending_a_year_unions_tier_one_and_the_cover_and_drops_partial_counts
     # a producer with no temporal contribution leaves the section standing
     hive.update_root_coverage(hive.StoreRoot(str(tmp_path / "s")), list(got["shards"]), 8)
     assert json.loads((tmp_path / "s" / "coverage.moc").read_text())["temporal"] == got
+
+
+def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last(tmp_path,
+                                                                                photons):
+    from zagg.read.windows import decode_times
+
+    raw = config().raw
+    raw["aggregation"]["variables"]["t_range"] = {"function": "time_range",
+                                                  "source": "delta_time"}
+    cfg = load_config(raw)
+    write(photons, cfg, tmp_path / "s")
+    w = cfg.output.windowing
+    lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
+    cells, ok = G.cell_words(lat, lon, 13)
+    t = photons["delta_time"].values
+    years = assign.window_index(w, t)
+    words = toc.observation_words(w, t)
+    ns = toc.instants(w, t)[0]
+    series = zagg.open_hive(tmp_path / "s", windows="all").load()
+    assert series["t_range"].attrs["temporal"] == {"spec": "zagg-toc/1", "shape": "per-cell",
+                                                   "grammar": "mortie-toc/1"}
+    start, end = decode_times(series["t_range"])
+    checked = 0
+    for i, label in enumerate(series["window"].values):
+        for j in np.flatnonzero(series["count"].values[i] > 0)[:40]:
+            mine = ok & (cells == series["morton"].values[j]) & (years == int(label))
+            assert int(series["t_range"].values[i, j]) == int(mortie.toc_reduce(words[mine]))
+            first = mortie.to_datetime64(np.array([ns[mine].min()], np.uint64))[0]
+            assert start.values[i, j] <= first and end.values[i, j] >= first
+            checked += 1
+        empty = series["count"].values[i] == 0
+        assert (series["t_range"].values[i][empty] == 0).all()
+        assert np.isnat(start.values[i][empty]).all()
+    assert checked > 40
+    raw["output"].pop("windowing")
+    raw["aggregation"]["variables"]["h_tdigest"]["timed"] = False
+    with pytest.raises(ConfigError, match="time_range reads its source"):
+        load_config(raw)

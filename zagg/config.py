@@ -632,6 +632,11 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
         fail(f"aggregation.variables.{timed[0]}.timed", "per-centroid times are read from the "
              "time field output.windowing declares (its epoch, scale and units); add an "
              "output.windowing block")
+    ranges = [f.name for f in fields.values() if f.function == "time_range"]
+    if ranges and windowing is None:
+        fail(f"aggregation.variables.{ranges[0]}.function", "time_range reads its source on "
+             "the clock output.windowing declares (its epoch, scale and units); add an "
+             "output.windowing block")
     for f in fields.values():
         if f.timed and f.times_name in fields:
             fail(f"aggregation.variables.{f.times_name}", f"the name is taken by the times "

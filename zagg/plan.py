@@ -112,7 +112,7 @@ class Plan:
 def field_plan(f: FieldSpec, config: Config) -> tuple[FieldPlan, list[StateSpec]]:
     red = f.reducer
     opts = {**f.params, "located": f.located, "timed": f.timed}
-    if f.timed:  # how the digest reads its time words (zagg.windows.clock)
+    if f.timed or f.function == "time_range":  # how times are read (zagg.windows.clock)
         from .windows.clock import clock_of
 
         opts["clock"] = clock_of(config.output.windowing)

@@ -97,11 +97,11 @@ def open_windows(root, manifest: dict, windows, **kwargs):
     cleaned = [ds.drop_vars("cell_ids") for ds in parts]
     if kwargs.get("dense"):
         out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
-                        coords="minimal", compat="override", combine_attrs="drop")
+                        coords="minimal", compat="override", combine_attrs="override")
     else:
         cleaned = [ds.drop_indexes("morton").set_xindex("morton") for ds in cleaned]
         out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
-                        coords="minimal", compat="override", combine_attrs="drop")
+                        coords="minimal", compat="override", combine_attrs="override")
     start, end = window_bounds(manifest, labels)
     out = out.assign_coords(
         window=("window", np.array(labels, dtype=object)),
@@ -118,6 +118,26 @@ def open_windows(root, manifest: dict, windows, **kwargs):
     out.attrs["zagg"] = {**parts[0].attrs["zagg"], "windows": labels}
     out.attrs["zagg"].pop("time_ranges", None)
     return out
+
+
+def decode_times(words):
+    """``(start, end)`` of toc words (a per-cell ``time_range`` field, or any array of
+    words) as UTC ``datetime64[ns]`` DataArrays shaped like it: both the instant of a
+    timestamp word, the conservative envelope (end exclusive) of a range; NaT where the
+    word is the reserved 0 (a cell that saw no observation)."""
+    import xarray as xr
+
+    from zagg.windows.toc import decode
+
+    values = np.asarray(words.values if hasattr(words, "values") else words, np.uint64)
+    start, end = decode(values)
+    empty = values == 0
+    start, end = np.where(empty, np.datetime64("NaT"), start), np.where(
+        empty, np.datetime64("NaT"), end)
+    if isinstance(words, xr.DataArray):
+        return (words.copy(data=start.astype("datetime64[ns]")),
+                words.copy(data=end.astype("datetime64[ns]")))
+    return start.astype("datetime64[ns]"), end.astype("datetime64[ns]")
 
 
 def _fill_of(ds, name: str):
