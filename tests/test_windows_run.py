@@ -311,3 +311,24 @@ def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
                         f"data, {min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}")
     assert f"leaves: {len(summary.records)} stamped, 0 debris" in lines
     assert "sample quantiles (leaf -512113221, window " in text
+
+
+def test_verify_checks_every_windowed_leaf(stores, tmp_path):
+    import shutil
+
+    from zagg.inspect import EXIT_DAMAGED, EXIT_INTACT, verify_status
+
+    _, yearly, summary = stores
+    n = len(summary.records)
+    report, status = verify_status(str(yearly))
+    assert status == EXIT_INTACT and f"{n} ok" in report, report
+    copy = tmp_path / "copy"
+    shutil.copytree(yearly, copy)
+    rel = summary.records[0]["path"]
+    stamp = hive.read_stamp(hive.StoreRoot(str(copy)), rel)
+    chunk = copy / rel / stamp["current"] / "13" / "h_sum" / "c" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[-9] ^= 0xFF  # one stored value changes
+    chunk.write_bytes(bytes(data))
+    report, status = verify_status(str(copy))
+    assert status == EXIT_DAMAGED and rel in report, report

@@ -218,7 +218,7 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     damaged, but debris is left or the last run into the store did not finish)."""
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
-    found = hive.walk_leaves(root)
+    found = hive.walk_leaves(root) + _windowed_leaves(root)
     manifest_problem = _manifest_problem(root, bool(found))
     results = []
     for leaf, sid in found:
@@ -238,7 +238,7 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     if results:
         lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     failed = [r for r in results if r["status"] not in PASSING]
-    stamped = [r["shard_id"] for r in results if r["status"] != "debris"]
+    stamped = sorted({r["shard_id"] for r in results if r["status"] != "debris"})
     ok = not manifest_problem and not failed
     if not ok:
         why = (["the manifest is " + manifest_problem.split(":")[0].lower()]
@@ -354,6 +354,17 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> l
             f" (python -m zagg sweep {root.url} builds the rest)"
         out.append(f"  o{r:<3} {e['artifact']:<10} {done}/{len(nodes)} {what}{hint}")
     return out
+
+
+def _windowed_leaves(root: hive.StoreRoot) -> list[tuple[str, str]]:
+    """The windowed leaves of a store whose manifest declares a window schedule."""
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError:
+        return []
+    if not manifest or manifest.get("temporal") is None:
+        return []
+    return [leaf for leaves in walk_windows(root).values() for leaf in leaves]
 
 
 def window_lines(stamped: list) -> list[str]:
