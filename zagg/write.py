@@ -29,6 +29,7 @@ from .hive.paths import MANIFEST_KEY, leaf_stem
 from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
+from .windows.leaves import root_temporal, run_windowing, temporal_record, unit_window
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -127,7 +128,7 @@ class LeafWriter:
         """Write one shard's leaf from its occupied cells, then its pyramid column; None
         (nothing written) when no cell holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
-        window, time_range = self.window_of(sc)
+        window, time_range = unit_window(self.windowing, sc)
         ids = None if self.shard_granules is None else self.shard_granules.get(
             leaf_stem(shard_id, window))
         record = hive.write_leaf_cells(
@@ -136,30 +137,8 @@ class LeafWriter:
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
             version=new_version(self.run_id) if self.versioned else None,
             run_id=self.run_id, window=window, time_range=time_range,
-            temporal=self.temporal_record(sc))
+            temporal=temporal_record(self.fields, sc))
         return self.write_column(shard_id, sc, record)
-
-    def temporal_record(self, sc: ShardCells) -> dict | None:
-        """The leaf's ``temporal.toc`` (:mod:`zagg.windows.record`): when a field declares
-        per-centroid times and the unit saw a clocked observation."""
-        timed = sorted(v["times_of"] for v in self.fields.values() if v.get("times_of"))
-        if not timed or getattr(sc, "clock", None) is None:
-            return None
-        from .windows.record import leaf_record
-
-        return leaf_record(timed, sc.clock)
-
-    def window_of(self, sc: ShardCells) -> tuple[str | None, list[str] | None]:
-        """The window label of a windowed unit and its actual time range (ISO 8601 UTC)."""
-        if self.windowing is None or sc.window is None:
-            return None, None
-        from .windows.assign import iso_ns, label, utc_ns
-
-        span = None
-        if sc.time_range is not None:
-            ns, _ = utc_ns(self.windowing, np.asarray(sc.time_range, np.float64))
-            span = [iso_ns(ns[0]), iso_ns(ns[1])]
-        return label(self.windowing, sc.window), span
 
     def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
         """The leaf column, after the leaf's stamp (:mod:`zagg.pyramid.column`)."""
@@ -285,33 +264,6 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
             "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
     return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0)
-
-
-def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
-    """The root temporal section of a run whose leaves carry temporal records (it writes
-    their ``coverage.toc``); None otherwise. Fail-open: these are caches."""
-    if not any(r.get("temporal") for r in records):
-        return None
-    import warnings
-
-    from .windows.rootsection import publish
-
-    try:
-        return publish(root, records, shard_order)
-    except Exception as exc:  # a regenerable cache never fails the run
-        warnings.warn(f"the root temporal coverage of {root.url} was not updated: {exc}",
-                      stacklevel=2)
-        return None
-
-
-def run_windowing(z: dict):
-    """The window schedule of a windowed run (None: one leaf per shard)."""
-    if z.get("windowing") is None:
-        return None
-    from .windows.schedule import parse_windowing
-
-    raw = z["windowing"]
-    return parse_windowing(raw, (raw.get("time_field"),))
 
 
 def pyramid_declaration(z: dict):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..keying import CellPoints
 from ..partials import Partial
+from ..plan import POINT_WORDS
 from ..reduce import ChunkResult, reduce_points
 from . import assign, units
 
@@ -49,7 +50,7 @@ class WindowedChunkResult(ChunkResult):
 
 def subset(points: CellPoints, mask: np.ndarray) -> CellPoints:
     """The kept points where ``mask`` holds, grouped by cell anew."""
-    words = points.values("__point_words__") if points.plan.needs_point_words else None
+    words = points.values(POINT_WORDS) if points.plan.needs_point_words else None
     return CellPoints(points.plan, points.cell_words[mask],
                       lambda name: points.values(name)[mask],
                       None if words is None else words[mask])
