@@ -332,3 +332,15 @@ def test_verify_checks_every_windowed_leaf(stores, tmp_path):
     chunk.write_bytes(bytes(data))
     report, status = verify_status(str(copy))
     assert status == EXIT_DAMAGED and rel in report, report
+
+
+def test_a_store_refuses_another_window_schedule_before_writing(stores, photons):
+    from zagg.hive.manifest import ManifestConflictError
+
+    _, yearly, _ = stores
+    before = sorted(p.name for p in yearly.rglob("*.zarr"))
+    with pytest.raises(ManifestConflictError, match="temporal"):
+        write(photons, config(schedule="monthly"), yearly)
+    with pytest.raises(ManifestConflictError, match="spec"):
+        write(photons, config(False), yearly)
+    assert sorted(p.name for p in yearly.rglob("*.zarr")) == before
