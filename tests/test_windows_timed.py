@@ -341,3 +341,24 @@ def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last
     raw["aggregation"]["variables"]["h_tdigest"]["timed"] = False
     with pytest.raises(ConfigError, match="time_range reads its source"):
         load_config(raw)
+
+
+def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photons):
+    import json
+
+    cfg = config(delta=100_000)
+    direct = write(photons, cfg, tmp_path / "direct", chunk=25_000)
+    summary = zagg.run(cfg.raw, store=str(tmp_path / "run"),
+                       source=photons.chunk({"photon": 25_000}), workers=1, threads=1,
+                       progress=False)
+    key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in direct.records}
+    assert key == {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}
+
+    def records(records):
+        return {(r["shard_id"], r["window"]): {k: v for k, v in r["temporal"].items()
+                                               if k != "generated_at"} for r in records}
+
+    assert records(direct.records) == records(summary.records)
+    a = json.loads((tmp_path / "direct" / "coverage.moc").read_text())["temporal"]
+    b = json.loads((tmp_path / "run" / "coverage.moc").read_text())["temporal"]
+    assert a["shards"] == b["shards"] and a["counts"] == b["counts"]
