@@ -344,3 +344,18 @@ def test_a_store_refuses_another_window_schedule_before_writing(stores, photons)
     with pytest.raises(ManifestConflictError, match="spec"):
         write(photons, config(False), yearly)
     assert sorted(p.name for p in yearly.rglob("*.zarr")) == before
+
+
+def test_gc_collects_superseded_versions_of_windowed_leaves(tmp_path, photons):
+    from zagg.__main__ import main
+
+    store = tmp_path / "s"
+    first = write(photons, config(), store)
+    again = write(photons, config(), store)
+    assert len(again.records) == len(first.records) > 1
+    for r in again.records:
+        assert len(list((store / r["path"]).glob("run-*"))) == 2
+    assert main(["gc", str(store)]) == 0
+    for r in again.records:
+        assert [p.name for p in (store / r["path"]).glob("run-*")] == [r["version"]]
+    assert main(["verify", str(store)]) == 0

@@ -63,3 +63,11 @@ def walk_windows(root: str | StoreRoot) -> dict[str, list[tuple[str, str]]]:
         words = grid.from_decimal([sid for _, sid in leaves])
         out[label] = [leaves[i] for i in sorted(range(len(leaves)), key=lambda i: int(words[i]))]
     return out
+
+
+def all_leaves(root: str | StoreRoot) -> list[tuple[str, str]]:
+    """Every leaf of the tree, unwindowed ones first, then each window's (labels
+    ascending): what store-wide maintenance (version collection) goes over."""
+    root = as_root(root)
+    return walk_leaves(root) + [leaf for leaves in walk_windows(root).values()
+                                for leaf in leaves]
