@@ -362,3 +362,50 @@ def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photon
     a = json.loads((tmp_path / "direct" / "coverage.moc").read_text())["temporal"]
     b = json.loads((tmp_path / "run" / "coverage.moc").read_text())["temporal"]
     assert a["shards"] == b["shards"] and a["counts"] == b["counts"]
+
+
+def test_mortie_toc_vectors_the_records_rest_on():
+    t0 = int(mortie.from_datetime64(np.array(["2019-06-01T12:00"], "datetime64[ns]"))[0])
+    assert t0 == 5346216018000000000
+    a, b = mortie.time2toc(np.array([t0, t0 + 10**9], np.uint64))
+    joined = mortie.toc_merge(np.array([a], np.uint64), np.array([b], np.uint64))
+    lo, hi = mortie.toc2time(joined)
+    assert (int(lo[0]), int(hi[0])) == (5346216017641078784, 5346216019788562432)
+    assert mortie.toc_merge(np.array([a], np.uint64), np.array([a], np.uint64))[0] == a
+    # the gps clock reaches the same word without the leap table
+    w = config().output.windowing
+    t = (np.datetime64("2019-06-01T12:00") - np.datetime64("2018-01-01")) / np.timedelta64(1, "s")
+    assert int(toc.instants(w, [t + 18])[0][0]) == t0
+
+
+def test_bucket_words_span_their_bucket_and_counts_coarsen_to_the_cap():
+    from zagg.windows.record import bucket_words, capped
+
+    b = np.array([7, 8, 1000], np.int64)
+    lo, hi = mortie.toc2time(bucket_words(b, 24))
+    assert (lo == b.astype(np.uint64) << np.uint64(39)).all()
+    assert (hi == (b.astype(np.uint64) + np.uint64(1)) << np.uint64(39)).all()
+    # 600 buckets two apart: still 600 at order 23 (each its own parent), 300 at order 22
+    buckets = np.arange(0, 1200, 2, dtype=np.int64)
+    got, counts, order = capped(buckets, np.ones(600, np.int64))
+    assert order == 22
+    assert got.tolist() == list(range(300)) and counts.tolist() == [2] * 300
+    same, kept, o = capped(buckets[:512], np.ones(512, np.int64))  # at the cap: unchanged
+    assert o == 24 and same.tolist() == buckets[:512].tolist() and kept.sum() == 512
+
+
+def test_unknown_revisions_of_the_root_objects_are_kept():
+    from zagg.windows.rootsection import compose_cover, compose_section
+
+    future = {"spec": "zagg-coverage-toc/9", "shards": {"1": "5"}}
+    mine = {"spec": "zagg-coverage-toc/1", "fields": ["h"], "shards": {"2": "7"},
+            "cover": "zagg-coverage-toc-cover/1"}
+    assert compose_section(future, mine) is future
+    assert compose_cover({"spec": "zagg-coverage-toc-cover/7"}, {"fields": [], "shards": {}},
+                         8) is None
+    # a standing section at this revision unions its shards with this run's
+    standing = {"spec": "zagg-coverage-toc/1", "fields": ["g"], "shards": {"1": "5"},
+                "counts": {"obs_total": 3}}
+    out = compose_section(standing, mine)
+    assert out["shards"] == {"1": "5", "2": "7"} and out["fields"] == ["g", "h"]
+    assert "counts" not in out  # never summed across runs
