@@ -359,3 +359,15 @@ def test_gc_collects_superseded_versions_of_windowed_leaves(tmp_path, photons):
     for r in again.records:
         assert [p.name for p in (store / r["path"]).glob("run-*")] == [r["version"]]
     assert main(["verify", str(store)]) == 0
+
+
+def test_dense_windows_stack_every_cell_of_their_shards(stores):
+    plain, yearly, _ = stores
+    dense = zagg.open_hive(yearly, windows="all", dense=True).load()
+    shards = sorted({sid for leaves in walk_windows(str(yearly)).values() for _, sid in leaves},
+                    key=lambda s: int(G.from_decimal([s])[0]))
+    law = np.concatenate([G.shard_cell_words(G.from_decimal([s])[0], 8, 13) for s in shards])
+    np.testing.assert_array_equal(dense["morton"].values, law)
+    flat = zagg.open_hive(plain, dense=True).load()
+    at = np.searchsorted(dense["morton"].values, flat["morton"].values)
+    np.testing.assert_array_equal(dense["count"].sum("window").values[at], flat["count"].values)

@@ -94,14 +94,14 @@ def open_windows(root, manifest: dict, windows, **kwargs):
         fills[name] = b"" if var.dtype == object else var.attrs.get(
             "_FillValue", _fill_of(parts[0], name))
     spans = [_span(ds) for ds in parts]
-    cleaned = [ds.drop_vars("cell_ids") for ds in parts]
-    if kwargs.get("dense"):
-        out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
-                        coords="minimal", compat="override", combine_attrs="override")
-    else:
-        cleaned = [ds.drop_indexes("morton").set_xindex("morton") for ds in cleaned]
-        out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
-                        coords="minimal", compat="override", combine_attrs="override")
+    cleaned = []
+    for ds in parts:  # aligned on the cell words (a dense read's are derived, in memory)
+        ds = ds.drop_vars("cell_ids")
+        words = np.asarray(ds["morton"].values, np.uint64)
+        ds = ds.drop_vars("morton").assign_coords(morton=("cells", words, ds["morton"].attrs))
+        cleaned.append(ds.set_xindex("morton"))
+    out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
+                    coords="minimal", compat="override", combine_attrs="override")
     start, end = window_bounds(manifest, labels)
     out = out.assign_coords(
         window=("window", np.array(labels, dtype=object)),
