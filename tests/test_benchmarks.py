@@ -178,3 +178,28 @@ def test_bench_reruns_writes_only_what_changed():
     assert syn > 0 and rows["unchanged re-run"] == (0, syn)
     assert len(re.findall(r"unchanged re-run ÷ first run, [\w ]+: \d\.\d{3} \((meets|misses) "
                           r"the target 0\.05\)", text)) == 3
+
+
+def test_bench_windows_counts_shards_windows_and_leaves():
+    from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
+    from zagg.windows import assign
+    from zagg.windows.schedule import parse_windowing
+
+    ds = synthetic_photons(N, tuple(DEFAULT_REGION), chunk_size=2_000, seed=1).compute()
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    ok = np.isfinite(lat) & np.isfinite(lon)
+    shards = mortie.geo2mort(lat[ok], lon[ok], order=9)
+    cells = np.unique(mortie.geo2mort(lat[ok], lon[ok], order=19))
+    w = parse_windowing({"schedule": "yearly", "time_field": "t", "epoch": "2018-01-01",
+                         "scale": "gps"}, ("t",))
+    years = assign.window_index(w, ds["delta_time"].values[ok])
+    leaves = len(set(zip(shards.tolist(), years.tolist(), strict=True)))
+    labels = sorted({str(y) for y in years.tolist()})
+    text = _run("bench_windows.py", "--size", str(N), "--reps", "1", "--chunk", "2000")
+    assert (f"{N:,} points: {len(np.unique(shards))} shards, {len(cells):,} cells with data, "
+            f"{len(np.unique(shards))} leaves (unwindowed)") in text
+    assert (f"windowed: {len(np.unique(shards))} shards, {len(labels)} windows "
+            f"({', '.join(labels)}), {leaves} leaves, {int(ok.sum()):,} points") in text
+    line = next(s for s in text.splitlines() if s.startswith("verdict"))
+    assert re.fullmatch(r"verdict: windowed / unwindowed = \d+\.\d\d (meets|misses) the target "
+                        r"1\.30", line), line

@@ -158,7 +158,7 @@ BAD = [
      r"'output.store_layout': 'flat' is not supported; use 'hive'"),
     ("unknown function", variant("aggregation.variables.h_mean.function", "meen"),
      r"'aggregation.variables.h_mean.function': unknown function 'meen' \(did you mean "
-     r"'mean'\?\); valid: composition, count, max, mean, min, std, sum, tdigest, var"),
+     r"'mean'\?\); valid: composition, count, max, mean, min, std, sum, tdigest, time_range, var"),
     ("source not declared", variant("aggregation.variables.h_mean.source", "h_li"),
      r"'aggregation.variables.h_mean.source': 'h_li' is not declared in data_source.variables"),
     ("mean without source", variant("aggregation.variables.h_mean.source", None, delete=True),

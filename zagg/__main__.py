@@ -71,13 +71,14 @@ def _cmd_configs(args) -> int:
 
 
 def _cmd_gc(args) -> int:
-    from .hive import StoreRoot, read_manifest, walk_leaves
+    from .hive import StoreRoot, read_manifest
     from .hive.versions import collect
+    from .hive.walk import all_leaves
 
     root = StoreRoot(args.store, _storage_options(args.storage_option))
     if read_manifest(root) is None:
         raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
-    done = collect(root, [leaf for leaf, _ in walk_leaves(root)], keep=args.keep,
+    done = collect(root, [leaf for leaf, _ in all_leaves(root)], keep=args.keep,
                    dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "

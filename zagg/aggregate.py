@@ -61,6 +61,10 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, dense: bool = False,
                     "or xr.open_dataset(path)), or name them in the config's "
                     "data_source.input and use zagg.run")
     config = load_config(config)
+    if config.output.windowing is not None:
+        raise ValueError("zagg.aggregate returns one Dataset over cells; this config splits "
+                         "cells by time window (output.windowing), so write it with zagg.run "
+                         "and read the windows back with zagg.open_hive(store, windows=[...])")
     config.check_dataset(ds)
     lazy = dense and shards is not None
     shards_ = shard_collection(ds, config, shards=shards, chunk_size=chunk_size,
@@ -90,10 +94,12 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
     t0 = time.perf_counter()
     found = Discovery.lazy(results, plan)
     if discover:
-        found = Discovery.run(results, progress, granule_ids if granule_var else None)
+        found = Discovery.run(results, progress, granule_ids if granule_var else None,
+                              unit_name=unit_namer(plan))
         if select is not None:
             found = found.only(select(G.to_decimal(found.words), found.shard_granules))
-    meta = dataset_meta(config, found.words, dim, found.counts, time.perf_counter() - t0)
+    meta = dataset_meta(config, unit_shards(plan, found.words), dim, found.counts,
+                        time.perf_counter() - t0)
     if granule_var:
         meta["granules"] = granule_ids
         meta["shard_granules"] = found.shard_granules
@@ -203,8 +209,10 @@ class Discovery:
         return cls(results, words, {int(w): results for w in words}, in_one_process=one)
 
     @classmethod
-    def run(cls, reductions: da.Array, progress: bool, granule_ids=None) -> Discovery:
-        """Compute the chunk reductions (kept on the cluster) and gather their summaries."""
+    def run(cls, reductions: da.Array, progress: bool, granule_ids=None,
+            unit_name=None) -> Discovery:
+        """Compute the chunk reductions (kept on the cluster) and gather their summaries;
+        ``unit_name(key)`` names a unit in ``shard_granules`` (default: the shard id)."""
         (reductions,) = progress_.persist([reductions], progress=progress,
                                           label="keying and reducing input chunks")
         blocks = collection.block_tasks(reductions)
@@ -228,7 +236,8 @@ class Discovery:
             for _, _, g, _ in summaries:
                 for w, idx in (g or {}).items():
                     per_shard.setdefault(w, set()).update(idx)
-            shard_granules = {G.to_decimal(np.uint64(w))[0]: sorted(granule_ids[i] for i in idx)
+            name = unit_name or (lambda w: G.to_decimal(np.uint64(w))[0])
+            shard_granules = {name(w): sorted(granule_ids[i] for i in idx)
                               for w, idx in per_shard.items()}
         return cls(results, words, members, rows, counts, shard_granules,
                    _held_by_one_worker(reductions))
@@ -260,6 +269,30 @@ def _held_by_one_worker(persisted: da.Array) -> bool:
     return len({w for where in held.values() for w in where}) <= 1
 
 
+def unit_shards(plan: Plan, units) -> np.ndarray:
+    """The distinct shard words of a run's units (its units themselves when unwindowed)."""
+    if plan.windowing is None:
+        return units
+    from .windows.units import unpack
+
+    return np.unique(unpack(units, plan.shard_order)[0])
+
+
+def unit_namer(plan: Plan):
+    """How a run unit is named where granules are tracked: the shard id, or the windowed
+    leaf's stem ``{id}_{window}`` (:func:`zagg.hive.paths.leaf_stem`)."""
+    if plan.windowing is None:
+        return None
+    from .hive.paths import leaf_stem
+    from .windows.assign import label
+
+    def name(unit: int) -> str:
+        shard, index = plan.unit_of(unit)
+        return leaf_stem(G.to_decimal(np.uint64(shard))[0], label(plan.windowing, index))
+
+    return name
+
+
 # -- what the Datasets and the writer are told ---------------------------------------------
 def stored_arrays(config: Config) -> tuple[dict, dict]:
     """Every stored array (fields, then located siblings): ``name → (kind, dtype, fill)``,
@@ -271,6 +304,9 @@ def stored_arrays(config: Config) -> tuple[dict, dict]:
         if f.located:
             arrays[f.locations_name] = ("ragged", "uint64", b"")
             attrs[f.locations_name] = f.locations_attrs()
+        if f.timed:
+            arrays[f.times_name] = ("ragged", "uint64", b"")
+            attrs[f.times_name] = f.times_attrs()
     return arrays, attrs
 
 
@@ -287,6 +323,10 @@ def fields_block(config: Config) -> dict:
             out[f.locations_name] = {"function": None, "source": f.source, "kind": "ragged",
                                      "dtype": "uint64", "fill_value": b"", "params": {},
                                      "pyramid_class": "approximate", "locations_of": f.name}
+        if f.timed:
+            out[f.times_name] = {"function": None, "source": f.source, "kind": "ragged",
+                                 "dtype": "uint64", "fill_value": b"", "params": {},
+                                 "pyramid_class": "approximate", "times_of": f.name}
     return out
 
 
@@ -303,4 +343,6 @@ def dataset_meta(config: Config, shard_words, dim: str, counts, seconds: float) 
         "points": counts,
         "discovery_seconds": round(seconds, 3),
         "config": redacted(config.raw),
+        **({"windowing": config.output.windowing.as_dict()}
+           if config.output.windowing is not None else {}),
     }

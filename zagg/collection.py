@@ -81,11 +81,19 @@ def _cut(result: ChunkResult, shard_word: int) -> Partial:
     return result.piece(shard_word)
 
 
-def shard_cells(plan: Plan, shard_word: int, *items) -> np.ndarray:
-    """A shard's last merge and its finalize: its :class:`~zagg.shards.ShardCells`, as the
-    one-element object block of the collection's array."""
+def shard_cells(plan: Plan, unit: int, *items) -> np.ndarray:
+    """A unit's last merge and its finalize: its :class:`~zagg.shards.ShardCells`, as the
+    one-element object block of the collection's array. A unit is a shard, or a (shard,
+    window) pair in a windowed run (:meth:`zagg.plan.Plan.unit_of`)."""
     out = np.empty(1, dtype=object)
-    out[0] = finalize(plan, merge_shard(plan, shard_word, *items), shard_word)
+    shard_word, window = plan.unit_of(unit)
+    part = merge_shard(plan, unit, *items)
+    out[0] = finalize(plan, part, shard_word)
+    if window is not None:
+        from .windows.reduce import time_range
+
+        out[0].window, out[0].time_range = window, time_range(plan, part)
+        out[0].clock = part.clock
     return out
 
 
@@ -105,7 +113,14 @@ class Shards:
 
     @property
     def shard_ids(self) -> list[str]:
-        return G.to_decimal(self.words)
+        """The distinct shards of the units (a windowed run has one unit per (shard,
+        window), :mod:`zagg.windows.units`)."""
+        words = self.words
+        if self.meta.get("windowing") is not None:
+            from .windows.units import unpack
+
+            words = np.unique(unpack(words, self.geometry[0])[0])
+        return G.to_decimal(words)
 
     @property
     def geometry(self) -> tuple[int, int]:

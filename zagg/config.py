@@ -9,6 +9,7 @@ source variable missing from the Dataset) run in :func:`Config.check_dataset`, c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class FieldSpec:
     where: str | None = None  # canonical predicate text selecting the rows this field reads
     stratum: Mapping[str, object] | None = None  # {"name": signal|noise, "threshold": int}
     located: bool = False  # a {name}_locations sibling of per-centroid point/area words
+    timed: bool = False  # a {name}_times sibling of per-centroid toc time words
 
     def __post_init__(self):
         object.__setattr__(self, "params", ReadOnlyDict(self.params))
@@ -118,7 +120,20 @@ class FieldSpec:
         attrs.update(self.reducer.spec_attrs(self.params))
         if self.located:
             attrs["ragged"]["locations"] = self.locations_name
+        if self.timed:
+            attrs["times"] = self.times_name
         return attrs
+
+    @property
+    def times_name(self) -> str:
+        return f"{self.name}_times"
+
+    def times_attrs(self) -> dict:
+        """Attrs of the timed sibling: its ragged declaration and the spec-owned temporal
+        declaration of its words (spec §8.3)."""
+        return {"ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "uint64", "shape": [-1]}},
+                "temporal": {"spec": "zagg-toc/1", "shape": "per-centroid",
+                             "grammar": "mortie-toc/1"}}
 
     def locations_attrs(self) -> dict:
         """Attrs of the located sibling: only its own ragged declaration (spec §1.2)."""
@@ -162,6 +177,8 @@ class Output:
     sweep: str | None = None  # "stages": build the pyramid ladder after each run
     #: each leaf write makes a new version and moves the leaf's ``current`` pointer
     leaf_versions: bool = True
+    #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
+    windowing: object = None
 
 
 @dataclass(frozen=True)
@@ -199,9 +216,9 @@ _SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic",
            "storage_options")
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
-          "located")
+          "located", "timed")
 _OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
-           "pyramid", "sweep", "leaf_versions")
+           "pyramid", "sweep", "leaf_versions", "windowing")
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -424,6 +441,12 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     if located and red.kind != "ragged":
         fail(f"{path}.located", f"only digest (ragged) fields carry locations, not "
               f"{function!r}")
+    timed = raw.get("timed", False)
+    if not isinstance(timed, bool):
+        fail(f"{path}.timed", f"expected true or false, got {timed!r}")
+    if timed and red.kind != "ragged":
+        fail(f"{path}.timed", f"only digest (ragged) fields carry per-centroid times, not "
+              f"{function!r}")
     if function == "composition":
         if "fill_value" in raw and raw["fill_value"] != 0:
             fail(f"{path}.fill_value", f"a composition word's fill is 0 (an unwritten cell "
@@ -433,7 +456,7 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
                   "e.g. signal_conf_ph")
         _check_composition_of(params, f"{path}.params", fields_raw or {})
     return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs), where,
-                     stratum, located)
+                     stratum, located, timed)
 
 
 def _check_flux(params, path: str, variables) -> None:
@@ -592,7 +615,37 @@ def parse_config(raw: Mapping) -> Config:
             fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
                   f"locations sibling of {f.name!r}; rename the field")
     output = _parse_output(raw["output"], fields)
+    windowing = _parse_windowing(raw["output"], source, output, fields)
+    if windowing is not None:
+        output = dataclasses.replace(output, windowing=windowing)
     return Config(source, fields, output, raw)
+
+
+def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
+    """``output.windowing`` (:mod:`zagg.windows.schedule`): the schedule, its time field
+    among the declared variables."""
+    from .windows.schedule import parse_windowing
+
+    windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
+    timed = [f.name for f in fields.values() if f.timed]
+    if timed and windowing is None:
+        fail(f"aggregation.variables.{timed[0]}.timed", "per-centroid times are read from the "
+             "time field output.windowing declares (its epoch, scale and units); add an "
+             "output.windowing block")
+    ranges = [f.name for f in fields.values() if f.function == "time_range"]
+    if ranges and windowing is None:
+        fail(f"aggregation.variables.{ranges[0]}.function", "time_range reads its source on "
+             "the clock output.windowing declares (its epoch, scale and units); add an "
+             "output.windowing block")
+    for f in fields.values():
+        if f.timed and f.times_name in fields:
+            fail(f"aggregation.variables.{f.times_name}", f"the name is taken by the times "
+                 f"sibling of {f.name!r}; rename the field")
+    if windowing is not None and output.pyramid is not None:
+        fail("output.pyramid", "a windowed store's pyramid (per-window overviews and the "
+             "all-time fold) is not built by this zagg yet; set output.pyramid: false beside "
+             "output.windowing")
+    return windowing
 
 
 def load_config(source) -> Config:

@@ -25,6 +25,7 @@ from .hive.hashes import array_digest, combined_digest
 from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY
 from .hive.stamp import data_prefix, read_stamp_or_debris
 from .hive.storage import StoreRootError
+from .hive.walk import walk_windows
 
 #: outcomes that are not failures of integrity
 PASSING = ("ok", "debris", "unverifiable")
@@ -217,7 +218,7 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     damaged, but debris is left or the last run into the store did not finish)."""
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
-    found = hive.walk_leaves(root)
+    found = hive.walk_leaves(root) + _windowed_leaves(root)
     manifest_problem = _manifest_problem(root, bool(found))
     results = []
     for leaf, sid in found:
@@ -237,7 +238,7 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     if results:
         lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     failed = [r for r in results if r["status"] not in PASSING]
-    stamped = [r["shard_id"] for r in results if r["status"] != "debris"]
+    stamped = sorted({r["shard_id"] for r in results if r["status"] != "debris"})
     ok = not manifest_problem and not failed
     if not ok:
         why = (["the manifest is " + manifest_problem.split(":")[0].lower()]
@@ -285,10 +286,15 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
     lines.append(f"config: {root.url_of(CONFIG_KEY)}" if root.exists(CONFIG_KEY) else
                  f"config: no {CONFIG_KEY} (made by a zagg that did not record its config)")
+    windowed = manifest.get("temporal") is not None
     found = hive.walk_leaves(root)
+    if windowed:
+        found = [leaf for leaves in walk_windows(root).values() for leaf in leaves]
     stamps = [(leaf, sid, *read_stamp_or_debris(root, leaf)) for leaf, sid in found]
     stamped = [s for s in stamps if s[2] is not None]
     torn = sum(1 for s in stamps if s[3] is not None)
+    if windowed:
+        lines += window_lines(stamped)
     lines.append(f"leaves: {len(stamped)} stamped, {len(stamps) - len(stamped)} debris"
                  + (f" ({torn} with an unreadable stamp)" if torn else ""))
     for leaf, _sid, st, problem in stamps[:leaves]:
@@ -309,11 +315,11 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
                      f"ranges, source {cov.get('source')}, generated {cov.get('generated_at')}")
     else:
         lines.append("root coverage: absent (readers fall back to the walk)")
-    lines += _coverage_warnings(root, [s[1] for s in stamped])
-    lines += level_lines(root, manifest, [s[1] for s in stamped])
+    lines += _coverage_warnings(root, sorted({s[1] for s in stamped}))
+    lines += level_lines(root, manifest, sorted({s[1] for s in stamped}))
     if stamped:
         try:
-            lines += _sample_quantiles(root, stamped[0][1])
+            lines += _sample_quantiles(root, stamped[0][1], stamped[0][2].get("window"))
         except Exception as exc:  # a damaged leaf must not hide the report above
             lines.append(f"sample quantiles: leaf {stamped[0][0]} does not read "
                          f"({_reason(exc)}); python -m zagg verify names the damaged arrays")
@@ -350,15 +356,46 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> l
     return out
 
 
-def _sample_quantiles(root: hive.StoreRoot, shard_id: str) -> list[str]:
+def _windowed_leaves(root: hive.StoreRoot) -> list[tuple[str, str]]:
+    """The windowed leaves of a store whose manifest declares a window schedule."""
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError:
+        return []
+    if not manifest or manifest.get("temporal") is None:
+        return []
+    return [leaf for leaves in walk_windows(root).values() for leaf in leaves]
+
+
+def window_lines(stamped: list) -> list[str]:
+    """A windowed store's windows: leaves, cells and the actual time range each holds
+    (from the leaves' stamps), in label order."""
+    by: dict[str, list[dict]] = {}
+    for _leaf, _sid, st, _problem in stamped:
+        by.setdefault(str(st.get("window")), []).append(st)
+    lines = [f"windows: {len(by)}"]
+    for label in sorted(by):
+        stamps = by[label]
+        ranges = [st["time_range"] for st in stamps if st.get("time_range")]
+        span = (f"{min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}" if ranges
+                else "time range not recorded")
+        cells = sum(int(st.get("cells_with_data") or 0) for st in stamps)
+        lines.append(f"  {label:<10} {_leaves(len(stamps))}, {cells:,} cells with data, "
+                     f"{span}")
+    return lines
+
+
+def _sample_quantiles(root: hive.StoreRoot, shard_id: str,
+                      window: str | None = None) -> list[str]:
     from .read import open_leaf, quantile
     from .read.stats import digest_fields
 
-    ds = open_leaf(root, shard_id)
+    ds = open_leaf(root, shard_id, window=window)
     ragged = digest_fields(ds)
     if not ragged:
         return []
-    out = [f"sample quantiles (leaf {shard_id}):"]
+    name_ = shard_id if window is None else f"{shard_id}, window {window}"
+    out = [f"sample quantiles (leaf {name_}):"]
     for name in ragged:
         payloads = ds[name].values
         filled = np.flatnonzero([len(p) > 0 for p in payloads])[:3]

@@ -42,7 +42,20 @@ def manifest_for(zattrs: dict) -> dict:
     core = semantic_core(zattrs.get("config") or {}, zattrs["dataset"], grid.get("sharded", True))
     return hive.build_manifest(dataset=zattrs["dataset"], semantic_hash=hive.semantic_hash(core),
                                cell_order=grid["child_order"], shard_order=grid["parent_order"],
-                               **_pyramid_keys(zattrs))
+                               temporal=_temporal_block(zattrs), **_pyramid_keys(zattrs))
+
+
+def _temporal_block(zattrs: dict) -> dict | None:
+    """The manifest's temporal block of a windowed run (None: unwindowed)."""
+    raw = zattrs.get("windowing")
+    if raw is None:
+        raw = ((zattrs.get("config") or {}).get("output") or {}).get("windowing")
+    if raw is None:
+        return None
+    from .windows.schedule import parse_windowing
+
+    w = parse_windowing(raw, (raw.get("time_field"),) if isinstance(raw, dict) else ())
+    return None if w is None else w.manifest_block()
 
 
 def _pyramid_keys(zattrs: dict) -> dict:

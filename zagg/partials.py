@@ -21,18 +21,19 @@ class Digests:
     weights: np.ndarray | None  # float32; None: every centroid weighs 1 (loss-free counts)
     offsets: np.ndarray  # int64, len(cells) + 1
     locs: np.ndarray | None = None  # uint64 location word per centroid (located digests)
+    times: np.ndarray | None = None  # uint64 toc time word per centroid (timed digests)
 
     @classmethod
-    def of(cls, means, weights, offsets, locs=None) -> Digests:
+    def of(cls, means, weights, offsets, locs=None, times=None) -> Digests:
         """Float32 digests; unit weights are dropped (half the memory of a loss-free
         partial, which is most of what a run holds while its shards wait)."""
         means = np.asarray(means).astype(np.float32, copy=False)
         if weights is not None:
             weights = np.asarray(weights).astype(np.float32, copy=False)
-            if locs is None and (weights.size == 0 or (weights.min() == 1
-                                                       and weights.max() == 1)):
+            if locs is None and times is None and (weights.size == 0 or (
+                    weights.min() == 1 and weights.max() == 1)):
                 weights = None
-        return cls(means, weights, np.asarray(offsets, np.int64), locs)
+        return cls(means, weights, np.asarray(offsets, np.int64), locs, times)
 
     def weights_or_ones(self) -> np.ndarray:
         return np.ones(self.means.size, np.float32) if self.weights is None else self.weights
@@ -40,8 +41,9 @@ class Digests:
     def take(self, a: int, b: int) -> Digests:
         lo, hi = self.offsets[a], self.offsets[b]
         locs = None if self.locs is None else self.locs[lo:hi]
+        times = None if self.times is None else self.times[lo:hi]
         weights = None if self.weights is None else self.weights[lo:hi]
-        return Digests(self.means[lo:hi], weights, self.offsets[a : b + 1] - lo, locs)
+        return Digests(self.means[lo:hi], weights, self.offsets[a : b + 1] - lo, locs, times)
 
     @property
     def rows(self) -> np.ndarray:
@@ -52,6 +54,7 @@ class Digests:
     def nbytes(self) -> int:
         n = self.means.nbytes + self.offsets.nbytes
         n += 0 if self.weights is None else self.weights.nbytes
+        n += 0 if self.times is None else self.times.nbytes
         return n + (0 if self.locs is None else self.locs.nbytes)
 
 
@@ -85,6 +88,9 @@ class Partial:
 
     cells: np.ndarray
     states: dict[str, object] = field(default_factory=dict)  # state key → value
+    #: a windowed unit's clocked observations (a zagg.windows.record.Clock), when the
+    #: run keeps its leaves' temporal records
+    clock: object = None
 
     def take(self, a: int, b: int) -> Partial:
         """Rows ``a:b`` (a contiguous run of cells, e.g. one shard)."""
@@ -116,4 +122,9 @@ def combine(parts: list[Partial], specs) -> Partial:
     groups, cells = Groups.of(np.concatenate([p.cells for p in parts]))
     states = {key: spec.state.combine([p.states[key] for p in parts], groups, spec)
               for key, spec in specs.items()}
-    return Partial(cells, states)
+    clock = None
+    if any(p.clock is not None for p in parts):
+        from .windows.record import merge_clocks
+
+        clock = merge_clocks([p.clock for p in parts])
+    return Partial(cells, states, clock)

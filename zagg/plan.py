@@ -79,6 +79,25 @@ class Plan:
     shard_order: int
     shard_set: tuple[int, ...] | None = None
     granule_var: str | None = None  # per-row granule index, tracked into each shard
+    #: the time-window schedule (a zagg.windows.Windowing): units are (shard, window)
+    windowing: object = None
+    #: keys of the min and max states of the time field (each unit's actual time range)
+    time_states: tuple[str, str] | None = None
+
+    @property
+    def keeps_clocks(self) -> bool:
+        """Whether each windowed unit counts its clocked observations (its leaf's temporal
+        record): when a field declares per-centroid times."""
+        return self.windowing is not None and any(fp.field.timed for fp in self.fields)
+
+    def unit_of(self, unit: int) -> tuple[int, int | None]:
+        """``(shard word, window index or None)`` of a run unit's key."""
+        if self.windowing is None:
+            return int(unit), None
+        from .windows.units import unpack
+
+        shard, index = unpack([unit], self.shard_order)
+        return int(shard[0]), int(index[0])
 
     @property
     def state_specs(self) -> dict[str, StateSpec]:
@@ -92,7 +111,11 @@ class Plan:
 
 def field_plan(f: FieldSpec, config: Config) -> tuple[FieldPlan, list[StateSpec]]:
     red = f.reducer
-    opts = {**f.params, "located": f.located}
+    opts = {**f.params, "located": f.located, "timed": f.timed}
+    if f.timed or f.function == "time_range":  # how times are read (zagg.windows.clock)
+        from .windows.clock import clock_of
+
+        opts["clock"] = clock_of(config.output.windowing)
     if red.options is not None:
         opts.update(red.options(f, config.fields))
     specs = [StateSpec(s, f.source, f.where,
@@ -114,6 +137,16 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         fields.append(fp)
         for s in wanted:
             specs.setdefault(s.key, s)
+    windowing = config.output.windowing
+    time_states = None
+    if windowing is not None:
+        from .reducers import MAX, MIN
+
+        lo, hi = StateSpec(MIN, windowing.time_field, None), StateSpec(MAX, windowing.time_field,
+                                                                        None)
+        specs.setdefault(lo.key, lo)
+        specs.setdefault(hi.key, hi)
+        time_states = (lo.key, hi.key)
     used = set().union(*(s.reads(src.variables) for s in specs.values())) - {POINT_WORDS}
     columns = tuple((n, *src.columns.get(n, (n, None))) for n in sorted(used))
     inputs = [src.latitude, src.longitude]
@@ -137,6 +170,8 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         config.grid.parent_order,
         shard_set,
         granule_var,
+        windowing,
+        time_states,
     )
 
 

@@ -53,6 +53,16 @@ def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
     """Key, filter, group and reduce one input chunk (``arrays`` in ``plan.inputs`` order)."""
     arrs = dict(zip(plan.inputs, arrays, strict=True))
     points, counts = key_chunk(plan, arrs)
+    if plan.windowing is not None:
+        from .windows.reduce import reduce_windows
+
+        return reduce_windows(plan, points, counts)
+    return reduce_points(plan, points, counts)
+
+
+def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
+    """Reduce keyed points (:class:`~zagg.keying.CellPoints`): every state's chunk kernel,
+    the partial cut by shard."""
     states = {key: spec.state.chunk(points, spec) for key, spec in plan.specs}
     cells = points.grouping.cells
     partial = Partial(cells, states).compact(plan.state_specs)

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import states as S
 from .kernels.constants import DEFAULT_DELTA
+from .windows import cellclock as _cellclock
 
 REQUIRED = object()  # a Param default meaning "the config must give it"
 
@@ -156,7 +157,10 @@ SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine)
 MIN = State("min", S.min_chunk, S.min_combine, S.compact_extreme)
 MAX = State("max", S.max_chunk, S.max_combine, S.compact_extreme)
 DIGEST = State("digest", S.digest_chunk, S.digest_combine,
-               options=("delta", "located", "weight_source", "weights"), reads=S.digest_reads)
+               options=("delta", "located", "weight_source", "weights", "timed", "clock"),
+               reads=S.digest_reads)
+CLOCK_RANGE = State("clock_range", _cellclock.chunk, _cellclock.combine, options=("clock",),
+                    reads=_cellclock.reads)
 LANES = State("lanes", S.lanes_chunk, S.sum_combine,
               options=("threshold", "of_source", "of_where"), reads=S.lanes_reads)
 
@@ -295,6 +299,8 @@ for _r in (
     Reducer("tdigest", (DIGEST,), _fin_digest, "float32", "approximate", kind="ragged",
             params=_TDIGEST_PARAMS, dtype_kinds="f", spec_attrs=_tdigest_attrs,
             fold=FOLD_DIGEST),
+    Reducer("time_range", (CLOCK_RANGE,), _cellclock.finalize, "uint64", "none",
+            present=_cellclock.present, dtype_kinds="u", spec_attrs=_cellclock.spec_attrs),
     Reducer("composition", (LANES,), _fin_composition, "uint64", "packed",
             present=_composition_present, options=_composition_options,
             params={

@@ -126,7 +126,10 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     from .reruns import recorded_ids
 
     run_id = new_run_id()
-    gate = None if overwrite else RunGate(
+    # the gate keys units by shard; a windowed store's units are (shard, window) pairs,
+    # which it does not compare yet, so those are always written
+    gated = not overwrite and cfg.output.windowing is None
+    gate = None if not gated else RunGate(
         root, manifest_for(probe)["semantic_hash"], run_id, allow_contraction,
         column=cfg.output.pyramid is not None)
     # with a catalog every shard's granules are known before any is opened: gate first

@@ -29,6 +29,10 @@ class ShardCells:
     shard: int  # the shard word
     ranks: np.ndarray
     contents: dict
+    window: int | None = None  # the window index of a windowed run's unit
+    #: a windowed unit's first and last observation time, in the time field's own units
+    time_range: tuple[float, float] | None = None
+    clock: object = None  # its clocked observations (zagg.windows.record.Clock)
 
     def __len__(self) -> int:
         return int(self.ranks.size)
@@ -52,6 +56,10 @@ def finalize(plan: Plan, part: Partial, shard_word: int) -> ShardCells:
                 words = np.ascontiguousarray(d.locs, dtype="<u8")
                 out[f.locations_name] = cells.ragged_cells(
                     rank, (d.offsets - d.offsets[0]) * words.itemsize, words)
+            if f.timed:
+                words = np.ascontiguousarray(d.times, dtype="<u8")
+                out[f.times_name] = cells.ragged_cells(
+                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words)
             continue
         dtype = np.dtype(f.dtype)
         vals = np.asarray(red.finalize(states, f.params))
@@ -68,7 +76,8 @@ def _empty(f, red) -> dict:
     if red.kind == "ragged":
         empty = cells.ragged_cells(np.zeros(0, np.int64), np.zeros(1, np.int64),
                                    np.zeros(0, np.uint8))
-        return {f.name: empty, **({f.locations_name: empty} if f.located else {})}
+        return {f.name: empty, **({f.locations_name: empty} if f.located else {}),
+                **({f.times_name: empty} if f.timed else {})}
     return {f.name: cells.DenseCells(np.zeros(0, np.int64),
                                      np.zeros(0, np.dtype(f.dtype).newbyteorder("<")))}
 

@@ -141,6 +141,10 @@ def digest_chunk(points, spec):
     from .plan import POINT_WORDS
 
     opts = spec.opts
+    if opts.get("timed"):
+        from .kernels.timed import timed_chunk
+
+        return timed_chunk(points, spec)
     grp = points.grouping
     delta = int(opts["delta"])
     flux = opts.get("weights") == "flux"
@@ -171,6 +175,8 @@ def digest_reads(spec, declared) -> set[str]:
 
     opts = spec.opts
     names = {opts["weight_source"]} if opts.get("weights") == "flux" else set()
+    if opts.get("timed"):
+        names.add(opts["clock"][0])
     return names | ({POINT_WORDS} if opts.get("located") else set())
 
 
@@ -181,6 +187,10 @@ def digest_combine(values, groups, spec):
     from .partials import Digests
 
     opts = spec.opts
+    if opts.get("timed"):
+        from .kernels.timed import timed_combine
+
+        return timed_combine(values, groups, spec)
     delta = int(opts["delta"])
     declaration = "flux" if opts.get("weights") == "flux" else "counts"
     means = np.concatenate([d.means for d in values])

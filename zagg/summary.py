@@ -42,7 +42,8 @@ class RunSummary:
         read = c.get("points_in") or 0
         why = [(c.get("invalid_coordinates", 0), "with invalid coordinates (NaN or |latitude| "
                 "> 90)"), (c.get("filtered", 0), "removed by data_source.filters"),
-               (c.get("outside_shards", 0), "outside the run's shards")]
+               (c.get("outside_shards", 0), "outside the run's shards"),
+               (c.get("outside_windows", 0), "in no time window (output.windowing)")]
         lines = [f"  dropped       {n:,} {what}" for n, what in why if n]
         if lines:
             lines.insert(0, f"  of read       {read:,}")

@@ -25,11 +25,12 @@ from . import hive
 from . import progress as progress_
 from .checks import require_dataset
 from .collection import Shards, block_tasks, shard_priorities
-from .hive.paths import MANIFEST_KEY
+from .hive.paths import MANIFEST_KEY, leaf_stem
 from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
 from .summary import RunSummary
+from .windows.leaves import root_temporal, run_windowing, temporal_record, unit_window
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -51,18 +52,22 @@ class LeafWriter:
     versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
     fresh: bool = False  # the store was empty when this write began: no leaf to clear
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
+    windowing: object = None  # the zagg.windows.Windowing of a windowed run
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then its pyramid column; None
         (nothing written) when no cell holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
-        ids = None if self.shard_granules is None else self.shard_granules.get(shard_id)
+        window, time_range = unit_window(self.windowing, sc)
+        ids = None if self.shard_granules is None else self.shard_granules.get(
+            leaf_stem(shard_id, window))
         record = hive.write_leaf_cells(
             self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
             granule_count=None if ids is not None else 0, granule_ids=ids,
             semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
             version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id)
+            run_id=self.run_id, window=window, time_range=time_range,
+            temporal=temporal_record(self.fields, sc))
         return self.write_column(shard_id, sc, record)
 
     def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
@@ -141,7 +146,9 @@ class HiveWrite:
         written = _records(records)
         if written:
             hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
-                                      self.shard_order)
+                                      self.shard_order,
+                                      temporal=root_temporal(self.root, written,
+                                                             self.shard_order))
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,
@@ -179,7 +186,7 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
                         {"failed_granules": failed} if failed else None,
-                        run_id, versioned, fresh, pyramid_declaration(z))
+                        run_id, versioned, fresh, pyramid_declaration(z), run_windowing(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):

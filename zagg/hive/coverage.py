@@ -122,13 +122,17 @@ def leaf_envelope(
     bitmap_nbytes: int | None = None,
     raw_nbytes: int | None = None,
     sidecar: str = "coverage.moc",
+    full: bool = False,
 ) -> dict:
-    """The stamp's ``coverage`` envelope: box-only, or box plus the bitmap sidecar keys."""
+    """The stamp's ``coverage`` envelope: box-only, box plus the bitmap sidecar keys, or
+    ``full`` (every cell occupied: ``encoding: "full"`` and no sidecar)."""
     if len(box_members) != BOX_SLOTS:
         raise ValueError(f"a coverage box has exactly {BOX_SLOTS} slots, got {len(box_members)}")
     envelope = {"spec": SPEC, "box": list(box_members), "cell_order": int(cell_order)}
     envelope["source"] = "worker"
-    if bitmap_nbytes is not None:
+    if full:
+        envelope["encoding"] = "full"
+    elif bitmap_nbytes is not None:
         envelope.update(
             encoding="bitmap",
             sidecar=sidecar,
@@ -241,21 +245,24 @@ def read_root_coverage(root) -> dict | None:
 
 
 def update_root_coverage(
-    root, shard_ids: Iterable[str], order: int, *, source: str = "dispatcher"
+    root, shard_ids: Iterable[str], order: int, *, source: str = "dispatcher",
+    temporal: dict | None = None,
 ) -> dict | None:
     """GET-union-PUT the root ranges MOC with ``shard_ids``; returns what was written.
 
     Runs writing one store at once each read their write back, and union again until their
     shards are listed, so no run's shards are lost to another's PUT. Fail-open: the object is a regenerable cache, so an I/O failure warns and returns None
     rather than failing the run. Ids at the wrong order raise before any I/O. An existing
-    object at a different order (or unusable) is replaced, with a warning.
+    object at a different order (or unusable) is replaced, with a warning. A standing
+    ``temporal`` section is kept; ``temporal`` (a windowed run's section,
+    :mod:`zagg.windows.rootsection`) is composed with it.
     """
     mine = set(shard_ids)
     ranges(mine, order)  # validates every id against the order
     root = as_root(root)
     try:
         for attempt in range(_UNION_ATTEMPTS):
-            envelope = _union_once(root, mine, order, source)
+            envelope = _union_once(root, mine, order, source, temporal)
             # another run may have written its own union at the same moment: read back,
             # and union again until this run's shards are all listed
             back = read_root_coverage(root)
@@ -275,8 +282,9 @@ def update_root_coverage(
 _UNION_ATTEMPTS = 8
 
 
-def _union_once(root, mine: set, order: int, source: str) -> dict:
-    """One GET-union-PUT of the root coverage with the shards ``mine``."""
+def _union_once(root, mine: set, order: int, source: str, temporal: dict | None = None) -> dict:
+    """One GET-union-PUT of the root coverage with the shards ``mine`` (and a temporal
+    section composed with the standing one)."""
     ids = set(mine)
     existing = read_root_coverage(root)
     if existing is not None and existing["order"] != order:
@@ -294,6 +302,13 @@ def _union_once(root, mine: set, order: int, source: str) -> dict:
                 f"root coverage at {root.url} is malformed ({exc}); replacing it", stacklevel=3
             )
     envelope = root_envelope(ids, order, source=source)
+    standing = existing.get("temporal") if existing is not None else None
+    if temporal is not None:
+        from zagg.windows.rootsection import compose_section
+
+        envelope["temporal"] = compose_section(standing, temporal)
+    elif standing is not None:
+        envelope["temporal"] = standing
     root.write_json(ROOT_COVERAGE_KEY, envelope)
     return envelope
 
@@ -305,7 +320,12 @@ def refresh_root_coverage(root) -> dict:
     if manifest is None:
         raise ValueError(f"no morton_hive.json at {root.url}: not a hive store")
     order = manifest["shard_order"]
-    ids = [sid for rel, sid in walk_leaves(root) if read_stamp(root, rel) is not None]
+    found = list(walk_leaves(root))
+    if manifest.get("temporal") is not None:
+        from zagg.hive.walk import walk_windows
+
+        found += [leaf for leaves in walk_windows(root).values() for leaf in leaves]
+    ids = sorted({sid for rel, sid in found if read_stamp(root, rel) is not None})
     envelope = root_envelope([s for s in ids if grid.id_order(s) == order], order, source="refresh")
     root.write_json(ROOT_COVERAGE_KEY, envelope)
     return envelope

@@ -243,19 +243,21 @@ def dggs_attrs(cell_order: int) -> dict:
 
 
 def template_documents(
-    geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None
+    geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None,
+    morton: bool = True,
 ) -> dict[str, bytes]:
     """The leaf template's metadata objects (``zarr.json`` keys → bytes), built by zarr once
-    per distinct leaf layout in a process and reused: every leaf of a run shares them."""
+    per distinct leaf layout in a process and reused: every leaf of a run shares them.
+    ``morton=False`` leaves out the stored cell coordinate (a windowed leaf derives it)."""
     key = json.dumps(
-        [geometry.as_grid(), morton_attrs or {},
+        [geometry.as_grid(), morton_attrs or {}, morton,
          [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs] for n, sp in specs.items()]],
         sort_keys=True, default=str,
     )
     docs = _TEMPLATES.get(key)
     if docs is None:
         store = zarr.storage.MemoryStore()
-        create_template(store, geometry, specs, morton_attrs)
+        create_template(store, geometry, specs, morton_attrs, morton)
         docs = {k: bytes(v.to_bytes()) for k, v in store._store_dict.items()}
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
@@ -267,12 +269,17 @@ _TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 
 def create_template(
-    store, geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None
+    store, geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None,
+    morton: bool = True,
 ) -> dict[str, zarr.Array]:
-    """Create the empty leaf (root group, cell group, arrays) in ``store``; no chunks yet."""
+    """Create the empty leaf (root group, cell group, arrays) in ``store``; no chunks yet.
+    ``morton=False``: no stored cell coordinate (a windowed leaf, spec §1.5)."""
     root = zarr.open_group(store, mode="w", zarr_format=3)
     cells = root.create_group(str(geometry.cell_order), attributes=dggs_attrs(geometry.cell_order))
-    arrays = {MORTON: _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs, geometry)}
+    arrays = {}
+    if morton:
+        arrays[MORTON] = _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs,
+                                      geometry)
     for name, spec in specs.items():
         if spec.ragged:
             arrays[name] = _ragged_array(cells, name, spec.attrs, geometry)

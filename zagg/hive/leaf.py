@@ -79,6 +79,9 @@ def write_leaf_cells(
     fresh: bool = False,
     version: str | None = None,
     run_id: str | None = None,
+    window: str | None = None,
+    time_range: list[str] | None = None,
+    temporal: dict | None = None,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
@@ -98,12 +101,23 @@ def write_leaf_cells(
     when this write began), so no listing looks for a previous attempt. ``run_id`` names
     the run in claims and sidecars. Everything is validated before the first write;
     returns None (writing nothing) when no cell is occupied.
+
+    With ``window`` (a window label) the leaf is the shard's leaf of that time window,
+    ``{id}_{window}.zarr`` (``morton-hive/2``): it stores no ``morton`` array (readers
+    derive the coordinate), its stamp names the window and ``time_range`` (the actual
+    first and last observation, ISO 8601 UTC), a leaf whose every cell is occupied
+    records ``encoding: "full"`` coverage with no bitmap, and its sidecars are
+    ``stats_{window}.json`` and ``granules_{window}.json``.
+
+    ``temporal`` (a :func:`zagg.windows.record.leaf_record`) is written as the leaf's
+    ``temporal.toc`` beside its arrays, before the stamp: if it cannot be written, the
+    write fails and the leaf is left unstamped (its counts exist nowhere else).
     """
     t_start = time.perf_counter()
     root = as_root(root)
     geometry = Geometry.from_grid(dict(grid))
     specs = field_specs(dict(fields), dict(attrs or {}))
-    rel = paths.leaf_path(shard_id)
+    rel = paths.leaf_path(shard_id, window)
     if _grid.id_order(shard_id) != geometry.shard_order:
         raise ValueError(
             f"shard {shard_id} is order {_grid.id_order(shard_id)}, but the grid's parent_order "
@@ -120,14 +134,15 @@ def write_leaf_cells(
     morton_attrs = dict((attrs or {}).get(MORTON) or {})
     t_prepared = time.perf_counter()
 
-    template = template_documents(geometry, specs, morton_attrs)
+    template = template_documents(geometry, specs, morton_attrs, morton=window is None)
     data = rel if version is None else f"{rel}/{versions.check_name(version)}"
     claim = None if version is not None else claims.claim_leaf(root, rel, run_id)
     try:
         return _write(root, shard_id, rel, data, version, run_id, template, geometry, specs,
                       contents, occupied, ids, granule_count, semantic_hash, write_stats,
                       stats_extra, None if fresh or version is not None else
-                      _Clearing(root, rel), t_start, t_prepared)
+                      _Clearing(root, rel), t_start, t_prepared, window, time_range,
+                      temporal)
     finally:
         if claim is not None:
             claims.release(root, claim)
@@ -135,7 +150,7 @@ def write_leaf_cells(
 
 def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs, contents,
            occupied, ids, granule_count, semantic_hash, write_stats, stats_extra, clearing,
-           t_start, t_prepared) -> dict:
+           t_start, t_prepared, window=None, time_range=None, temporal=None) -> dict:
     """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
     checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
     versioned leaf), then the sidecars."""
@@ -145,13 +160,19 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         key: out.put(f"{data}/{key}", doc) for key, doc in template.items()
     }
     digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-        out, data, shard_id, geometry, specs, contents, occupied)
+        out, data, shard_id, geometry, specs, contents, occupied, morton=window is None)
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
-    if geometry.depth > 0:
+    bitmap_written = False
+    if window is not None and geometry.depth > 0 and cells_with_data == geometry.n_cells:
+        envelope = coverage.leaf_envelope(  # every cell occupied: no bitmap to read
+            coverage.box_of_ranks(shard_id, occupied, geometry.depth), geometry.cell_order,
+            full=True)
+    elif geometry.depth > 0:
         payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
         extra_bytes += out.put(f"{data}/{paths.LEAF_COVERAGE_NAME}", payload)
+        bitmap_written = True
         envelope = coverage.leaf_envelope(
             coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
@@ -161,6 +182,8 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     else:
         envelope = coverage.leaf_envelope(coverage.box_of_ranks(shard_id, occupied, 0),
                                           geometry.cell_order)
+    if temporal is not None:  # the temporal record: before the stamp, fail closed
+        extra_bytes += out.put(f"{data}/{paths.LEAF_TEMPORAL_NAME}", dumps_json(temporal))
     t_coverage = time.perf_counter()
     out.flush()  # every object of the leaf is stored before its stamp
     t_uploaded = time.perf_counter()
@@ -173,6 +196,8 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         written_at=written_at,
         coverage=envelope,
         content_hashes=content,
+        window=window,
+        time_range=time_range,
     )
     sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, data, template[stamp.ZARR_JSON], seal)
     if version is not None:  # the pointer: one PUT, only once the version is stamped
@@ -182,6 +207,7 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
 
     record = {
         "shard_id": shard_id,
+        "window": window,
         "path": rel,
         "version": version,
         "run_id": run_id,
@@ -190,8 +216,10 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         "content_hashes": content,
         "coverage": envelope,
         "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
-        "objects_written": len(sizes) + chunk_objects + (1 if extra_bytes else 0),
+        "objects_written": len(sizes) + chunk_objects + (1 if bitmap_written else 0)
+        + (1 if temporal is not None else 0),
         "written_at": written_at,
+        "temporal": temporal,
         "timings": {
             "prepare_s": t_prepared - t_start,
             "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
@@ -205,11 +233,11 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     siblings = {}
     granules_sha = None
     if ids is not None:
-        siblings[paths.granules_key(shard_id)] = granules = stats.granules_record(ids)
+        siblings[paths.granules_key(shard_id, window)] = granules = stats.granules_record(ids)
         granules_sha = granules["granules_sha256"]
     if write_stats:
         try:
-            siblings[paths.stats_key(shard_id)] = stats.stats_record(
+            siblings[paths.stats_key(shard_id, window)] = stats.stats_record(
                 record, semantic_hash=semantic_hash, granules_sha=granules_sha,
                 extra=dict(stats_extra) if stats_extra else None)
         except ValueError as exc:  # the sidecar is telemetry, never truth
@@ -431,11 +459,12 @@ class _Unstamped:
 
 
 def _write_chunks(out: _Unstamped, rel, shard_id, geometry: Geometry, specs, contents,
-                  occupied):
-    """Write every array's chunk objects; returns (digests by key, bytes, objects)."""
+                  occupied, morton: bool = True):
+    """Write every array's chunk objects (the stored ``morton`` unless ``morton`` is
+    false); returns (digests by key, bytes, objects)."""
     group = str(geometry.cell_order)
     n, k = geometry.n_cells, geometry.n_inner
-    arrays = [(MORTON, _morton_cells(shard_id, occupied, geometry), 0)]
+    arrays = [(MORTON, _morton_cells(shard_id, occupied, geometry), 0)] if morton else []
     arrays += [(name, contents[name], sp.fill_value) for name, sp in specs.items()]
     digests = {}
     total = count = 0

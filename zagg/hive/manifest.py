@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from zagg.hive.paths import MANIFEST_KEY
-from zagg.hive.stamp import HIVE_SPEC, now_iso
+from zagg.hive.stamp import HIVE_SPEC, HIVE_SPEC_WINDOWED, now_iso
 from zagg.hive.storage import StoreRoot, as_root
 
 FROZEN_KEYS = (
@@ -41,10 +41,12 @@ def build_manifest(
     generated_at: str | None = None,
     pyramid: dict | None = None,
     multiscales: list | None = None,
+    temporal: dict | None = None,
 ) -> dict:
-    """The manifest of an unwindowed (morton-hive/1) store; ``pyramid`` is its pyramid
-    block (default: the declared-off form) and ``multiscales`` the §4.9 mirror a
-    ``zagg-pyramid/2`` block carries beside it."""
+    """The manifest of a store; ``pyramid`` is its pyramid block (default: the declared-off
+    form) and ``multiscales`` the §4.9 mirror a ``zagg-pyramid/2`` block carries beside it.
+    With ``temporal`` (a window schedule, :meth:`zagg.windows.Windowing.manifest_block`)
+    the store is windowed, ``morton-hive/2``; its actual time extent is never here."""
     if not isinstance(dataset, dict) or not {"short_name", "version"} <= set(dataset):
         raise ValueError(f"dataset must be {{'short_name', 'version'}}, got {dataset!r}")
     if not isinstance(semantic_hash, str) or not semantic_hash:
@@ -58,14 +60,18 @@ def build_manifest(
         raise ValueError(f"pyramid block declares spec {pyramid.get('spec')!r}; known "
                          f"revisions are {list(PYRAMID_SPECS)}")
     mirror = {"multiscales": multiscales} if multiscales is not None else {}
+    if temporal is not None and not temporal.get("schedule"):
+        raise ValueError(f"a temporal block names its schedule, got {temporal!r}")
+    windowed = {"temporal": dict(temporal)} if temporal is not None else {}
     return {
-        "spec": HIVE_SPEC,
+        "spec": HIVE_SPEC if temporal is None else HIVE_SPEC_WINDOWED,
         "dataset": {"short_name": str(dataset["short_name"]), "version": str(dataset["version"])},
         "semantic_hash": semantic_hash,
         "cell_order": c,
         "shard_order": p,
         "split_schedule": [1] * p,
         "path_grouping": 1,
+        **windowed,
         "pyramid": pyramid,
         **mirror,
         "generated_at": generated_at or now_iso(),
@@ -81,11 +87,16 @@ def read_manifest(root: str | StoreRoot) -> dict | None:
     if not isinstance(payload, dict):
         raise ValueError(f"{root.url_of(MANIFEST_KEY)} is not a JSON object")
     spec = payload.get("spec")
-    if spec != HIVE_SPEC:
+    if spec not in (HIVE_SPEC, HIVE_SPEC_WINDOWED):
         raise ValueError(
             f"{root.url_of(MANIFEST_KEY)} declares spec {spec!r}; zagg reads and writes "
-            f"{HIVE_SPEC!r} stores only"
+            f"{HIVE_SPEC!r} and {HIVE_SPEC_WINDOWED!r} stores only"
         )
+    temporal = payload.get("temporal")
+    if spec == HIVE_SPEC_WINDOWED and not (isinstance(temporal, dict)
+                                           and temporal.get("schedule")):
+        raise ValueError(f"{root.url_of(MANIFEST_KEY)} is {HIVE_SPEC_WINDOWED} but has no "
+                         "temporal block naming its schedule")
     for key in ("cell_order", "shard_order"):
         if not isinstance(payload.get(key), int):
             raise ValueError(f"{root.url_of(MANIFEST_KEY)}: {key} must be an integer")

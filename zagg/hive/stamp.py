@@ -19,7 +19,8 @@ from zagg.hive.storage import StoreRoot
 COMMIT_ATTR = "morton_hive_commit"
 ZARR_JSON = "zarr.json"
 HIVE_SPEC = "morton-hive/1"
-KNOWN_SPECS = (HIVE_SPEC,)
+HIVE_SPEC_WINDOWED = "morton-hive/2"  # a time-windowed leaf or store
+KNOWN_SPECS = (HIVE_SPEC, HIVE_SPEC_WINDOWED)
 
 
 def now_iso() -> str:
@@ -34,10 +35,14 @@ def build_stamp(
     written_at: str,
     coverage: dict,
     content_hashes: dict,
+    window: str | None = None,
+    time_range: list[str] | None = None,
 ) -> dict:
-    """The stamp of an unwindowed leaf (key order as in the spec's examples)."""
-    return {
-        "spec": HIVE_SPEC,
+    """The stamp of a leaf (key order as in the spec's examples); a windowed leaf's is
+    ``morton-hive/2`` with its ``window`` and the actual ``time_range`` it holds (its first
+    and last observation, ISO 8601 UTC)."""
+    out = {
+        "spec": HIVE_SPEC if window is None else HIVE_SPEC_WINDOWED,
         "complete": True,
         "cells_with_data": int(cells_with_data),
         "granule_count": int(granule_count),
@@ -45,6 +50,11 @@ def build_stamp(
         "coverage": coverage,
         "content_hashes": content_hashes,
     }
+    if window is not None:
+        out["window"] = window
+        if time_range is not None:
+            out["time_range"] = list(time_range)
+    return out
 
 
 def stamped_group_document(group_doc: bytes, stamp: dict) -> bytes:
@@ -98,7 +108,7 @@ def check_stamp(stamp: dict, leaf: str) -> dict:
     if spec not in KNOWN_SPECS:
         raise ValueError(
             f"leaf {leaf} is stamped with spec {spec!r}; this reader understands "
-            f"{list(KNOWN_SPECS)} only (windowed morton-hive/2 leaves are not supported)"
+            f"{list(KNOWN_SPECS)} only"
         )
     if stamp.get("complete") is not True:
         raise ValueError(f"leaf {leaf} has a commit stamp whose 'complete' is not true")

@@ -57,6 +57,8 @@ def stats_record(
         "duration_s": record["timings"].get("total_s"),
         "timings": record["timings"],
     }
+    if record.get("window") is not None:
+        body["window"] = record["window"]
     if extra:
         clash = sorted(set(extra) & set(body))
         if clash:

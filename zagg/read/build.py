@@ -14,6 +14,7 @@ from __future__ import annotations
 import mortie
 import numpy as np
 
+from zagg import grid as _grid
 from zagg.hive.layout import CELL_DIM, MORTON, Geometry
 from zagg.read.leaves import Leaf
 from zagg.read.loaders import load_field, load_morton
@@ -52,8 +53,11 @@ def field_tasks(root, leaves: list[Leaf], group: str, field: Field, *, dense: bo
 
 def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
             geometry: Geometry, group_attrs: dict, morton_attrs: dict, *, dense: bool,
-            recorded: list | None, token: str, words: np.ndarray | None):
-    """The Dataset of ``leaves``; ``words`` is the sparse morton coordinate (None: dense)."""
+            recorded: list | None, token: str, words: np.ndarray | None,
+            derived: bool = False):
+    """The Dataset of ``leaves``; ``words`` is the sparse morton coordinate (None: dense).
+    ``derived``: the leaves store no ``morton`` (windowed leaves), so a dense read derives
+    every leaf's coordinate from its id (spec §1.5)."""
     import xarray as xr
 
     group = str(geometry.cell_order)
@@ -71,6 +75,9 @@ def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
         tasks = [(load_morton, root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c,
                   root.url_of(leaf.rel), None if recorded is None else recorded[i])
                  for i, leaf in enumerate(leaves)]
+        if derived:
+            tasks = [(_grid.shard_cell_words, _grid.from_decimal([leaf.shard_id])[0], p, c)
+                     for leaf in leaves]
         morton = dask_array(MORTON, token, tasks, chunks, np.uint64)
         cell_ids = morton.map_blocks(nested_of, dtype=np.int64)
     else:
@@ -126,4 +133,8 @@ def zagg_attrs(manifest: dict, geometry: Geometry, leaves: list[Leaf],
     }
     if not dense:
         out["shard_cells"] = [int(leaf.ranks.size) for leaf in leaves]
+    windows = [leaf.stamp.get("window") for leaf in leaves]
+    if any(w is not None for w in windows):  # a windowed read: one window's leaves
+        out["window"] = windows[0]
+        out["time_ranges"] = [leaf.stamp.get("time_range") for leaf in leaves]
     return out

@@ -53,11 +53,19 @@ def manifest_of(root: StoreRoot) -> dict:
 
 
 def candidates(root: StoreRoot, manifest: dict, discover: str,
-               region: Region | None = None) -> list[tuple[str, str]]:
+               region: Region | None = None, window: str | None = None
+               ) -> list[tuple[str, str]]:
     """``(leaf prefix, shard id)`` of the leaves that may hold data (in the region), in
-    ascending word order."""
+    ascending word order; ``window`` picks a windowed store's leaves of that window (the
+    root coverage lists shards of any window, so those are found by the walk)."""
     if discover not in ("auto", "moc", "walk"):
         raise ValueError(f"discover={discover!r}: expected 'auto', 'moc' or 'walk'")
+    if window is not None:
+        found = walk_leaves(root, window)
+        if region is None or not found:
+            return found
+        lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)
+        return [leaf for leaf, k in zip(found, region.overlaps(lo, hi), strict=True) if k]
     envelope = None if discover == "walk" else _coverage.read_root_coverage(root)
     if envelope is None and discover == "moc":
         raise ValueError(f"{root.url} has no usable root coverage.moc; use discover='walk'")

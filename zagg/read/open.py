@@ -43,6 +43,8 @@ def open_hive(
     dense: bool = False,
     verify: bool = False,
     discover: str = "auto",
+    window: str | None = None,
+    windows=None,
 ) -> xr.Dataset:
     """Open the commit-stamped leaves of a store as one lazy Dataset on ``cells``.
 
@@ -54,16 +56,29 @@ def open_hive(
     leaf's content hashes as its arrays are read and raises naming the leaf and array.
     ``discover`` picks the leaf candidates: ``"auto"`` (the root coverage MOC when usable,
     else the walk), ``"moc"`` or ``"walk"``.
+
+    A time-windowed store (``morton-hive/2``) is read one window at a time: ``window``
+    (a label such as ``"2019"``) opens that window's leaves, and ``windows`` (a list of
+    labels, or ``"all"`` for every window the store holds) stacks them on a ``window``
+    dimension, a time series per cell over the union of their occupied cells
+    (:mod:`zagg.read.windows`).
     """
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
+    if windows is not None:
+        from zagg.read.windows import open_windows
+
+        return open_windows(root, manifest, windows, region=region, bbox=bbox, cells=cells,
+                            dense=dense, verify=verify)
+    _check_window(root, manifest, window)
     reg = parse_region(region, bbox, cells, order=manifest["cell_order"])
-    found = _leaves.candidates(root, manifest, discover, reg)
+    found = _leaves.candidates(root, manifest, discover, reg, window)
     leaves = _leaves.admit(root, manifest, found, reg)
     if not leaves:
         if reg is None:
-            raise ValueError(f"{root.url} has no commit-stamped leaf: nothing to open")
-        first = _first_stamped(root, manifest, discover)
+            what = "" if window is None else f" in window {window!r}"
+            raise ValueError(f"{root.url} has no commit-stamped leaf{what}: nothing to open")
+        first = _first_stamped(root, manifest, discover, window)
         return _open(root, manifest, [], dense=dense, verify=verify, schema_leaf=first)
     return _open(root, manifest, leaves, dense=dense, verify=verify, region=reg)
 
@@ -75,9 +90,11 @@ def open_leaf(
     *,
     dense: bool = False,
     verify: bool = False,
+    window: str | None = None,
 ) -> xr.Dataset:
     """Open one shard's leaf (it must carry its commit stamp): its occupied cells, or with
-    ``dense=True`` all of its cells, as a one-chunk Dataset."""
+    ``dense=True`` all of its cells, as a one-chunk Dataset; ``window`` names the leaf of
+    a time-windowed store."""
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
     _grid.validate_id(shard_id)
@@ -86,7 +103,9 @@ def open_leaf(
             f"shard {shard_id} is order {_grid.id_order(shard_id)}; this store's shards are "
             f"order {manifest['shard_order']}"
         )
-    rel = _paths.leaf_path(shard_id)
+    if window is not None:
+        _check_window(root, manifest, window)
+    rel = _paths.leaf_path(shard_id, window)
     if read_stamp(root, rel) is None:
         raise ValueError(
             f"{root.url_of(rel)} has no commit stamp: the leaf is absent or debris from an "
@@ -96,9 +115,27 @@ def open_leaf(
     return _open(root, manifest, leaves, dense=dense, verify=verify)
 
 
-def _first_stamped(root: StoreRoot, manifest: dict, discover: str) -> _leaves.Leaf:
+def _check_window(root: StoreRoot, manifest: dict, window: str | None) -> None:
+    """Refuse a window on an unwindowed store, and a windowed store read without one."""
+    windowed = manifest.get("temporal") is not None
+    if window is not None and not windowed:
+        raise ValueError(f"window={window!r}: {root.url} is not a time-windowed store (its "
+                         "manifest declares no temporal schedule); open it without window=")
+    if window is None and windowed:
+        from zagg.hive.walk import walk_windows
+
+        labels = list(walk_windows(root))
+        raise ValueError(f"{root.url} is a time-windowed store: pass window=... (one of "
+                         f"{labels[:12]}) or windows=[...] / windows='all' for a window "
+                         "dimension")
+    if window is not None:
+        _grid.validate_window(window)
+
+
+def _first_stamped(root: StoreRoot, manifest: dict, discover: str,
+                   window: str | None = None) -> _leaves.Leaf:
     """The first stamped leaf of the store (the schema of an empty region read)."""
-    for rel, sid in _leaves.candidates(root, manifest, discover):
+    for rel, sid in _leaves.candidates(root, manifest, discover, window=window):
         stamp = read_stamp(root, rel)
         if stamp is not None:
             stamp = check_stamp(stamp, rel)
@@ -135,9 +172,10 @@ def _open(root: StoreRoot, manifest: dict, leaves: list[_leaves.Leaf], *, dense:
         words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     token = tokenize(root.url, dense, verify,
                      [(leaf.rel, leaf.stamp, None if dense else leaf.ranks) for leaf in leaves])
-    return _build.dataset(root, manifest, leaves, fields, geom, group_attrs,
-                          dict(arrays[MORTON].attrs), dense=dense, recorded=recorded,
-                          token=token, words=words)
+    morton_attrs = dict(arrays[MORTON].attrs) if MORTON in arrays else {}
+    return _build.dataset(root, manifest, leaves, fields, geom, group_attrs, morton_attrs,
+                          dense=dense, recorded=recorded, token=token, words=words,
+                          derived=MORTON not in arrays)
 
 
 def _resolve_occupancy(root, leaves, group, fields, region, depth) -> list[_leaves.Leaf]:
@@ -176,7 +214,7 @@ def _verify_layout(root, leaves, group, recorded, manifest, dense) -> None:
         where = root.url_of(leaf.rel)
         _attrs, arrays = leaf_group(root, leaf.prefix, group, where)
         _verify.check_key_set(where, recorded[i], {f"{group}/{name}" for name in arrays})
-        if not dense:
+        if not dense and MORTON in arrays:
             load_morton(root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c, where,
                         recorded[i])
 

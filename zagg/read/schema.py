@@ -201,6 +201,8 @@ def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str,
              group: str) -> Geometry:
     """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""
     p, c = manifest["shard_order"], manifest["cell_order"]
+    if MORTON not in arrays and manifest.get("temporal") is not None and arrays:
+        return _derived_geometry(arrays, p, c, where)
     if MORTON not in arrays:
         raise ValueError(
             f"leaf {where} has no {group}/morton array: an unwindowed leaf must store its "
@@ -216,6 +218,20 @@ def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str,
     inner = morton.chunks[-1] if morton.chunks else n
     chunk_order = c - depth_of(inner)
     return Geometry(p, chunk_order, c, morton.sharded or chunk_order == p)
+
+
+def _derived_geometry(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) -> Geometry:
+    """A windowed leaf's orders from its field arrays (it stores no ``morton``: the
+    coordinate is derived, spec §1.5)."""
+    name = next((k for k in sorted(arrays) if arrays[k].dtype.kind != "O"), sorted(arrays)[0])
+    arr = arrays[name]
+    n = arr.shape[0]
+    if n != 4 ** (c - p):
+        raise ValueError(f"{where}: {name} holds {n} cells; a shard of order {p} "
+                         f"at cell order {c} has {4 ** (c - p)}")
+    inner = arr.chunks[-1] if arr.chunks else n
+    chunk_order = c - depth_of(inner)
+    return Geometry(p, chunk_order, c, arr.sharded or chunk_order == p)
 
 
 def same_field(a: Field, b: Field) -> bool:

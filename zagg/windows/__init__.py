@@ -1,0 +1,11 @@
+"""Time windows: the schedule of a windowed store and what each observation belongs to.
+
+:mod:`~zagg.windows.schedule` parses and validates ``output.windowing``;
+:mod:`~zagg.windows.assign` maps instants to windows and windows to labels and bounds;
+:mod:`~zagg.windows.units` keys a run's (shard, window) units; :mod:`~zagg.windows.reduce`
+splits a chunk's reduction by window.
+"""
+
+from .schedule import Window, Windowing, parse_windowing
+
+__all__ = ["Window", "Windowing", "parse_windowing"]
