@@ -127,7 +127,7 @@ def test_the_pyramid_docs_examples_run_on_the_reference_grid(tmp_path, monkeypat
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "pyramid.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2  # the unwindowed reads, then a windowed store's
     ds = synthetic_photons(5_000, REGION, chunk_size=1_000, seed=3)
     raw = config(grid={"parent_order": 9, "chunk_inner": 13, "child_order": 19})
     monkeypatch.chdir(tmp_path)

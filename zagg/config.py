@@ -585,7 +585,10 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
     from .pyramid import declare
 
     value = raw.get("pyramid")
-    res = declare.resolutions(value, grid.parent_order, grid.chunk_inner, grid.child_order)
+    win = raw.get("windowing")
+    windowed = isinstance(win, Mapping) and win.get("schedule") != "none"
+    res = declare.resolutions(value, grid.parent_order, grid.chunk_inner, grid.child_order,
+                              windowed=windowed)
     declare.overview_delta(value)
     sweep = declare.sweep_mode(raw.get("sweep"))
     if sweep and res is None:
@@ -641,10 +644,6 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
         if f.timed and f.times_name in fields:
             fail(f"aggregation.variables.{f.times_name}", f"the name is taken by the times "
                  f"sibling of {f.name!r}; rename the field")
-    if windowing is not None and output.pyramid is not None:
-        fail("output.pyramid", "a windowed store's pyramid (per-window overviews and the "
-             "all-time fold) is not built by this zagg yet; set output.pyramid: false beside "
-             "output.windowing")
     return windowing
 
 

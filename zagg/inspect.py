@@ -316,7 +316,13 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     else:
         lines.append("root coverage: absent (readers fall back to the walk)")
     lines += _coverage_warnings(root, sorted({s[1] for s in stamped}))
-    lines += level_lines(root, manifest, sorted({s[1] for s in stamped}))
+    by_window = None
+    if windowed:
+        by_window = {}
+        for _leaf, sid, st, _problem in stamped:
+            by_window.setdefault(str(st.get("window")), set()).add(sid)
+        by_window = {w: sorted(by_window[w]) for w in sorted(by_window)}
+    lines += level_lines(root, manifest, sorted({s[1] for s in stamped}), by_window)
     if stamped:
         try:
             lines += _sample_quantiles(root, stamped[0][1], stamped[0][2].get("window"))
@@ -326,9 +332,12 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     return "\n".join(lines)
 
 
-def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> list[str]:
+def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str],
+                windows: dict[str, list[str]] | None = None) -> list[str]:
     """The pyramid levels the manifest declares and how many of their artifacts are
-    committed (leaf columns per leaf, overviews per ancestor node)."""
+    committed (leaf columns per leaf, overviews per ancestor node); on a windowed store
+    (``windows``: label → its shard ids) per window, and the all-time fold above the
+    shard."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .hive import artifact
@@ -337,22 +346,35 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str]) -> l
     table = levels(manifest)
     if len(table) == 1:
         return ["levels: the native cells only (pyramid declared off)"]
+
+    def committed(kind, ids, k, window):
+        path = artifact.column_path if kind == "column" else artifact.overview_path
+        nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in ids})
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            found = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n, window),
+                                                                   kind), nodes))
+        return sum(1 for a in found if a is not None), len(nodes)
+
     out = ["levels (cell order, artifact, committed):"]
     for r, e in table.items():
         if e["artifact"] == "source":
             out.append(f"  o{r:<3} leaves     {len(shard_ids)} leaves of order {e['order']}")
             continue
-        k = e["order"]
-        nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in shard_ids})
-        path = artifact.column_path if e["artifact"] == "column" else artifact.overview_path
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            found = list(pool.map(lambda n, path=path, role=e["artifact"]:
-                                  artifact.stamped_attrs(root, path(n), role), nodes))
-        done = sum(1 for a in found if a is not None)
-        what = "leaf columns" if e["artifact"] == "column" else f"overviews at order {k}"
-        hint = "" if done == len(nodes) or e["artifact"] == "column" else \
-            f" (python -m zagg sweep {root.url} builds the rest)"
-        out.append(f"  o{r:<3} {e['artifact']:<10} {done}/{len(nodes)} {what}{hint}")
+        k, kind = e["order"], e["artifact"]
+        what = "leaf columns" if kind == "column" else f"overviews at order {k}"
+        if windows is None:
+            counts = [committed(kind, shard_ids, k, None)]
+            text = f"{counts[0][0]}/{counts[0][1]}"
+        else:
+            labelled = [] if kind == "column" else [
+                (artifact.WINDOW_ALL, committed(kind, shard_ids, k, None))]
+            labelled += [(w, committed(kind, ids, k, w)) for w, ids in windows.items()]
+            counts = [c for _w, c in labelled]
+            text = ", ".join(f"{w} {d}/{n}" for w, (d, n) in labelled)
+        behind = any(d != n for d, n in counts)
+        hint = f" (python -m zagg sweep {root.url} builds the rest)" if behind and \
+            kind != "column" else ""
+        out.append(f"  o{r:<3} {kind:<10} {text} {what}{hint}")
     return out
 
 

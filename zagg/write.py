@@ -68,14 +68,16 @@ class LeafWriter:
             version=new_version(self.run_id) if self.versioned else None,
             run_id=self.run_id, window=window, time_range=time_range,
             temporal=temporal_record(self.fields, sc))
-        return self.write_column(shard_id, sc, record)
+        return self.write_column(shard_id, sc, record, window)
 
-    def write_column(self, shard_id: str, sc: ShardCells, record: dict | None) -> dict | None:
-        """The leaf column, after the leaf's stamp (:mod:`zagg.pyramid.column`)."""
+    def write_column(self, shard_id: str, sc: ShardCells, record: dict | None,
+                     window: str | None = None) -> dict | None:
+        """The leaf column (a windowed leaf's: its window's), after the leaf's stamp
+        (:mod:`zagg.pyramid.column`)."""
         from .pyramid.column import after_leaf
 
         return after_leaf(self.root, shard_id, sc.contents, record, self.pyramid, self.fields,
-                          self.attrs, self.fresh)
+                          self.attrs, self.fresh, window)
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:

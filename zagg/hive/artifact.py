@@ -49,14 +49,31 @@ def sidecar_key(rel: str) -> str:
     return f"{node}/{name[: -len('.zarr')]}.stats.json"
 
 
-def column_path(shard_id: str) -> str:
-    """The leaf column of an unwindowed shard: ``{node}/all.pyramid.zarr``."""
-    return f"{_grid.node_path(shard_id)}/{COLUMN_NAME}"
+WINDOW_ALL = "all"  # the reserved label of the all-time fold (never a window's)
 
 
-def overview_path(node_id: str) -> str:
-    """The overview at an ancestor node: ``{node}/all.zarr``."""
-    return f"{_grid.node_path(node_id)}/{OVERVIEW_NAME}"
+def column_path(shard_id: str, window: str | None = None) -> str:
+    """The leaf column of a shard: ``{node}/all.pyramid.zarr`` unwindowed, and
+    ``{node}/{window}.pyramid.zarr`` beside the shard's leaf of that window."""
+    name = COLUMN_NAME if window is None else f"{_label(window)}.pyramid.zarr"
+    return f"{_grid.node_path(shard_id)}/{name}"
+
+
+def overview_path(node_id: str, window: str | None = None) -> str:
+    """The overview at an ancestor node: ``{node}/all.zarr`` (the unwindowed ladder, or a
+    windowed store's all-time fold), ``{node}/{window}.zarr`` for one time window."""
+    name = OVERVIEW_NAME if window is None else f"{_label(window)}.zarr"
+    return f"{_grid.node_path(node_id)}/{name}"
+
+
+def _label(window: str) -> str:
+    """A window label as a path component: checked against the label grammar."""
+    from zagg.windows.schedule import LABEL_RE
+
+    if window == WINDOW_ALL or not LABEL_RE.match(str(window)):
+        raise ValueError(f"{window!r} is not a window label (1-32 of [0-9A-Za-z-], never "
+                         f"{WINDOW_ALL!r}, the all-time fold's reserved name)")
+    return window
 
 
 def group_layout(node_order: int, r: int) -> tuple[int, int, bool]:

@@ -7,7 +7,9 @@
 - :mod:`~zagg.pyramid.column` — the leaf column a leaf's own task writes after its stamp;
 - :mod:`~zagg.pyramid.ladder` — the overviews above the shard as a dask graph of 4-to-1
   folds down to order 0; :mod:`~zagg.pyramid.sweep` runs it on a store under the
-  :mod:`~zagg.pyramid.lease`.
+  :mod:`~zagg.pyramid.lease`;
+- :mod:`~zagg.pyramid.windowed` — a windowed store's sweep: one ladder per time window,
+  then each node's all-time ``all.zarr`` folded from its window overviews.
 """
 
 from zagg.lazy import lazy_package

@@ -36,7 +36,7 @@ from zagg.pyramid.levels import (
     slice_level,
 )
 
-WINDOW_ALL = "all"
+WINDOW_ALL = artifact.WINDOW_ALL
 
 
 def shard_words(shard_id: str, p: int, order: int, ranks: np.ndarray) -> np.ndarray:
@@ -169,11 +169,13 @@ def materialized(decl: Declaration, laws: dict[str, Law]) -> dict:
 
 
 def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, fields: dict,
-                 attrs: dict, *, granule_count: int = 0, fresh: bool = False) -> dict | None:
-    """Write the leaf column of ``shard_id`` from the leaf's stored cells (``contents``)
-    after its stamp; returns the artifact record (None: the declaration carries no
-    column, and a stale one was deleted)."""
-    rel = artifact.column_path(shard_id)
+                 attrs: dict, *, granule_count: int = 0, fresh: bool = False,
+                 window: str | None = None) -> dict | None:
+    """Write the leaf column of ``shard_id`` (of its leaf of ``window``: the window's
+    ``{window}.pyramid.zarr``) from the leaf's stored cells (``contents``) after its stamp;
+    returns the artifact record (None: the declaration carries no column, and a stale one
+    was deleted)."""
+    rel = artifact.column_path(shard_id, window)
     laws = laws_of(decl.fields) if decl is not None else {}
     if not laws:
         if not fresh:
@@ -189,7 +191,7 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
         "role": "column",
         artifact.COLUMN_ATTR: {
             "spec": artifact.COLUMN_SPEC, "node": shard_id, "order": p,
-            "source_cell_order": c, "window": WINDOW_ALL,
+            "source_cell_order": c, "window": window or WINDOW_ALL,
             "fields": materialized(decl, laws),
             "groups": {str(r): {"regime": "leaf-column", "merges_from_raw": decl.group_mfr(r),
                                 "n_cells": 4 ** (r - p)} for r in decl.column_groups()},
@@ -209,13 +211,14 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
 
 
 def after_leaf(root, shard_id: str, contents: dict, record: dict | None, decl, fields: dict,
-               attrs: dict, fresh: bool) -> dict | None:
+               attrs: dict, fresh: bool, window: str | None = None) -> dict | None:
     """The leaf task's column step: once the leaf is stamped (``record``), its column and
     the column's sidecar (written here, like the leaf's); its time joins the leaf's."""
     if record is None:
         return None
     col = write_column(root, shard_id, contents, decl, fields, attrs,
-                       granule_count=record.get("granule_count", 0), fresh=fresh)
+                       granule_count=record.get("granule_count", 0), fresh=fresh,
+                       window=window)
     if col is None:
         return record
     root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})

@@ -25,8 +25,8 @@ MULTISCALES_SPEC = "zagg-multiscales/1"
 #: leaf's raw cells; the coarser ones fold flat from that boundary group (spec §4.6)
 RAW_MEMBER_DEPTH = 2
 FOLD_REGIME = {"fold_source": "cascade", "exact_levels": 1}
-_KEYS = ("overviews", "overview_delta")
-_LEGACY = ("orders", "spacing", "exact_levels", "fold_source", "all_time", "summarize")
+_KEYS = ("overviews", "overview_delta", "all_time")
+_LEGACY = ("orders", "spacing", "exact_levels", "fold_source", "summarize")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Declaration:
     cell_order: int
     resolutions: tuple[int, ...]  # declared leaf resolutions, descending
     fields: Mapping[str, dict] = field(default_factory=dict)  # the §4.5 composability map
+    #: a windowed store: per-window columns and overviews, and the ``all.zarr`` fold of
+    #: the windows at every ladder node (``overview.all_time: true``)
+    windowed: bool = False
 
     @property
     def base(self) -> int:
@@ -94,7 +97,7 @@ class Declaration:
         return {
             "spec": PYRAMID_V2,
             "overviews": self.levels(),
-            "overview": {"all_time": False, **FOLD_REGIME,
+            "overview": {"all_time": self.windowed, **FOLD_REGIME,
                          "fields": {n: dict(e) for n, e in self.fields.items()}},
         }
 
@@ -114,11 +117,15 @@ class Declaration:
         }]
 
 
-def resolutions(value, p: int, ci: int, c: int, where: str = "output.pyramid") -> tuple | None:
+def resolutions(value, p: int, ci: int, c: int, where: str = "output.pyramid", *,
+                windowed: bool = False) -> tuple | None:
     """The declared leaf resolutions of an ``output.pyramid`` value (None: declared off),
-    refusing, by key, every rule of spec §4.4–4.5."""
+    refusing, by key, every rule of spec §4.4–4.5 (``windowed``: the store declares a
+    window schedule, whose pyramid always carries the all-time fold)."""
     if value is False:
         return None
+    if isinstance(value, Mapping) and "all_time" in value:
+        check_all_time(value["all_time"], windowed, f"{where}.all_time")
     if value is None or value is True:
         if p < ci < c and ci <= 2 * p + 1:
             return (ci,)
@@ -220,20 +227,34 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
     return entries
 
 
+def check_all_time(value, windowed: bool, where: str = "output.pyramid.all_time") -> None:
+    """``all_time`` (spec §4.5): a windowed pyramid always folds its windows into
+    ``all.zarr``, so only ``true`` is accepted, and only beside ``output.windowing``."""
+    if not windowed:
+        fail(where, "the all-time fold is a windowed store's (an unwindowed store's ladder is "
+             "already all-time); drop the key or add output.windowing")
+    if value is not True:
+        fail(where, f"a windowed store's pyramid folds its windows into all.zarr at every "
+             f"ladder node, so all_time must be true (got {value!r}); drop the key, or set "
+             "output.pyramid: false for no pyramid")
+
+
 def _json_fill(fill):
     if isinstance(fill, float) and fill != fill:
         return "NaN"
     return fill
 
 
-def declaration(grid: Mapping, fields: Mapping[str, Mapping], config_pyramid) -> (
-        Declaration | None):
-    """The resolved declaration of a grid block, a fields block and ``output.pyramid``."""
+def declaration(grid: Mapping, fields: Mapping[str, Mapping], config_pyramid, *,
+                windowed: bool = False) -> Declaration | None:
+    """The resolved declaration of a grid block, a fields block and ``output.pyramid``
+    (``windowed``: the store declares ``output.windowing``)."""
     p, ci, c = int(grid["parent_order"]), int(grid["chunk_inner"]), int(grid["child_order"])
-    res = resolutions(config_pyramid, p, ci, c)
+    res = resolutions(config_pyramid, p, ci, c, windowed=windowed)
     if res is None:
         return None
-    return Declaration(p, c, res, field_map(fields, overview_delta(config_pyramid)))
+    return Declaration(p, c, res, field_map(fields, overview_delta(config_pyramid)),
+                       windowed)
 
 
 def of_zattrs(zattrs: Mapping) -> Declaration | None:
@@ -241,7 +262,8 @@ def of_zattrs(zattrs: Mapping) -> Declaration | None:
     and the config's ``output.pyramid``)."""
     output = (zattrs.get("config") or {}).get("output") or {}
     try:
-        return declaration(zattrs["grid"], zattrs["fields"], output.get("pyramid"))
+        return declaration(zattrs["grid"], zattrs["fields"], output.get("pyramid"),
+                           windowed=zattrs.get("windowing") is not None)
     except ConfigError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -273,7 +295,8 @@ def of_manifest(manifest: Mapping) -> Declaration | None:
     known = ("exact", "approximate", "packed", "none")
     fields = {n: (e if e.get("class") in known else {"class": "none"}) for n, e in
               fields.items()}  # an unknown class token reads as non-composable
-    return Declaration(p, int(manifest["cell_order"]), res, fields)
+    windowed = bool((block.get("overview") or {}).get("all_time"))
+    return Declaration(p, int(manifest["cell_order"]), res, fields, windowed)
 
 
 def sweep_mode(value, where: str = "output.sweep") -> str | None:

@@ -64,6 +64,7 @@ class Context:
     morton_attrs: dict
     columns: dict = field(default_factory=dict)  # leaf id → column root attrs (stamped)
     started_at: str = ""  # when the sweep was admitted (the foreign-stamp backstop)
+    window: str | None = None  # a windowed store's ladder of one window (None: unwindowed)
 
 
 @dataclass
@@ -196,7 +197,7 @@ def column_level_groups(ctx: Context, sid: str, orders: list[int]) -> dict[int, 
     is an empty level: the column under-covers it). The column's stamp is read again after
     its groups, and a column rewritten meanwhile (a run writing that leaf) is read once
     more, never folded from two writes."""
-    rel = artifact.column_path(sid)
+    rel = artifact.column_path(sid, ctx.window)
     planned = _combined(ctx.columns[sid])
     for _attempt in range(2):
         groups = (ctx.columns[sid][artifact.COLUMN_ATTR].get("groups") or {})
@@ -239,7 +240,7 @@ def load_carry(ctx: Context, node: NodePlan) -> NodeResult:
 
 def load_level(ctx: Context, node: NodePlan) -> NodeResult:
     """A current merge-tier child: its committed overview's level."""
-    rel = artifact.overview_path(node.id)
+    rel = artifact.overview_path(node.id, ctx.window)
     level = group_level(ctx.root, rel, node.id, node.cells, ctx.laws)
     info = child_info({artifact.OVERVIEW_ATTR: node.existing, COMMIT_ATTR: node.existing_stamp})
     return NodeResult(node.id, level, {}, info)
@@ -302,24 +303,32 @@ def _summary(record: dict, node: NodePlan, counts: dict, mfr: int) -> dict:
 
 def write_overview(ctx: Context, node: NodePlan, level: Level, counts: dict, demotions: list,
                    generation: dict, content: str, mfr: int) -> dict:
-    """The node's ``all.zarr``: its one level group, ``role: overview`` and the
-    ``zagg-overview/2`` provenance, stamp (with the run id) last, then its sidecar."""
+    """The node's ``all.zarr`` (a window's ladder: ``{window}.zarr``): its one level
+    group, ``role: overview`` and the ``zagg-overview/2`` provenance, stamp (with the run
+    id) last, then its sidecar."""
     decl = ctx.decl
-    rel = artifact.overview_path(node.id)
+    rel = artifact.overview_path(node.id, ctx.window)
     check_owner(ctx, rel)
     block = {
         "spec": artifact.OVERVIEW_SPEC, "node": node.id, "order": node.order,
         "cell_order": node.cells, "source_shard_order": decl.shard_order,
-        "source_cell_order": decl.cell_order, "window": "all",
+        "source_cell_order": decl.cell_order, "window": ctx.window or artifact.WINDOW_ALL,
         "fields": {n: dict(decl.fields[n]) for n in ctx.laws},
         "regime": node.regime, "merges_from_raw": mfr, "source_children": dict(counts),
         "run_id": ctx.run_id, "generation": generation, "content_hash": content,
         **({"demotions": demotions} if demotions else {}),
         "generated_at": now_iso(),
     }
-    groups = {node.cells: node_contents(level, node.id, ctx.laws)}
+    return write_level(ctx, rel, node.id, node.cells, level, block)
+
+
+def write_level(ctx: Context, rel: str, node_id: str, cells: int, level: Level,
+                block: dict) -> dict:
+    """One overview artifact at ``rel`` (its one level group and ``zagg_overview``
+    provenance ``block``), stamp with the run id last, then its sidecar."""
+    groups = {cells: node_contents(level, node_id, ctx.laws)}
     record = artifact.write_artifact(
-        ctx.root, rel, node.id, groups, ctx.specs,
+        ctx.root, rel, node_id, groups, ctx.specs,
         {"role": "overview", artifact.OVERVIEW_ATTR: block},
         cells_with_data=level.n_cells(), stamp_extra={"run_id": ctx.run_id},
         morton_attrs=ctx.morton_attrs)

@@ -6,7 +6,9 @@ and the overviews' root ``zarr.json``), then folds the nodes whose generation mo
 dask graph of 4-to-1 steps, one wave of ``tuple_width`` orders at a time (the lease beats
 between waves; the width changes no byte), and finishes: the root coverage and the
 manifest's per-level ``actuals`` are rewritten only when they change, and the lease is
-deleted. A re-run on an unchanged store therefore writes no data object.
+deleted. A re-run on an unchanged store therefore writes no data object. A windowed
+store's sweep runs one ladder per window and then the all-time close
+(:mod:`zagg.pyramid.windowed`).
 """
 
 from __future__ import annotations
@@ -134,50 +136,66 @@ def _read_attrs(root: StoreRoot, rels: dict[str, str], role: str) -> dict[str, d
 
 def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> None:
     laws = laws_of(decl.fields)
+    if decl.windowed:
+        from zagg.pyramid.windowed import run_windowed
+
+        leaves, records = run_windowed(root, decl, laws, _in_scope(scope), width, held,
+                                       summary)
+        _finish(root, manifest, decl, leaves, records, summary)
+        return
     leaves = _committed_leaves(root, manifest)
     summary.leaves = len(leaves)
-    columns = _read_attrs(root, {s: artifact.column_path(s) for s in leaves}, "column")
-    summary.columns = len(columns)
+    records = ladder(root, decl, laws, leaves, _in_scope(scope), width, held, summary)
+    _finish(root, manifest, decl, leaves, records, summary)
+
+
+def ladder(root, decl, laws, leaves: list[str], scope_of, width, held, summary,
+           window: str | None = None) -> list[dict]:
+    """Plan and fold the ladder over ``leaves`` (a windowed store's: over the leaves of
+    ``window``, writing that window's overviews); returns the records of the overviews
+    written and adds its counts to ``summary``."""
+    columns = _read_attrs(root, {s: artifact.column_path(s, window) for s in leaves},
+                          "column")
+    summary.columns += len(columns)
     ancestors = {}
     for k, _r in decl.ladder():
         for s in leaves:
             nid = s[: (1 if s.startswith("-") else 0) + 1 + k]
-            ancestors[nid] = artifact.overview_path(nid)
+            ancestors[nid] = artifact.overview_path(nid, window)
     overviews = _read_attrs(root, ancestors, "overview")
-    nodes = plan(decl, leaves, columns, overviews, _in_scope(scope))
+    nodes = plan(decl, leaves, columns, overviews, scope_of)
     active = [n for by in nodes.values() for n in by.values() if n.columns]
-    summary.nodes = len(active)
-    summary.skipped = sum(1 for n in active if not n.dirty)
+    summary.nodes += len(active)
+    summary.skipped += sum(1 for n in active if not n.dirty)
     if not laws or not any(n.dirty for n in active):
-        _finish(root, manifest, decl, leaves, [], summary)
-        return
-    specs = _array_specs(root, decl, laws, list(columns))
+        return []
+    specs = array_specs(root, decl, laws, list(columns), window)
     laws = {n: law for n, law in laws.items() if n in specs}  # what the columns hold
-    morton = _morton_attrs(root, artifact.column_path(next(iter(columns))), decl.base)
+    morton = morton_attrs(root, artifact.column_path(next(iter(columns)), window), decl.base)
     ctx = Context(root, decl, laws, specs, held.run_id, morton, columns,
-                  started_at=held.payload["acquired_at"])
+                  started_at=held.payload["acquired_at"], window=window)
     records = _fold(ctx, nodes, width, held)
-    summary.folded = len(records)
-    summary.records = records
-    summary.objects_written = sum(r["objects_written"] for r in records)
-    summary.bytes_written = sum(r["bytes_written"] for r in records)
-    _finish(root, manifest, decl, leaves, records, summary)
+    summary.folded += len(records)
+    summary.records.extend(records)
+    summary.objects_written += sum(r["objects_written"] for r in records)
+    summary.bytes_written += sum(r["bytes_written"] for r in records)
+    return records
 
 
-def _array_specs(root, decl, laws: dict, leaves: list[str]) -> dict:
+def array_specs(root, decl, laws: dict, leaves: list[str], window: str | None = None) -> dict:
     """The overviews' array specs (dtype, fill, attrs), from the leaf columns: the first
     column, and further ones only for a field the first lacks."""
     specs: dict = {}
     wanted = set(laws) | {law.locations for law in laws.values() if law.locations}
     for sid in leaves:
         specs.update({k: v for k, v in specs_of(group_schema(
-            root, artifact.column_path(sid), decl.base), laws).items() if k not in specs})
+            root, artifact.column_path(sid, window), decl.base), laws).items() if k not in specs})
         if wanted <= set(specs):
             break
     return specs
 
 
-def _morton_attrs(root, rel: str, r: int) -> dict:
+def morton_attrs(root, rel: str, r: int) -> dict:
     meta = root.read_json(f"{rel}/{r}/morton/zarr.json") or {}
     return dict(meta.get("attributes") or {})
 

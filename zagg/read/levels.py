@@ -8,6 +8,11 @@ occupied cells of that order on ``cells`` (one dask chunk per artifact), the ``m
 coordinate at that order, ``cell_ids`` and the same fields (those the pyramid carries),
 so :func:`zagg.quantile` and :func:`zagg.plot_map` work on any level. Only committed
 (stamped) artifacts are read; a level nobody swept yet raises, naming the sweep.
+
+A windowed store carries every level per time window (``window="2019"``: the window's
+columns ``{window}.pyramid.zarr`` and overviews ``{window}.zarr``) and, above the shard,
+the all-time fold of its windows (``all.zarr``, read with ``window=None`` or ``"all"``);
+it has no all-time column and no all-time leaf, so those levels need a window.
 """
 
 from __future__ import annotations
@@ -53,16 +58,19 @@ def levels(manifest: dict) -> dict[int, dict]:
 
 
 def open_level(store, order: int, storage_options: dict[str, Any] | None = None, *,
-               region=None, bbox=None, cells=None) -> xr.Dataset:
+               region=None, bbox=None, cells=None, window: str | None = None) -> xr.Dataset:
     """The occupied cells of one pyramid level (cell order ``order``) as a lazy Dataset.
 
     ``region`` / ``bbox`` / ``cells`` keep the cells inside that region (at the level's
     order) and open only the artifacts that can hold one. The native order is
-    :func:`zagg.read.open_hive`'s read."""
+    :func:`zagg.read.open_hive`'s read. On a windowed store ``window`` names the time
+    window whose level is read; ``None`` (or ``"all"``) reads the all-time fold, which
+    exists above the shard only."""
     from zagg.read.open import open_hive
 
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
+    window = _window_of(root, manifest, window)
     table = levels(manifest)
     order = int(order)
     if order not in table:
@@ -70,17 +78,26 @@ def open_level(store, order: int, storage_options: dict[str, Any] | None = None,
                          f"{sorted(table, reverse=True)} (the pyramid declared in its "
                          "manifest; output.pyramid sets it)")
     entry = table[order]
+    if window is None and manifest.get("temporal") is not None and \
+            entry["artifact"] != "overview":
+        raise ValueError(f"level {order} of the windowed store {root.url} is a "
+                         f"{entry['artifact']} level: it exists per time window only (the "
+                         "all-time fold starts above the shard); pass window='<label>'")
     if entry["artifact"] == "source":
-        return open_hive(root, region=region, bbox=bbox, cells=cells)
+        return open_hive(root, region=region, bbox=bbox, cells=cells, window=window)
     reg = parse_region(region, bbox, cells, order=order)
-    found = _leaves.candidates(root, manifest, "auto")  # the region cuts the nodes below
+    found = _leaves.candidates(root, manifest, "auto", window=window)  # the region cuts below
     k = entry["order"]
     nodes = sorted({_prefix(sid, k) for _rel, sid in found},
                    key=lambda n: int(G.from_decimal([n])[0]))
     if reg is not None and nodes:
         lo, hi = subtree_intervals(G.from_decimal(nodes), reg.order)
         nodes = [n for n, keep in zip(nodes, reg.overlaps(lo, hi), strict=True) if keep]
-    path = artifact.column_path if entry["artifact"] == "column" else artifact.overview_path
+    kind = artifact.column_path if entry["artifact"] == "column" else artifact.overview_path
+
+    def path(node, kind=kind):
+        return kind(node, window)
+
     role = entry["artifact"]
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
         attrs = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n), role), nodes))
@@ -89,9 +106,21 @@ def open_level(store, order: int, storage_options: dict[str, Any] | None = None,
     if not stamped:
         how = ("re-run the leaves with output.pyramid declared" if role == "column" else
                f"build it with `python -m zagg sweep {root.url}`")
-        raise ValueError(f"level {order} of {root.url} is declared but no committed {role} "
-                         f"holds it yet: {how}")
+        what = "" if window is None else f" of window {window!r}"
+        raise ValueError(f"level {order}{what} of {root.url} is declared but no committed "
+                         f"{role} holds it yet: {how}")
     return _open(root, manifest, stamped, path, k, order, role, reg)
+
+
+def _window_of(root, manifest: dict, window) -> str | None:
+    """``window`` checked against the store: a label on a windowed store only; ``"all"``
+    is the all-time fold, read like ``None``."""
+    if window is None or window == artifact.WINDOW_ALL:
+        return None
+    if manifest.get("temporal") is None:
+        raise ValueError(f"{root.url} is not a windowed store (its manifest declares no "
+                         f"window schedule): drop window={window!r}")
+    return str(window)
 
 
 def _prefix(shard_id: str, order: int) -> str:
@@ -143,18 +172,24 @@ def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.D
 
 
 def open_pyramid(store, storage_options: dict[str, Any] | None = None, *,
-                 region=None, bbox=None, cells=None) -> xr.DataTree:
+                 region=None, bbox=None, cells=None, window: str | None = None
+                 ) -> xr.DataTree:
     """Every materialized level of a store as one DataTree: a child ``o{order}`` per
     level, finest first (the native cells included); declared levels nobody has written
-    yet are left out with a warning."""
+    yet are left out with a warning. On a windowed store ``window`` picks the window;
+    without it the tree is the all-time fold's levels (those above the shard)."""
     import xarray as xr
 
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
+    all_time = manifest.get("temporal") is not None and window in (None, artifact.WINDOW_ALL)
     children = {}
-    for r in levels(manifest):
+    for r, e in levels(manifest).items():
+        if all_time and e["artifact"] != "overview":
+            continue
         try:
-            children[f"o{r}"] = open_level(root, r, region=region, bbox=bbox, cells=cells)
+            children[f"o{r}"] = open_level(root, r, region=region, bbox=bbox, cells=cells,
+                                           window=window)
         except ValueError as exc:
             if "no committed" not in str(exc):
                 raise
