@@ -348,3 +348,51 @@ def test_moczarr_verifies_the_window_overviews_the_folds_and_the_columns(stores)
     for rel in columns:
         stamp = moczarr.read_commit(win, rel)
         assert moczarr.hash_arrays(win, rel) == stamp["content_hashes"]["arrays"]
+
+
+def test_a_window_without_its_overview_is_counted_missing_and_left_out(stores, photons,
+                                                                       tmp_path):
+    _plain, win = stores
+    copy = tmp_path / "missing"
+    shutil.copytree(win, copy)
+    root = as_root(str(copy))
+    decl = of_manifest(read_manifest(root))
+    label = windows_of(str(copy))[0]
+    for _rel, sid in walk_windows(root)[label]:  # the window's columns and overviews go
+        shutil.rmtree(copy / artifact.column_path(sid, label))
+    for k, _r in decl.ladder():
+        for _rel, sid in walk_windows(root)[label]:
+            rel = artifact.overview_path(sid[: (1 if sid.startswith("-") else 0) + 1 + k],
+                                         label)
+            shutil.rmtree(copy / rel, ignore_errors=True)
+    zagg.sweep(str(copy))
+    k, r = decl.ladder()[-1]
+    sid = walk_windows(root)[label][0][1]
+    nid = sid[: (1 if sid.startswith("-") else 0) + 1 + k]
+    block = artifact.stamped_attrs(root, artifact.overview_path(nid), "overview")[
+        artifact.OVERVIEW_ATTR]
+    folded = len(windows_of(str(copy))) - 1
+    assert block["source_windows"] == {"folded": folded, "missing": 1, "unreadable": 0}
+    others = [w for w in windows_of(str(copy)) if w != label]
+    parts = [window_points(photons, w) for w in others]
+    lat, lon, h = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    cells, want = direct(lat, lon, h, r)
+    ds = open_level(str(copy), r).compute()
+    np.testing.assert_array_equal(ds["morton"].values, cells)
+    np.testing.assert_array_equal(ds["count"].values, want["count"])
+
+
+def test_a_manifest_recording_all_time_false_gets_no_fold(stores, tmp_path):
+    import json
+
+    _plain, win = stores
+    copy = tmp_path / "gated"
+    shutil.copytree(win, copy, ignore=shutil.ignore_patterns("all.zarr", "all.stats.json"))
+    manifest = json.loads((copy / "morton_hive.json").read_text())
+    manifest["pyramid"]["overview"]["all_time"] = False
+    (copy / "morton_hive.json").write_text(json.dumps(manifest))
+    summary = zagg.sweep(str(copy))
+    assert summary.folded == 0
+    assert not list(copy.rglob("all.zarr"))
+    label = windows_of(str(copy))[0]
+    assert open_level(str(copy), 9, window=label).sizes["cells"] > 0

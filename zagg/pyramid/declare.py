@@ -40,6 +40,9 @@ class Declaration:
     #: a windowed store: per-window columns and overviews, and the ``all.zarr`` fold of
     #: the windows at every ladder node (``overview.all_time: true``)
     windowed: bool = False
+    #: whether the ladder nodes carry the all-time fold (a windowed store's manifest may
+    #: record false from before the fold was required: its windows are then not folded)
+    all_time: bool = True
 
     @property
     def base(self) -> int:
@@ -97,7 +100,7 @@ class Declaration:
         return {
             "spec": PYRAMID_V2,
             "overviews": self.levels(),
-            "overview": {"all_time": self.windowed, **FOLD_REGIME,
+            "overview": {"all_time": self.windowed and self.all_time, **FOLD_REGIME,
                          "fields": {n: dict(e) for n, e in self.fields.items()}},
         }
 
@@ -295,8 +298,10 @@ def of_manifest(manifest: Mapping) -> Declaration | None:
     known = ("exact", "approximate", "packed", "none")
     fields = {n: (e if e.get("class") in known else {"class": "none"}) for n, e in
               fields.items()}  # an unknown class token reads as non-composable
-    windowed = bool((block.get("overview") or {}).get("all_time"))
-    return Declaration(p, int(manifest["cell_order"]), res, fields, windowed)
+    windowed = manifest.get("temporal") is not None
+    all_time = bool((block.get("overview") or {}).get("all_time"))
+    return Declaration(p, int(manifest["cell_order"]), res, fields, windowed,
+                       all_time or not windowed)
 
 
 def sweep_mode(value, where: str = "output.sweep") -> str | None:

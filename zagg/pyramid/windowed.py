@@ -60,7 +60,7 @@ def run_windowed(root, decl, laws: dict, scope_of, width: int, held, summary
     for w, sids in windows.items():
         ladder(root, decl, laws, sids, scope_of, width, held, summary, window=w)
         held.beat()
-    if not laws:
+    if not laws or not decl.all_time:  # a store recording all_time: false has no fold
         return shards, []
     ctx = None
     for w, sids in windows.items():  # the array specs: any window's committed columns
