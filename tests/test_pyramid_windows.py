@@ -125,6 +125,10 @@ def test_a_windowed_pyramid_declares_the_all_time_fold(stores):
         load_config(raw_config(pyramid={"overviews": BASE, "all_time": False}))
     with pytest.raises(ConfigError, match="output.pyramid.all_time"):
         load_config(raw_config(False, pyramid={"overviews": BASE, "all_time": True}))
+    timed = raw_config()
+    timed["aggregation"]["variables"]["h_tdigest"]["timed"] = True
+    with pytest.raises(ConfigError, match="output.pyramid: false, or drop timed"):
+        load_config(timed)
 
 
 # -- per-window levels ---------------------------------------------------------------------

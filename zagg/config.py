@@ -640,6 +640,10 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
         fail(f"aggregation.variables.{ranges[0]}.function", "time_range reads its source on "
              "the clock output.windowing declares (its epoch, scale and units); add an "
              "output.windowing block")
+    if timed and output.pyramid is not None:
+        fail("output.pyramid", f"the per-centroid times of {timed[0]!r} (timed: true) do not "
+             "fold into the pyramid's levels in this zagg: set output.pyramid: false, or drop "
+             "timed to keep a windowed pyramid")
     for f in fields.values():
         if f.timed and f.times_name in fields:
             fail(f"aggregation.variables.{f.times_name}", f"the name is taken by the times "
