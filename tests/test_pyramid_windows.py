@@ -400,3 +400,27 @@ def test_a_manifest_recording_all_time_false_gets_no_fold(stores, tmp_path):
     assert not list(copy.rglob("all.zarr"))
     label = windows_of(str(copy))[0]
     assert open_level(str(copy), 9, window=label).sizes["cells"] > 0
+
+
+def test_the_windowed_pyramid_on_s3_equals_the_local_store(stores, photons, moto_s3):
+    from zagg.write import write_shards
+
+    options, fs = moto_s3
+    fs.mkdir("windowed-pyramid")
+    url = "s3://windowed-pyramid/w"
+    _plain, win = stores
+    with dask.config.set(scheduler="sync"):
+        write_shards(shard_collection(photons, load_config(raw_config()), chunk_size=25_000),
+                     url, storage_options=options)
+    summary = zagg.sweep(url, storage_options=options)
+    assert summary.folded > 0 and summary.skipped == 0
+    label = windows_of(win)[0]
+    for r, window in ((BASE, label), (9, label), (9, None), (4, None)):
+        a = open_level(url, r, storage_options=options, window=window).compute()
+        b = open_level(win, r, window=window).compute()
+        assert a["morton"].values.tobytes() == b["morton"].values.tobytes()
+        for name in EXACT:
+            assert a[name].values.tobytes() == b[name].values.tobytes(), (r, window, name)
+        assert [bytes(x) for x in a["h_tdigest"].values] == [bytes(x) for x in
+                                                              b["h_tdigest"].values]
+    assert zagg.sweep(url, storage_options=options).objects_written == 0
