@@ -71,7 +71,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         scheduler=None, workers: int | None = None, threads: int | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
-        shards=None, sweep: bool | None = None) -> RunSummary:
+        shards=None, sweep: bool | None = None, dashboard: bool = False,
+        performance_report: str | None = None, timings: bool | None = None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -83,7 +84,11 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
-    cluster (its summary is ``summary.sweep``).
+    cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
+    dashboard on 127.0.0.1 and prints its link; ``performance_report`` writes distributed's
+    performance report of the run to that HTML file; ``timings`` (default: on the clusters
+    the run starts) records the tasks' own timings, shown as ``summary.stages`` (see
+    :mod:`zagg.timings`).
     """
     t0 = time.perf_counter()
     cfg = load_config(config)
@@ -114,8 +119,13 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
     check_store(root, probe)
-    with cluster_for(scheduler, workers=workers, threads=threads,
-                     memory_limit=memory_limit) as cluster, connected(cluster):
+    from .watch import check_watch, watching
+
+    check_watch(dashboard, performance_report)
+    with cluster_for(scheduler, workers=workers, threads=threads, memory_limit=memory_limit,
+                     dashboard=dashboard) as cluster, connected(cluster) as client, \
+            watching(client, dashboard=dashboard, performance_report=performance_report,
+                     timings=scheduler is None if timings is None else timings) as watch:
         ds = open_source(cfg, shards=shards) if source is None else source
         from .aggregate import shard_collection
         from .sources.granules import skip_damaged
@@ -132,6 +142,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # under on_error: skip, a granule found damaged while it is read (a chunk that
         # does not decompress) is left out, recorded, and the run redone without it
         summary = skip_damaged(ds, aggregate_and_write)
+        watch.finish(summary)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 

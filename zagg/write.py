@@ -51,6 +51,7 @@ class RunSummary:
     #: the point accounting (read, filtered, invalid_coordinates, outside_shards, keyed)
     point_counts: dict | None = None
     sweep: object = None  # the pyramid sweep chained after the run (zagg.pyramid.sweep)
+    stages: object = None  # where the tasks' time went (zagg.timings.StageTimes)
 
     @property
     def points_per_second(self) -> float | None:
@@ -99,6 +100,7 @@ class RunSummary:
               for f in self.failed_granules[:10]],
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
+            *(self.stages.lines() if self.stages is not None else []),
             *(["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
               if self.sweep is not None else []),
         ]
