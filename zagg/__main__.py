@@ -9,6 +9,9 @@ import sys
 
 def _cmd_run(args) -> int:
     from .run import run
+    from .warm import notice_if_cold
+
+    notice_if_cold()
 
     knobs = {"store": args.store, "progress": not args.quiet, "catalog": args.catalog,
              "region": args.region, "bbox": args.bbox,
@@ -70,6 +73,16 @@ def _adaptive(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"--adaptive expects MIN,MAX workers with 0 <= MIN "
                                          f"<= MAX and MAX >= 1, e.g. 1,8; got {text!r}")
     return bounds
+
+
+def _cmd_warm(args) -> int:
+    from .warm import CONFIGS, is_cold, warm
+
+    cold = is_cold()
+    seconds = warm(args.configs or CONFIGS, out=sys.stdout)
+    print(f"numba kernels {'compiled and cached' if cold else 'already cached'}: "
+          f"{sum(seconds.values()):.1f} s")
+    return 0
 
 
 def _cmd_sweep(args) -> int:
@@ -265,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="pipeline config whose data_source names the paths")
     c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
     c.set_defaults(func=_cmd_catalog)
+
+    m = sub.add_parser("warm", help="compile and cache zagg's numba kernels ahead of the "
+                                    "first run (image builds, set-up scripts)")
+    m.add_argument("configs", nargs="*", help="shipped configs to warm for (default: "
+                   "atl03_synthetic and atl03_strata, which use every kernel kind)")
+    m.set_defaults(func=_cmd_warm)
 
     k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
     k.set_defaults(func=_cmd_configs)
