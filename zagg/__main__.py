@@ -9,9 +9,6 @@ import sys
 
 def _cmd_run(args) -> int:
     from .run import run
-    from .warm import notice_if_cold
-
-    notice_if_cold()
 
     knobs = {"store": args.store, "progress": not args.quiet, "catalog": args.catalog,
              "region": args.region, "bbox": args.bbox,

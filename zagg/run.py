@@ -122,6 +122,9 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     from .watch import check_watch, watching
 
     check_watch(dashboard, performance_report)
+    from .warm import notice_if_cold
+
+    notice_if_cold()  # a fresh environment compiles numba's kernels during this run
     with cluster_for(scheduler, workers=workers, threads=threads, memory_limit=memory_limit,
                      dashboard=dashboard) as cluster, connected(cluster) as client, \
             watching(client, dashboard=dashboard, performance_report=performance_report,
