@@ -77,10 +77,12 @@ def new_cluster(address: str, *, workers: int | None = None, threads: int | None
     if workers is not None and adaptive is not None:
         raise ClusterError("give workers or adaptive=(min, max), not both")
     try:
-        gateway = dask_gateway.Gateway(address, proxy_address=proxy_address, auth=auth)
-        opts = cluster_options(gateway, threads=threads, memory_limit=memory_limit,
-                               options=options)
-        cluster = gateway.new_cluster(cluster_options=opts, shutdown_on_close=True)
+        with dask_gateway.Gateway(address, proxy_address=proxy_address, auth=auth) as gw:
+            opts = cluster_options(gw, threads=threads, memory_limit=memory_limit,
+                                   options=options)
+        cluster = dask_gateway.GatewayCluster(address=address, proxy_address=proxy_address,
+                                              auth=auth, cluster_options=opts,
+                                              shutdown_on_close=True)
     except OSError as exc:
         raise ClusterError(f"cannot reach a dask-gateway at {address!r} ({exc}); check the "
                            "URL (e.g. http://127.0.0.1:8000) and that the gateway "
