@@ -24,6 +24,24 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_batch(args) -> int:
+    from .batch import batch
+    from .cluster import connect
+    from .config import load_config
+
+    cfg = load_config(args.config)  # a bad config is refused before any cluster starts
+    if args.gateway is not None or args.adaptive is not None:
+        client = _connected(args)
+    else:
+        client = connect(args.scheduler, workers=args.workers, threads=args.threads,
+                         memory_limit=args.memory_limit)
+    with client:
+        summary = batch(cfg, args.regions, store=args.store, client=client,
+                        progress=not args.quiet, timings=True)
+    print("\n".join(summary.lines()))
+    return 1 if summary.failed else 0
+
+
 def _connected(args):
     """The client of ``--gateway`` or ``--adaptive`` (zagg.cluster.connect), once the
     config is known to load: a bad one is refused before any cluster starts."""
@@ -249,6 +267,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "leaves (as output.sweep: stages does)")
     r.set_defaults(func=_cmd_run)
 
+    b = sub.add_parser("batch", help="run a config over regions, one after another, into one "
+                                     "store (exit status 1 when a region failed)")
+    b.add_argument("config", help="pipeline config (YAML file or shipped name)")
+    b.add_argument("regions", nargs="+", help="GeoJSON polygon files or shipped region names, "
+                   "run in this order")
+    b.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
+    b.add_argument("--scheduler", help="address of an existing dask scheduler")
+    b.add_argument("--gateway", metavar="URL", help="a new dask-gateway cluster for the batch")
+    b.add_argument("--gateway-option", action="append", metavar="NAME=VALUE")
+    b.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX")
+    b.add_argument("--workers", type=_at_least_one)
+    b.add_argument("--threads", type=_at_least_one)
+    b.add_argument("--memory-limit", type=_memory_limit)
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
+
     w = sub.add_parser("sweep", help="build or refresh a store's pyramid ladder from its leaf "
                                      "columns (the overviews above the shard order)")
     w.add_argument("store")
@@ -405,7 +439,8 @@ def main(argv=None) -> int:
             sys.stdout.flush()
             return code
         except KeyboardInterrupt:
-            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo)
+            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo,
+                                                                          _cmd_batch)
                                          else ""), file=sys.stderr)
             return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
         except BrokenPipeError:
