@@ -166,7 +166,8 @@ def test_bench_scaling_counts_every_cluster_and_prints_the_ratios(expected_count
     of the local gateway it starts itself; counts and the ratio lines, never the times."""
     from zagg.sources.synthetic import DEFAULT_REGION
 
-    text = _run("bench_scaling.py", "--size", str(N), "--region", *map(str, DEFAULT_REGION))
+    text = _run("bench_scaling.py", "--size", str(N), "--runs", "1", "--region",
+                *map(str, DEFAULT_REGION))
     assert _counts(text) == expected_counts
     assert "same shards, cells and points in every run: True" in text
     runs = re.findall(r"^local (cluster|gateway) +(\d) workers? +run +\d+\.\d\d s", text, re.M)

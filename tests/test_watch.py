@@ -101,7 +101,7 @@ def test_a_cli_run_listens_on_loopback_only(tmp_path, flags):
     and prints its link."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("data_source:\n  coordinates: {latitude: lat_ph, longitude: lon_ph}\n"
-                   "  variables: [h_ph]\n  synthetic: {points: 200000, seed: 1}\n"
+                   "  variables: [h_ph]\n  synthetic: {points: 50000, seed: 1}\n"
                    "aggregation:\n  variables:\n    count: {function: count}\n"
                    "output:\n  dataset: {short_name: T, version: '1'}\n"
                    "  grid: {parent_order: 6, child_order: 12}\n")
