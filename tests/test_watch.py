@@ -94,11 +94,12 @@ def _listening(pid: int) -> set[tuple[str, int]]:
     return found
 
 
-@pytest.mark.parametrize("flags", [[], ["--dashboard", "--workers", "2", "--threads", "1"]])
+@pytest.mark.parametrize("flags", [[], ["--dashboard"],
+                                   ["--dashboard", "--workers", "2", "--threads", "1"]])
 def test_a_cli_run_listens_on_loopback_only(tmp_path, flags):
     """Every socket a run's processes listen on, sampled while it runs, is on 127.0.0.1;
-    with --dashboard the scheduler serves it there
-    and prints its link."""
+    with --dashboard (the default cluster, in this process on a machine of 1 or 2 cores, or
+    worker processes) the link printed is where it listens."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("data_source:\n  coordinates: {latitude: lat_ph, longitude: lon_ph}\n"
                    "  variables: [h_ph]\n  synthetic: {points: 50000, seed: 1}\n"

@@ -28,6 +28,21 @@ def check_watch(dashboard: bool = False, performance_report: str | None = None) 
                                "file (the report is one self-contained HTML page)")
 
 
+def dashboard_link(client) -> str | None:
+    """The dashboard's address as a browser reaches it. A local cluster's is served on
+    127.0.0.1 (:func:`zagg.cluster.local_cluster`), whatever host its scheduler's address
+    names (an in-process scheduler's names the machine's network address)."""
+    from urllib.parse import urlsplit
+
+    from distributed import LocalCluster
+
+    link = client.dashboard_link
+    if link and isinstance(getattr(client, "cluster", None), LocalCluster):
+        parts = urlsplit(link)
+        link = parts._replace(netloc=f"127.0.0.1:{parts.port}").geturl()
+    return link
+
+
 class Watch:
     """What :func:`watching` collected; :meth:`finish` puts the stage timings on the
     run's summary."""
@@ -47,8 +62,9 @@ def watching(client, *, dashboard: bool = False, performance_report: str | None 
     distributed's performance report to ``performance_report`` (an HTML file), and record
     the tasks' timings (``timings``) for :meth:`Watch.finish`."""
     check_watch(dashboard, performance_report)
-    if dashboard and client.dashboard_link:
-        print(f"dashboard       {client.dashboard_link}", file=sys.stderr, flush=True)
+    link = dashboard_link(client) if dashboard else None
+    if link:
+        print(f"dashboard       {link}", file=sys.stderr, flush=True)
     with contextlib.ExitStack() as stack:
         if performance_report is not None:
             from distributed import performance_report as report
