@@ -1,4 +1,5 @@
-"""Where a run executes: a LocalCluster sized to the machine, or an existing scheduler.
+"""Where a run executes: a LocalCluster sized to the machine, an existing scheduler, or a
+dask-gateway cluster (:mod:`zagg.gateway`); :func:`connect` gives a client of any of them.
 
 A local cluster of one worker whose threads take every core (the default on one or two
 cores: see :func:`runs_in_process`) runs inside the client's process; otherwise its
@@ -11,6 +12,7 @@ in is used as it is: zagg never changes a cluster it did not start.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 from .deploy import local_cluster_config, worker_environ
@@ -168,6 +170,7 @@ def client_for(scheduler: str | None = None, **knobs):
         yield client
 
 
+@functools.cache
 def _client_class():
     from distributed import Client
 
@@ -194,7 +197,7 @@ def connect(scheduler=None, *, gateway: str | None = None, workers: int | None =
 
     - nothing: a new LocalCluster on 127.0.0.1 sized by ``workers``, ``threads`` and
       ``memory_limit`` (see :func:`local_cluster`; ``dashboard=True`` serves its
-      dashboard, at ``client.dashboard_link``);
+      dashboard on 127.0.0.1, at :func:`zagg.watch.dashboard_link` of the client);
     - ``scheduler``: an existing scheduler's address (``tcp://10.0.0.5:8786``);
     - ``gateway``: a new cluster of the dask-gateway at that URL, its workers of
       ``threads`` cores and ``memory_limit`` memory each, with zagg's deployment profile
