@@ -74,7 +74,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
         shards=None, sweep: bool | None = None, overwrite: bool = False,
-        allow_contraction: bool = False) -> RunSummary:
+        allow_contraction: bool = False, dashboard: bool = False,
+        performance_report: str | None = None, timings: bool | None = None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -86,7 +87,11 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
-    cluster (its summary is ``summary.sweep``).
+    cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
+    dashboard on 127.0.0.1 and prints its link; ``performance_report`` writes distributed's
+    performance report of the run to that HTML file; ``timings`` (default: on the clusters
+    the run starts) records the tasks' own timings, shown as ``summary.stages`` (see
+    :mod:`zagg.timings`).
 
     Re-runs write only what changed (:mod:`zagg.gate`): a shard whose leaf was built by
     the same config from the same granules is current and not written again (with a
@@ -125,7 +130,9 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     check_store(root, probe)
     from .gate import RunGate, catalog_plan, found_plan, source_ids
     from .reruns import recorded_ids, unit_of
+    from .watch import check_watch, watching
 
+    check_watch(dashboard, performance_report)
     run_id = new_run_id()
     gate = None if overwrite else RunGate(
         root, manifest_for(probe)["semantic_hash"], run_id, allow_contraction,
@@ -140,8 +147,13 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # read only the shards and granules of the units to write
         shards = sorted({unit_of(u)[0] for u in todo})
         only = sorted({g for u in todo for g in planned[u]})
-    with cluster_for(scheduler, workers=workers, threads=threads,
-                     memory_limit=memory_limit) as cluster, connected(cluster):
+    from .warm import notice_if_cold
+
+    notice_if_cold()  # a fresh environment compiles numba's kernels during this run
+    with cluster_for(scheduler, workers=workers, threads=threads, memory_limit=memory_limit,
+                     dashboard=dashboard) as cluster, connected(cluster) as client, \
+            watching(client, dashboard=dashboard, performance_report=performance_report,
+                     timings=scheduler is None if timings is None else timings) as watch:
         ds = open_source(cfg, shards=shards, granules=only) if source is None else source
         from .aggregate import shard_collection
         from .sources.granules import skip_damaged
@@ -178,6 +190,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         summary = skip_damaged(ds, aggregate_and_write)
         if planned is not None:
             gate.record_empty(planned, todo, summary)
+        watch.finish(summary)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 
