@@ -76,6 +76,15 @@ def test_a_batch_writes_each_regions_shards_and_reports_every_region(tmp_path):
     assert int(mz["count"].values.sum()) == int(inside.sum())
     assert int((mz["count"].values > 0).sum()) == np.unique(cells[inside]).size
 
+    # the same batch again: every region's shards are current, nothing is written
+    again = subprocess.run([sys.executable, "-m", "zagg", "batch", str(cfg), str(west),
+                            str(east), "--store", str(store), "--workers", "1", "--threads",
+                            "2", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    redo = [s for s in again.stdout.splitlines() if s.startswith("region ")]
+    assert len(redo) == 2 and all(" 0 leaves written" in s for s in redo), redo
+    assert {sid for _, sid in hive.walk_leaves(str(store))} == written
+
 
 def test_a_batch_without_regions_is_refused():
     out = subprocess.run([sys.executable, "-m", "zagg", "batch", "atl03_synthetic"],

@@ -6,8 +6,9 @@ by each (with the same content: a shard always aggregates all of its points). A 
 that fails (a malformed GeoJSON, granules that cannot be read) is reported and the batch
 goes on with the next; a store that refuses the config (another config's manifest) stops
 the batch at its first region.
-Re-running a batch repeats every region's run; it skips the regions already done as soon
-as runs skip units whose inputs are unchanged.
+Each run writes only the shards that are not already current (:mod:`zagg.gate`), so a
+batch run again skips the regions it finished, and an interrupted batch resumes where it
+stopped; with a catalog, a finished region's granules are not even opened.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ class RegionResult:
             return f"region {self.region}: failed: {self.error}"
         s = self.summary
         pts = "?" if s.points is None else f"{s.points:,}"
+        current = s.units["current"] if getattr(s, "gate", None) else 0
         return (f"region {self.region}: {s.shards:,} shards, {s.leaves_written:,} leaves "
-                f"written, {s.cells_with_data:,} cells with data, {pts} points, "
-                f"{s.wall_seconds:.1f} s")
+                f"written, {current:,} current, {s.cells_with_data:,} cells with data, "
+                f"{pts} points, {s.wall_seconds:.1f} s")
 
 
 @dataclass
