@@ -10,7 +10,8 @@ READY  := $(VENV)/.zagg-installed
 $(READY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,dev,plot,xdggs]"
+	$(PY) -m pip install --quiet -e ".[test,dev,plot,xdggs,gateway,dashboard]"
+	$(PY) -m zagg warm  # compile and cache the numba kernels once, ahead of the first run
 	touch $(READY)
 
 demo: $(READY)

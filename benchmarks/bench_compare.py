@@ -12,8 +12,10 @@ that alternate which checkout goes first, each checkout runs in a fresh process 
   process tree;
 - ``cli``: ``python -m zagg run`` on the same input, from process start to exit.
 
-Prints per case and measure each checkout's range over the rounds and the speed ratio of
-the medians (above 1: this checkout is faster).
+Both checkouts write the same store: this one declares no pyramid unless ``--pyramid`` is
+given (then its leaf tasks also write the pyramid's leaf columns, which a checkout from
+before the pyramid does not). Prints per case and measure each checkout's range over the
+rounds and the speed ratio of the medians (above 1: this checkout is faster).
 
     python benchmarks/bench_compare.py --baseline ../zagg-previous
     python benchmarks/bench_compare.py --baseline ../zagg-previous --cases dense-1e8 --rounds 2
@@ -63,7 +65,16 @@ def _env(checkout: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(checkout)}
 
 
-def child(points: str, chunk: int, runs: int, in_memory: bool) -> dict:
+def config(points: str, pyramid_off: bool) -> dict:
+    """The standard config on ``points``; ``pyramid_off`` declares no pyramid (the output
+    of a checkout that predates it, whose config parser does not know the key)."""
+    cfg = standard_config(input=points)
+    if pyramid_off:
+        cfg["output"]["pyramid"] = False
+    return cfg
+
+
+def child(points: str, chunk: int, runs: int, in_memory: bool, pyramid_off: bool) -> dict:
     """Time the measures in this process (whichever checkout ``zagg`` imports from)."""
     import xarray as xr
 
@@ -71,7 +82,7 @@ def child(points: str, chunk: int, runs: int, in_memory: bool) -> dict:
     from zagg.cluster import client_for
 
     out = {"zagg": str(Path(zagg.__file__).parent.parent)}
-    cfg = standard_config(input=points)
+    cfg = config(points, pyramid_off)
     if in_memory:
         ds = xr.open_zarr(points, consolidated=False).compute()
         times = []
@@ -99,12 +110,12 @@ def child(points: str, chunk: int, runs: int, in_memory: bool) -> dict:
     return out
 
 
-def cli(checkout: Path, points: str, workdir: str) -> float:
+def cli(checkout: Path, points: str, workdir: str, pyramid_off: bool) -> float:
     import yaml
 
     cfg_path = f"{workdir}/config.yaml"
     with open(cfg_path, "w") as f:
-        yaml.safe_dump(standard_config(input=points), f)
+        yaml.safe_dump(config(points, pyramid_off), f)
     store = f"{workdir}/cli-store"
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
@@ -116,15 +127,15 @@ def cli(checkout: Path, points: str, workdir: str) -> float:
 
 
 def measure(checkout: Path, points: str, chunk: int, runs: int, in_memory: bool,
-            workdir: str) -> dict:
+            workdir: str, pyramid_off: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", points, str(chunk), str(runs),
-           str(int(in_memory))]
+           str(int(in_memory)), str(int(pyramid_off))]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=HERE,
                           env=_env(checkout))
     out = json.loads(done.stdout.strip().splitlines()[-1])
     if Path(out["zagg"]).resolve() != checkout.resolve():
         raise SystemExit(f"{checkout}: the child imported zagg from {out['zagg']}")
-    out["cli"] = [cli(checkout, points, workdir)]
+    out["cli"] = [cli(checkout, points, workdir, pyramid_off)]
     return out
 
 
@@ -158,11 +169,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2, help="calls per measure and process")
     ap.add_argument("--points", type=float, default=None,
                     help="override every case's number of points (a quick check)")
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--pyramid", action="store_true",
+                    help="let this checkout write its default pyramid columns (by default it "
+                         "declares none, so both checkouts write the same store)")
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        points, chunk, runs, in_memory = args.child
-        print(json.dumps(child(points, int(chunk), int(runs), in_memory == "1")))
+        points, chunk, runs, in_memory, off = args.child
+        print(json.dumps(child(points, int(chunk), int(runs), in_memory == "1", off == "1")))
         return 0
     if args.baseline is None:
         ap.error("--baseline is required")
@@ -176,13 +190,14 @@ def main() -> int:
         points = f"{work}/points.zarr"
         write_points(n, region, chunk, points)
         results = {"baseline": [], "this": []}
+        off = {"baseline": False, "this": not args.pyramid}
         for label in results:  # each checkout's numba cache warmed, untimed
-            measure(checkouts[label], points, chunk, 1, n <= IN_MEMORY_MAX, work)
+            measure(checkouts[label], points, chunk, 1, n <= IN_MEMORY_MAX, work, off[label])
         for r in range(args.rounds):
             order = ["baseline", "this"] if r % 2 == 0 else ["this", "baseline"]
             for label in order:
                 results[label].append(measure(checkouts[label], points, chunk, args.runs,
-                                              n <= IN_MEMORY_MAX, work))
+                                              n <= IN_MEMORY_MAX, work, off[label]))
         summarize(f"{name} ({n:.0e} points)", results)
         shutil.rmtree(work, ignore_errors=True)
     return 0

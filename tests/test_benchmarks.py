@@ -203,3 +203,21 @@ def test_bench_windows_counts_shards_windows_and_leaves():
     line = next(s for s in text.splitlines() if s.startswith("verdict"))
     assert re.fullmatch(r"verdict: windowed / unwindowed = \d+\.\d\d (meets|misses) the target "
                         r"1\.30", line), line
+
+
+def test_bench_scaling_counts_every_cluster_and_prints_the_ratios(expected_counts):
+    """bench_scaling on tiny data: the same store on 1 and 2 workers of a local cluster and
+    of the local gateway it starts itself; counts and the ratio lines, never the times."""
+    from zagg.sources.synthetic import DEFAULT_REGION
+
+    text = _run("bench_scaling.py", "--size", str(N), "--runs", "1", "--region",
+                *map(str, DEFAULT_REGION))
+    assert _counts(text) == expected_counts
+    assert "same shards, cells and points in every run: True" in text
+    runs = re.findall(r"^local (cluster|gateway) +(\d) workers? +run +\d+\.\d\d s", text, re.M)
+    assert runs == [("cluster", "1"), ("cluster", "2"), ("gateway", "1"), ("gateway", "2")]
+    for kind in ("local", "gateway"):
+        assert re.search(rf"speed-up 1 -> 2 workers, {kind}: \d+\.\d\d \((meets|misses) the "
+                         r"target 1\.7\)", text), text
+    assert len(re.findall(r"gateway overhead, \d workers?: [+-]\d+\.\d % of the local run "
+                          r"\((meets|misses) the target 10 %\)", text)) == 2

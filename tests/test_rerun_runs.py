@@ -303,3 +303,38 @@ def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, 
                      capsys.readouterr().out)
     assert main([*cli, "--overwrite"]) == 0
     assert "re-run" not in capsys.readouterr().out  # no gate: every shard rewritten
+
+
+def yearly(location, store) -> dict:
+    cfg = atl03_config(location, store)
+    cfg["output"]["pyramid"] = False
+    cfg["output"]["windowing"] = {"schedule": "yearly", "time_field": "time",
+                                  "epoch": "2018-01-01T00:00:00Z", "scale": "gps"}
+    return cfg
+
+
+def test_a_windowed_catalog_rerun_reads_only_the_new_granules_windows(tmp_path, granules):
+    """Units are (shard, year): an unchanged re-run opens nothing, and a granule of a new
+    year rewrites only that year's units, reading only the granules planned for them."""
+    years = {g.name: g.name[6:10] for g in granules}  # ATL03_{yyyy}...
+    newest = max(granules, key=lambda g: g.name)
+    older = [g for g in granules if g is not newest]
+    assert years[newest.name] not in {years[g.name] for g in older}
+    store = tmp_path / "s"
+    run_ = lambda cat: run(yearly(cat, store), workers=1, threads=2, progress=False)  # noqa: E731
+    first = run_(catalog(older, tmp_path / "old.json"))
+    before = contents(snapshot(store))
+    again = run_(catalog(older, tmp_path / "old.json"))
+    assert again.leaves_written == 0 and again.granules == 0
+    assert again.units["current"] >= first.leaves_written
+    grown = run_(catalog(granules, tmp_path / "all.json"))
+    assert grown.granules == 1  # the new year's units need only the new granule
+    assert {r["window"] for r in grown.records} == {years[newest.name]}
+    after = contents(snapshot(store))
+    assert {k: after[k] for k in before if k.startswith("-")} == {
+        k: v for k, v in before.items() if k.startswith("-")}  # every older leaf untouched
+    truth, _ = recount(granules)
+    windows = zagg.open_hive(store, windows="all")
+    counts = windows["count"].sum("window").values
+    got = {int(w): int(c) for w, c in zip(windows["morton"].values, counts, strict=True) if c}
+    assert got == truth

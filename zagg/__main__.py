@@ -10,12 +10,94 @@ import sys
 def _cmd_run(args) -> int:
     from .run import run
 
-    summary = run(args.config, store=args.store, scheduler=args.scheduler,
-                  workers=args.workers, threads=args.threads, memory_limit=args.memory_limit,
-                  progress=not args.quiet, catalog=args.catalog, region=args.region,
-                  bbox=args.bbox, sweep=True if args.sweep else None,
-                  overwrite=args.overwrite, allow_contraction=args.allow_contraction)
+    knobs = {"store": args.store, "progress": not args.quiet, "catalog": args.catalog,
+             "region": args.region, "bbox": args.bbox,
+             "sweep": True if args.sweep else None, "dashboard": args.dashboard,
+             "performance_report": args.performance_report, "overwrite": args.overwrite,
+             "allow_contraction": args.allow_contraction}
+    if args.gateway is None and args.adaptive is None:
+        summary = run(args.config, scheduler=args.scheduler, workers=args.workers,
+                      threads=args.threads, memory_limit=args.memory_limit, **knobs)
+    else:
+        with _connected(args) as client:
+            summary = run(args.config, scheduler=client, timings=True, **knobs)
     print("\n".join(summary.lines()))
+    return 0
+
+
+def _cmd_batch(args) -> int:
+    from .batch import batch
+    from .cluster import connect
+    from .config import load_config
+
+    cfg = load_config(args.config)  # a bad config is refused before any cluster starts
+    if args.gateway is not None or args.adaptive is not None:
+        client = _connected(args)
+    else:
+        client = connect(args.scheduler, workers=args.workers, threads=args.threads,
+                         memory_limit=args.memory_limit)
+    with client:
+        summary = batch(cfg, args.regions, store=args.store, client=client,
+                        progress=not args.quiet, timings=True)
+    print("\n".join(summary.lines()))
+    return 1 if summary.failed else 0
+
+
+def _connected(args):
+    """The client of ``--gateway`` or ``--adaptive`` (zagg.cluster.connect), once the
+    config is known to load: a bad one is refused before any cluster starts."""
+    from .cluster import ClusterError, connect
+    from .config import load_config
+    from .watch import check_watch
+
+    load_config(args.config)
+    check_watch(args.dashboard and args.gateway is None, args.performance_report)
+    if args.scheduler is not None:
+        raise ClusterError("--adaptive sizes a cluster zagg starts; an existing scheduler "
+                           "(--scheduler) keeps its own")
+    return connect(gateway=args.gateway, workers=args.workers, threads=args.threads,
+                   memory_limit=args.memory_limit, adaptive=args.adaptive,
+                   dashboard=args.dashboard and args.gateway is None,
+                   gateway_options=_gateway_options(args.gateway_option))
+
+
+def _gateway_options(pairs) -> dict | None:
+    """``--gateway-option name=value`` pairs; values are read as YAML scalars (numbers,
+    booleans) so they reach the gateway typed."""
+    if not pairs:
+        return None
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--gateway-option {pair!r}: expected "
+                                             "NAME=VALUE, e.g. image=org/zagg:1.0")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _adaptive(text: str) -> tuple[int, int]:
+    """argparse type of --adaptive: MIN,MAX workers."""
+    lo, sep, hi = text.partition(",")
+    try:
+        bounds = (int(lo), int(hi)) if sep else None
+    except ValueError:
+        bounds = None
+    if bounds is None or bounds[0] < 0 or bounds[1] < max(bounds[0], 1):
+        raise argparse.ArgumentTypeError(f"--adaptive expects MIN,MAX workers with 0 <= MIN "
+                                         f"<= MAX and MAX >= 1, e.g. 1,8; got {text!r}")
+    return bounds
+
+
+def _cmd_warm(args) -> int:
+    from .warm import CONFIGS, is_cold, warm
+
+    cold = is_cold()
+    seconds = warm(args.configs or CONFIGS, out=sys.stdout)
+    print(f"numba kernels {'compiled and cached' if cold else 'already cached'}: "
+          f"{sum(seconds.values()):.1f} s")
     return 0
 
 
@@ -162,6 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(python -m zagg configs lists them)")
     r.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     r.add_argument("--scheduler", help="address of an existing dask scheduler")
+    r.add_argument("--gateway", metavar="URL", help="a new cluster of the dask-gateway at "
+                   "URL (--workers of --threads cores and --memory-limit each, the deployment "
+                   "profile as their environment); needs zagg[gateway]")
+    r.add_argument("--gateway-option", action="append", metavar="NAME=VALUE",
+                   help="another cluster option the gateway declares; repeatable")
+    r.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX",
+                   help="let the cluster adapt between MIN and MAX workers (local or gateway)")
+    r.add_argument("--dashboard", action="store_true", help="serve the local cluster's "
+                   "dashboard on 127.0.0.1 and print its link (needs zagg[dashboard])")
+    r.add_argument("--performance-report", metavar="FILE.html", help="write distributed's "
+                   "performance report of the run (needs zagg[dashboard])")
     r.add_argument("--workers", type=_at_least_one,
                    help="local cluster workers (default: cores / 2)")
     r.add_argument("--threads", type=_at_least_one, help="threads per local worker (default 2)")
@@ -181,6 +274,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sweep", action="store_true", help="build the pyramid ladder after the "
                    "leaves (as output.sweep: stages does)")
     r.set_defaults(func=_cmd_run)
+
+    b = sub.add_parser("batch", help="run a config over regions, one after another, into one "
+                                     "store (exit status 1 when a region failed)")
+    b.add_argument("config", help="pipeline config (YAML file or shipped name)")
+    b.add_argument("regions", nargs="+", help="GeoJSON polygon files or shipped region names, "
+                   "run in this order")
+    b.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
+    b.add_argument("--scheduler", help="address of an existing dask scheduler")
+    b.add_argument("--gateway", metavar="URL", help="a new dask-gateway cluster for the batch")
+    b.add_argument("--gateway-option", action="append", metavar="NAME=VALUE")
+    b.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX")
+    b.add_argument("--workers", type=_at_least_one)
+    b.add_argument("--threads", type=_at_least_one)
+    b.add_argument("--memory-limit", type=_memory_limit)
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
 
     w = sub.add_parser("sweep", help="build or refresh a store's pyramid ladder from its leaf "
                                      "columns (the overviews above the shard order)")
@@ -208,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="pipeline config whose data_source names the paths")
     c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
     c.set_defaults(func=_cmd_catalog)
+
+    m = sub.add_parser("warm", help="compile and cache zagg's numba kernels ahead of the "
+                                    "first run (image builds, set-up scripts)")
+    m.add_argument("configs", nargs="*", help="shipped configs to warm for (default: "
+                   "atl03_synthetic and atl03_strata, which use every kernel kind)")
+    m.set_defaults(func=_cmd_warm)
 
     k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
     k.set_defaults(func=_cmd_configs)
@@ -332,7 +447,8 @@ def main(argv=None) -> int:
             sys.stdout.flush()
             return code
         except KeyboardInterrupt:
-            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo)
+            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo,
+                                                                          _cmd_batch)
                                          else ""), file=sys.stderr)
             return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
         except BrokenPipeError:

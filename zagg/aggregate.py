@@ -82,9 +82,10 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
     With ``discover`` the chunk reductions are computed and kept on the cluster first (a
     progress bar follows them when asked), so only the shards holding data are built,
     heaviest first, and the point accounting is known; without, ``shards`` must be given
-    and every chunk feeds every shard lazily. ``select(shard_ids, shard_granules)``, called
-    once the shards holding data are known, returns the decimal ids of those to build
-    (a re-run's gate); ``shard_granules`` is None when granules are not tracked.
+    and every chunk feeds every shard lazily. ``select(names, shard_granules)``, called once
+    the units holding data are known (named by their leaf stems: the shard id, or
+    ``{id}_{window}``), returns the names of those to build (a re-run's gate);
+    ``shard_granules`` is None when granules are not tracked.
     """
     granule_ids = list(ds.attrs.get("granules") or [])
     granule_var = "granule" if granule_ids and "granule" in ds.variables else None
@@ -97,7 +98,11 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
         found = Discovery.run(results, progress, granule_ids if granule_var else None,
                               unit_name=unit_namer(plan))
         if select is not None:
-            found = found.only(select(G.to_decimal(found.words), found.shard_granules))
+            name = unit_namer(plan) or (lambda w: G.to_decimal(np.uint64(w))[0])
+            names = [name(int(w)) for w in found.words]
+            keep = set(select(names, found.shard_granules))
+            found = found.only(found.words[np.array([n in keep for n in names], dtype=bool)],
+                               keep)
     meta = dataset_meta(config, unit_shards(plan, found.words), dim, found.counts,
                         time.perf_counter() - t0)
     if granule_var:
@@ -243,17 +248,15 @@ class Discovery:
                    _held_by_one_worker(reductions))
 
 
-    def only(self, shard_ids) -> Discovery:
-        """The same discovery restricted to the shards ``shard_ids`` (decimal ids)."""
-        keep = np.isin(self.words, G.from_decimal(sorted(shard_ids)) if shard_ids else
-                       np.zeros(0, np.uint64))
-        words = self.words[keep]
+    def only(self, words: np.ndarray, names) -> Discovery:
+        """The same discovery restricted to the units ``words`` (named ``names`` where
+        granules are tracked)."""
         members = {int(w): self.members[int(w)] for w in words}
         rows = None if self.rows is None else {w: self.rows[w] for w in members}
         granules = None if self.shard_granules is None else {
-            sid: ids for sid, ids in self.shard_granules.items() if sid in set(shard_ids)}
-        return dataclasses.replace(self, words=words, members=members, rows=rows,
-                                   shard_granules=granules)
+            n: ids for n, ids in self.shard_granules.items() if n in names}
+        return dataclasses.replace(self, words=np.asarray(words, np.uint64), members=members,
+                                   rows=rows, shard_granules=granules)
 
 
 def _held_by_one_worker(persisted: da.Array) -> bool:

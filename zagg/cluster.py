@@ -1,4 +1,5 @@
-"""Where a run executes: a LocalCluster sized to the machine, or an existing scheduler.
+"""Where a run executes: a LocalCluster sized to the machine, an existing scheduler, or a
+dask-gateway cluster (:mod:`zagg.gateway`); :func:`connect` gives a client of any of them.
 
 A local cluster of one worker whose threads take every core (the default on one or two
 cores: see :func:`runs_in_process`) runs inside the client's process; otherwise its
@@ -11,6 +12,7 @@ in is used as it is: zagg never changes a cluster it did not start.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 from .deploy import local_cluster_config, worker_environ
@@ -72,12 +74,22 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
                 threads: int | None = None, memory_limit: str | int | None = None,
                 dashboard: bool = False, processes: bool | None = None):
     """Yield what a client connects to: ``scheduler`` itself when given, else a new
-    LocalCluster (closed on exit). Keyword knobs override :func:`machine_defaults`;
-    ``processes`` (default: unless :func:`runs_in_process`) puts the workers in processes
-    of their own; ``dashboard`` serves distributed's dashboard on 127.0.0.1:8787."""
+    LocalCluster (closed on exit; see :func:`local_cluster`)."""
     if scheduler:
         yield scheduler
         return
+    with local_cluster(workers=workers, threads=threads, memory_limit=memory_limit,
+                       dashboard=dashboard, processes=processes) as cluster:
+        yield cluster
+
+
+def local_cluster(*, workers: int | None = None, threads: int | None = None,
+                  memory_limit: str | int | None = None, dashboard: bool = False,
+                  processes: bool | None = None):
+    """A new LocalCluster on 127.0.0.1. Keyword knobs override :func:`machine_defaults`;
+    ``processes`` (default: unless :func:`runs_in_process`) puts the workers in processes
+    of their own; ``dashboard`` serves distributed's dashboard on 127.0.0.1 (port 8787,
+    or a free one when that is taken)."""
     check_knobs(workers, threads, memory_limit)
     import dask
     from distributed import LocalCluster
@@ -104,9 +116,7 @@ def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
     # silence_logs: a task error reaches the client as its exception (with the remote
     # traceback); the worker need not also log a "Compute Failed" block on stderr
     with dask.config.set(local_cluster_config() if processes else {}):
-        cluster = LocalCluster(silence_logs=50, **where, **opts)
-    with cluster:
-        yield cluster
+        return LocalCluster(silence_logs=50, **where, **opts)
 
 
 @contextlib.contextmanager
@@ -121,9 +131,18 @@ def connected(target):
         with target.as_current():
             yield target
         return
+    with _new_client(target) as client:
+        yield client
+
+
+def _new_client(target):
+    """A new ``distributed.Client`` of an address or a cluster; an unreachable address is
+    a :class:`ClusterError` naming it and the fix."""
+    from distributed import Client
+
     before = active_client()
     try:
-        client = Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
+        return Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
             else Client(target)
     except (OSError, ValueError, TypeError) as exc:
         _close_half_made(before)
@@ -132,8 +151,6 @@ def connected(target):
         raise ClusterError(f"cannot reach a dask scheduler at {target!r} ({exc}); check the "
                            "address (e.g. tcp://10.0.0.5:8786) and that its scheduler is "
                            "running, or leave --scheduler out for a local cluster") from exc
-    with client:
-        yield client
 
 
 def _close_half_made(before) -> None:
@@ -151,3 +168,86 @@ def client_for(scheduler: str | None = None, **knobs):
     LocalCluster (closed on exit); the knobs are those of :func:`cluster_for`."""
     with cluster_for(scheduler, **knobs) as target, connected(target) as client:
         yield client
+
+
+@functools.cache
+def _client_class():
+    from distributed import Client
+
+    class ClusterClient(Client):
+        """A client of the cluster :func:`connect` started for it: closing the client
+        (``client.close()``, or the end of its ``with`` block) closes that cluster too."""
+
+        def close(self, *args, **kwargs):
+            try:
+                return super().close(*args, **kwargs)
+            finally:
+                owned = self.__dict__.pop("_zagg_owned_cluster", None)
+                if owned is not None:
+                    owned.close()
+
+    return ClusterClient
+
+
+def connect(scheduler=None, *, gateway: str | None = None, workers: int | None = None,
+            threads: int | None = None, memory_limit=None,
+            adaptive: tuple[int, int] | None = None, dashboard: bool = False,
+            gateway_options: dict | None = None, gateway_auth=None):
+    """A ``distributed.Client`` for a run, from a notebook or a script.
+
+    - nothing: a new LocalCluster on 127.0.0.1 sized by ``workers``, ``threads`` and
+      ``memory_limit`` (see :func:`local_cluster`; ``dashboard=True`` serves its
+      dashboard on 127.0.0.1, at :func:`zagg.watch.dashboard_link` of the client);
+    - ``scheduler``: an existing scheduler's address (``tcp://10.0.0.5:8786``);
+    - ``gateway``: a new cluster of the dask-gateway at that URL, its workers of
+      ``threads`` cores and ``memory_limit`` memory each, with zagg's deployment profile
+      as their environment, scaled to ``workers`` (default 1) or adapting between
+      ``adaptive=(min, max)``; ``gateway_options`` sets any other option the gateway
+      declares, ``gateway_auth`` its authentication (e.g. ``"basic"``, ``"jupyterhub"``).
+
+    ``adaptive`` applies to a local cluster too. A cluster started here belongs to the
+    client: closing the client (or leaving ``with connect(...) as client:``) closes it.
+    Pass the client to :func:`zagg.run` (``scheduler=client``): runs use it and leave it
+    open.
+    """
+    if scheduler is not None and gateway is not None:
+        raise ClusterError("give a scheduler address or a gateway URL, not both")
+    if adaptive is not None:
+        adaptive = _check_adaptive(adaptive)
+    if scheduler is not None:
+        if adaptive is not None or dashboard:
+            raise ClusterError("adaptive and dashboard are settings of a cluster zagg starts; "
+                               "an existing scheduler keeps its own")
+        return _new_client(scheduler)
+    if gateway is not None:
+        check_knobs(workers, threads, None)
+        from .gateway import new_cluster
+
+        cluster = new_cluster(gateway, workers=workers, threads=threads,
+                              memory_limit=memory_limit, adaptive=adaptive,
+                              options=gateway_options, auth=gateway_auth)
+        # (a gateway cluster's dashboard is always served, behind the gateway's proxy)
+    else:
+        cluster = local_cluster(workers=workers, threads=threads, memory_limit=memory_limit,
+                                dashboard=dashboard)
+        if adaptive is not None:
+            cluster.adapt(minimum=adaptive[0], maximum=adaptive[1])
+    try:
+        client = _client_class()(cluster)
+    except BaseException:
+        cluster.close()
+        raise
+    client.__dict__["_zagg_owned_cluster"] = cluster
+    return client
+
+
+def _check_adaptive(adaptive) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in adaptive)
+    except (TypeError, ValueError):
+        raise ClusterError(f"adaptive must be (minimum, maximum) workers, got {adaptive!r}") \
+            from None
+    if lo < 0 or hi < max(lo, 1):
+        raise ClusterError(f"adaptive=({lo}, {hi}): need 0 <= minimum <= maximum and "
+                           "maximum >= 1")
+    return lo, hi

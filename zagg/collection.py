@@ -123,6 +123,22 @@ class Shards:
         return G.to_decimal(words)
 
     @property
+    def unit_names(self) -> list[str]:
+        """Each unit's leaf stem: the shard id, or ``{id}_{window}`` in a windowed run
+        (:func:`zagg.hive.paths.leaf_stem`)."""
+        if self.meta.get("windowing") is None:
+            return G.to_decimal(self.words)
+        from .hive.paths import leaf_stem
+        from .windows.assign import label
+        from .windows.leaves import run_windowing
+        from .windows.units import unpack
+
+        windowing = run_windowing(self.meta)
+        shards, index = unpack(self.words, self.geometry[0])
+        return [leaf_stem(sid, label(windowing, i))
+                for sid, i in zip(G.to_decimal(shards), index.tolist(), strict=True)]
+
+    @property
     def geometry(self) -> tuple[int, int]:
         grid = self.meta["grid"]
         return grid["parent_order"], grid["child_order"]

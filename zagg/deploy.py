@@ -34,3 +34,15 @@ def local_cluster_config() -> dict:
     around a LocalCluster that starts worker processes."""
     spawn = profile()["distributed"]["nanny"]["pre-spawn-environ"]
     return {f"distributed.nanny.pre-spawn-environ.{k}": str(v) for k, v in spawn.items()}
+
+
+def launched_worker_environ(threads: int) -> dict[str, str]:
+    """The whole profile as the environment of a worker process someone else launches (a
+    dask-gateway backend, a batch job): the nanny's spawn settings and the worker preload
+    travel as dask config variables (their values are Python literals, which keep the
+    variable names' case), beside :func:`worker_environ`."""
+    spawn = {str(k): str(v) for k, v in
+             profile()["distributed"]["nanny"]["pre-spawn-environ"].items()}
+    return {**worker_environ(threads),
+            "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": repr(spawn),
+            "DASK_DISTRIBUTED__WORKER__PRELOAD": repr(["zagg.preload"])}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .hive.paths import leaf_stem
 from .hive.storage import StoreRoot
 from .reruns import (
     CURRENT,
@@ -73,8 +74,8 @@ class RunGate:
 
     def record_empty(self, planned: dict, todo, summary) -> None:
         """After a planned run: the units it was to write that came out empty (no point
-        in the shard) record their identity, so the next run skips them too."""
-        written = {r["shard_id"] for r in summary.records}
+        in the shard, or the window) record their identity, so the next run skips them."""
+        written = {leaf_stem(r["shard_id"], r.get("window")) for r in summary.records}
         failed = {f.get("granule") for f in summary.failed_granules}
         empty = sorted(set(todo) - written)
         write_empty(self.root, empty, {sid: [i for i in planned[sid] if i not in failed]
@@ -91,10 +92,16 @@ class RunGate:
 
 
 def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
-    """Per shard (decimal id at the shard order) the catalogued granules whose footprint
-    touches it, restricted to ``shards`` when given; None when the config names no catalog."""
+    """Per unit (its leaf stem: the shard id at the shard order, or ``{id}_{window}``) the
+    catalogued granules whose footprint touches the shard (and whose time range reaches
+    the window), restricted to ``shards`` when given; None when the plan cannot be known
+    before reading (no catalog, footprints coarser than the shards, or a windowed run
+    whose time field is not the catalogued ``delta_time``)."""
     src = cfg.data_source.granules
     if src is None or not src.is_catalog:
+        return None
+    windowing = cfg.output.windowing
+    if windowing is not None and not (src.delta_time and windowing.time_field == "time"):
         return None
     from . import grid as G
     from .sources.catalog import select
@@ -102,7 +109,7 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
 
     catalog = _read_catalog(src)
     p = cfg.grid.parent_order
-    if catalog.order < p:  # footprints too coarse to name shards: gate after the read
+    if catalog.order < p:
         return None
     wanted = None
     if shards is not None:
@@ -112,11 +119,35 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
     for e in catalog:
         if not e.footprint:
             continue
+        labels = [None] if windowing is None else entry_windows(windowing, e)
+        if labels is None:  # a granule without a catalogued time range
+            return None
         words = np.unique(G.ancestor(G.from_decimal(list(e.footprint)), p))
         for sid in G.to_decimal(words):
             if wanted is None or sid in wanted:
-                plan.setdefault(sid, set()).add(e.id)
-    return {sid: sorted(ids) for sid, ids in sorted(plan.items())}
+                for window in labels:
+                    plan.setdefault(leaf_stem(sid, window), set()).add(e.id)
+    return {u: sorted(ids) for u, ids in sorted(plan.items())}
+
+
+def entry_windows(windowing, entry) -> list[str] | None:
+    """The labels of the windows a catalogued granule's time range reaches (None: the
+    catalog records no range for it)."""
+    from .windows.assign import bounds, label, utc_ns, window_index
+
+    if entry.delta_time_min is None or entry.delta_time_max is None:
+        return None
+    span = np.array([entry.delta_time_min, entry.delta_time_max], np.float64)
+    if windowing.schedule != "explicit":
+        lo, hi = window_index(windowing, span).tolist()
+        return [label(windowing, i) for i in range(lo, hi + 1)]
+    t0, t1 = utc_ns(windowing, span)[0]
+    out = []
+    for i in range(len(windowing.windows)):
+        start, end = (np.datetime64(b, "ns") for b in bounds(windowing, i))
+        if start <= t1 and t0 < end:
+            out.append(label(windowing, i))
+    return out
 
 
 def catalog_words(shards) -> np.ndarray:

@@ -103,7 +103,7 @@ def wait(futures, *, progress: bool = False, label: str = "") -> None:
     :data:`STEP_SECONDS`, printing a progress line to stderr when asked; raises
     ``KeyboardInterrupt`` at the step after :func:`request_stop`."""
     futures = list(futures)
-    bar = _Bar(label, len(futures)) if progress and futures else None
+    bar = new_bar(label, len(futures)) if progress and futures else None
     from distributed import wait as wait_for
 
     pending = futures
@@ -122,6 +122,21 @@ def wait(futures, *, progress: bool = False, label: str = "") -> None:
     finally:
         if bar is not None:
             bar.close()
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (its output is a notebook's cells)."""
+    shell = sys.modules.get("IPython")
+    if shell is None or "ipykernel" not in sys.modules:
+        return False
+    ip = shell.get_ipython()
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def new_bar(label: str, total: int):
+    """A progress bar for ``total`` tasks: an HTML bar in a notebook's cell output, else
+    a text line on stderr."""
+    return _NotebookBar(label, total) if in_notebook() else _Bar(label, total)
 
 
 class _Bar:
@@ -146,6 +161,36 @@ class _Bar:
 
     def close(self) -> None:
         print(file=sys.stderr, flush=True)
+
+
+class _NotebookBar(_Bar):
+    """The same bar as an HTML ``<progress>`` element, updated in place in the cell's
+    output (IPython's display handles; no widget library needed)."""
+
+    def __init__(self, label: str, total: int):
+        from IPython.display import HTML, display
+
+        self.total, self.t0, self.last, self.label = total, time.perf_counter(), -1.0, label
+        self._html = HTML
+        self.handle = display(self._render(0), display_id=True)
+
+    def _render(self, done: int):
+        import html
+
+        text = (f"{html.escape(self.label)} " if self.label else "") + \
+            f"{done}/{self.total} | {time.perf_counter() - self.t0:.1f} s"
+        return self._html(f'<progress value="{done}" max="{self.total}" '
+                          f'style="width: 40ch"></progress> <code>{text}</code>')
+
+    def show(self, done: int) -> None:
+        now = time.perf_counter()
+        if done != self.total and now - self.last < 0.5:
+            return
+        self.last = now
+        self.handle.update(self._render(done))
+
+    def close(self) -> None:
+        pass
 
 
 def _salvage(client, futures, on_failure) -> None:

@@ -43,11 +43,18 @@ REFUSALS_SPEC = "zagg-refusals/1"
 _READERS = 16  # concurrent sidecar reads on an object store
 
 
+def unit_of(stem: str) -> tuple[str, str | None]:
+    """``(shard id, window or None)`` of a unit named by its leaf stem (``-5112333`` or
+    ``-5112333_2019``, :func:`zagg.hive.paths.leaf_stem`)."""
+    sid, _, window = stem.partition("_")
+    return sid, window or None
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """What a run does with one shard, and why."""
+    """What a run does with one unit (a shard, or a shard's window), and why."""
 
-    shard_id: str
+    shard_id: str  # the unit's leaf stem
     kind: str  # current / refused / rewrite
     reason: str
     missing: tuple[str, ...] = ()  # recorded ids the plan drops (refused, or allowed)
@@ -109,9 +116,10 @@ def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str,
     payloads = {}
     for sid in shard_ids:
         granules = granules_record(planned[sid])
-        payloads[paths.granules_key(sid)] = dumps_json(granules)
-        payloads[paths.stats_key(sid)] = dumps_json({
-            "spec": STATS_SPEC, "shard_key": sid, "leaf": None, "cells_with_data": 0,
+        payloads[paths.granules_key(*unit_of(sid))] = dumps_json(granules)
+        payloads[paths.stats_key(*unit_of(sid))] = dumps_json({
+            "spec": STATS_SPEC, "shard_key": unit_of(sid)[0], "window": unit_of(sid)[1],
+            "leaf": None, "cells_with_data": 0,
             "granule_count": len(granules["ids"]), "content_hashes": None,
             "semantic_hash": semantic_hash, "granules_sha256": granules["granules_sha256"],
             "written_at": now_iso(), "run_id": run_id})
@@ -123,13 +131,15 @@ def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str,
 def _has_column(root: StoreRoot, sid: str) -> bool:
     from .hive import artifact
 
+    if unit_of(sid)[1] is not None:  # windowed units carry no leaf column
+        return True
     return artifact.stamped_attrs(root, artifact.column_path(sid), "column") is not None
 
 
 def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
     """The granule ids a leaf's sibling records ([] when absent or unreadable)."""
     try:
-        sibling = root.read_json(paths.granules_key(sid))
+        sibling = root.read_json(paths.granules_key(*unit_of(sid)))
     except ValueError:
         return []
     ids = sibling.get("ids") if isinstance(sibling, dict) else None
@@ -137,10 +147,10 @@ def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
 
 
 def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) -> Verdict:
-    leaf = paths.leaf_path(sid)
+    leaf = paths.leaf_path(*unit_of(sid))
     stamp, problem = read_stamp_or_debris(root, leaf)
     if stamp is None and not problem:
-        record = read_stats(root, sid)
+        record = read_stats(root, *unit_of(sid))
         if _recorded_empty(record, semantic_hash, ids):
             return Verdict(sid, CURRENT, "empty", empty=True)
     if stamp is None:
@@ -150,7 +160,7 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
         own, _ = read_stamp_or_debris(root, data_prefix(leaf, stamp))
         if own is None:
             return Verdict(sid, REWRITE, "its current version is missing or unstamped")
-    record = read_stats(root, sid)
+    record = read_stats(root, *unit_of(sid))
     if record is None:
         return Verdict(sid, REWRITE, "no stats sidecar", versioned=versioned)
     if record.get("content_hashes") != stamp.get("content_hashes"):
@@ -181,7 +191,7 @@ def _recorded_ids(root: StoreRoot, sid: str, recorded_sha) -> set[str] | None:
     """The granule ids a leaf's sibling records, when it agrees with the sidecar's hash (a
     sibling that does not is a torn rewrite: unrecorded)."""
     try:
-        sibling = root.read_json(paths.granules_key(sid))
+        sibling = root.read_json(paths.granules_key(*unit_of(sid)))
     except ValueError:
         return None
     if not isinstance(sibling, dict) or not isinstance(sibling.get("ids"), list):
@@ -202,14 +212,15 @@ def touch_current(root: StoreRoot, verdicts: list[Verdict], *,
 
     keys = []
     for v in verdicts:
+        unit = unit_of(v.shard_id)
+        sides = [paths.stats_key(*unit), paths.granules_key(*unit)]
         if v.empty:
-            keys += [paths.stats_key(v.shard_id), paths.granules_key(v.shard_id)]
+            keys += sides
             continue
-        if column:
+        if column and unit[1] is None:
             rel = artifact.column_path(v.shard_id)
             keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]
-        leaf = paths.leaf_path(v.shard_id)
-        sides = [paths.stats_key(v.shard_id), paths.granules_key(v.shard_id)]
+        leaf = paths.leaf_path(*unit)
         if v.versioned:
             keys += [f"{leaf}/zarr.json", *sides]
         else:
@@ -237,7 +248,8 @@ def write_refusals(root: StoreRoot, run_id: str, semantic_hash: str,
     body = {
         "spec": REFUSALS_SPEC, "run_id": run_id, "written_at": at,
         "semantic_hash": semantic_hash, "zagg_version": __version__,
-        "refused": [{"shard_key": v.shard_id, "window": None, "classification": v.reason,
+        "refused": [{"shard_key": unit_of(v.shard_id)[0], "window": unit_of(v.shard_id)[1],
+                     "classification": v.reason,
                      "missing_granules": list(v.missing), "added_granules": list(v.added)}
                     for v in sorted(refused, key=lambda v: v.shard_id)],
     }

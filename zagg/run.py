@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from .write import RunSummary
 
 
-def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
+def open_source(cfg: Config, *, shards=None, granules=None) -> xr.Dataset:
     """The points Dataset a config names: HDF5 granules (only those a catalog says touch
-    ``shards``, when given), the built-in generator, or a zarr/netCDF input."""
+    ``shards``, when given, and only the ids ``granules`` when given), the built-in
+    generator, or a zarr/netCDF input."""
 
     src = cfg.data_source
     if src.granules is not None:
@@ -31,7 +32,7 @@ def open_source(cfg: Config, *, shards=None) -> xr.Dataset:
         # a read plan's rows): zagg.sources.granules.open_for_config
         from .sources.granules import open_for_config
 
-        return open_for_config(cfg, shards=shards)
+        return open_for_config(cfg, shards=shards, only=granules)
     if src.synthetic is not None:
         from .sources.synthetic import DEFAULT_REGION, synthetic_photons
 
@@ -73,7 +74,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         memory_limit=None, progress: bool = True, storage_options=None,
         catalog: str | None = None, region: str | None = None, bbox=None,
         shards=None, sweep: bool | None = None, overwrite: bool = False,
-        allow_contraction: bool = False) -> RunSummary:
+        allow_contraction: bool = False, dashboard: bool = False,
+        performance_report: str | None = None, timings: bool | None = None) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -85,7 +87,11 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
-    cluster (its summary is ``summary.sweep``).
+    cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
+    dashboard on 127.0.0.1 and prints its link; ``performance_report`` writes distributed's
+    performance report of the run to that HTML file; ``timings`` (default: on the clusters
+    the run starts) records the tasks' own timings, shown as ``summary.stages`` (see
+    :mod:`zagg.timings`).
 
     Re-runs write only what changed (:mod:`zagg.gate`): a shard whose leaf was built by
     the same config from the same granules is current and not written again (with a
@@ -123,25 +129,32 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     hive.check_store_root(root, MANIFEST_KEY)
     check_store(root, probe)
     from .gate import RunGate, catalog_plan, found_plan, source_ids
-    from .reruns import recorded_ids
+    from .reruns import recorded_ids, unit_of
+    from .watch import check_watch, watching
 
+    check_watch(dashboard, performance_report)
     run_id = new_run_id()
-    # the gate keys units by shard; a windowed store's units are (shard, window) pairs,
-    # which it does not compare yet, so those are always written
-    gated = not overwrite and cfg.output.windowing is None
-    gate = None if not gated else RunGate(
+    gate = None if overwrite else RunGate(
         root, manifest_for(probe)["semantic_hash"], run_id, allow_contraction,
         column=cfg.output.pyramid is not None)
     # with a catalog every shard's granules are known before any is opened: gate first
     planned = catalog_plan(cfg, shards) if gate is not None and source is None else None
+    todo = only = None
     if planned is not None:
         todo = gate.decide(planned)
         if not todo:
             return gate.summary(time.perf_counter() - t0)
-        shards = sorted(todo)
-    with cluster_for(scheduler, workers=workers, threads=threads,
-                     memory_limit=memory_limit) as cluster, connected(cluster):
-        ds = open_source(cfg, shards=shards) if source is None else source
+        # read only the shards and granules of the units to write
+        shards = sorted({unit_of(u)[0] for u in todo})
+        only = sorted({g for u in todo for g in planned[u]})
+    from .warm import notice_if_cold
+
+    notice_if_cold()  # a fresh environment compiles numba's kernels during this run
+    with cluster_for(scheduler, workers=workers, threads=threads, memory_limit=memory_limit,
+                     dashboard=dashboard) as cluster, connected(cluster) as client, \
+            watching(client, dashboard=dashboard, performance_report=performance_report,
+                     timings=scheduler is None if timings is None else timings) as watch:
+        ds = open_source(cfg, shards=shards, granules=only) if source is None else source
         from .aggregate import shard_collection
         from .sources.granules import skip_damaged
         from .write import write_shards
@@ -152,7 +165,10 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
             cfg.check_dataset(ds)
             ids = source_ids(cfg, ds, from_config=source is None)
             select = None
-            if gate is not None and planned is None and ids is not None:
+            if todo is not None:  # a planned run builds its units to write, no others
+                def select(found, contributors):
+                    return [u for u in found if u in todo]
+            elif gate is not None and ids is not None:
                 # gate the shards the read finds (a Dataset with no granule ids has no
                 # identity to compare: every shard is written)
                 def select(found, contributors):
@@ -173,7 +189,8 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         # does not decompress) is left out, recorded, and the run redone without it
         summary = skip_damaged(ds, aggregate_and_write)
         if planned is not None:
-            gate.record_empty(planned, shards, summary)
+            gate.record_empty(planned, todo, summary)
+        watch.finish(summary)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 
@@ -185,10 +202,10 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
     meta = shards.meta
     failed = {f.get("granule") for f in meta.get("failed_granules") or ()}
     if planned is not None:
-        meta["shard_granules"] = {sid: [i for i in planned.get(sid, ()) if i not in failed]
-                                  for sid in shards.shard_ids}
+        meta["shard_granules"] = {u: [i for i in planned.get(u, ()) if i not in failed]
+                                  for u in shards.unit_names}
     elif meta.get("shard_granules") is None and ids is not None:
-        meta["shard_granules"] = {sid: list(ids) for sid in shards.shard_ids}
+        meta["shard_granules"] = {u: list(ids) for u in shards.unit_names}
 
 
 def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | None):

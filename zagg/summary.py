@@ -28,6 +28,7 @@ class RunSummary:
     point_counts: dict | None = None
     sweep: object = None  # the pyramid sweep chained after the run (zagg.pyramid.sweep)
     gate: object = None  # the re-run verdicts (zagg.reruns.Gate; None: no gate)
+    stages: object = None  # where the tasks' time went (zagg.timings.StageTimes)
 
     @property
     def points_per_second(self) -> float | None:
@@ -107,6 +108,7 @@ class RunSummary:
             *self._gate_lines(),
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
+            *(self.stages.lines() if self.stages is not None else []),
             *(["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
               if self.sweep is not None else []),
         ]

@@ -85,11 +85,11 @@ def write_stats(
     return key
 
 
-def read_stats(root: str | StoreRoot, shard_id: str) -> dict | None:
+def read_stats(root: str | StoreRoot, shard_id: str, window: str | None = None) -> dict | None:
     """A leaf's stats sidecar, or None when absent (sidecars are telemetry, never truth)."""
     root = as_root(root)
     try:
-        payload = root.read_json(paths.stats_key(shard_id))
+        payload = root.read_json(paths.stats_key(shard_id, window))
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None

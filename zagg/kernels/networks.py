@@ -5,9 +5,11 @@ a handful of floats. Insertion sort mispredicts a branch per element (~18 ns per
 here); a fixed network of compare-exchanges (Batcher's odd–even merge sort) keeps the
 values in registers as branch-free min/max pairs (~5 ns per value).
 
-The networks are generated once at import from the pair list below and compiled with
-``inline="always"``, so a caller's numba cache holds them; a change here therefore also
-needs the callers' caches cleared (``__pycache__``).
+The networks are generated once at import from the pair list below. Each is compiled as a
+function of its own, once per element type, and called (not inlined: numba's inlining of
+a few hundred straight-line statements costs several times their compile, in every caller);
+a caller's numba cache holds the code of the networks it calls, so a change here also needs
+the callers' caches cleared (``__pycache__``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _network(n: int):
     lines += [f"    if {i} < m:\n        dst[base + {i}] = a{i}" for i in range(n)]
     namespace: dict = {}
     exec(compile("\n".join(lines), f"<sorting network {n}>", "exec"), namespace)
-    return nb.njit(inline="always")(namespace[f"sort{n}"])
+    return nb.njit(nogil=True)(namespace[f"sort{n}"])
 
 
 sort8, sort16, sort32 = (_network(n) for n in WIDTHS)

@@ -35,6 +35,9 @@ WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 # build sorts segments of up to _SHORT values inside the kernel; longer ones are sorted by the
 # wrapper with numpy, whose SIMD sort beats any numba sort even with a python loop over them.
 _SHORT = 64
+# a zero typed int64 from the start: a literal 0 (a counter's first value, an argument)
+# would make numba compile a second specialization of every kernel it reaches
+_ZERO = np.int64(0)
 PAYLOAD_DTYPE = np.dtype("<f4")
 _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
@@ -137,11 +140,11 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     buf = np.empty(big, np.float64)
     ones = np.ones(big, np.float64)
     small = np.empty(_SHORT, np.float64)
-    pos = 0
+    pos = _ZERO
     for s in range(offsets.size - 1):
         a = starts[s]
         length = offsets[s + 1] - offsets[s]
-        n = 0
+        n = _ZERO
         if length <= _SHORT:
             for j in range(a, a + length):  # branch-free filter; + 0.0 turns -0.0 into 0.0
                 x = np.float64(values[j]) + 0.0
@@ -154,8 +157,8 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:
-                _small_sort(small, n, buf, 0)
-                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
+                _small_sort(small, n, buf, _ZERO)
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
         else:
             for j in range(a, a + length):
                 x = np.float64(values[j]) + 0.0
@@ -170,7 +173,7 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:
-                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, 0)
+                pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
         out_off[s + 1] = pos
     return pos
 
@@ -265,8 +268,8 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
     bounds = np.empty(longest + 1, np.int64)
     bi = np.empty(longest, np.int64) if members is not None else None
     ti = np.empty(longest, np.int64) if members is not None else None
-    pos = 0
-    kept = 0
+    pos = _ZERO
+    kept = _ZERO
     for s in range(offsets.size - 1):
         a = offsets[s]
         n = offsets[s + 1] - a
@@ -290,11 +293,12 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
     return pos
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _merge_pair(src, a, na, b, nb, dst, o):
     """Stable merge of the sorted rows ``src[a:a + na]`` and ``src[b:b + nb]`` into
     ``dst[o:]`` (-0.0 written as 0.0); returns the end position. The select is branch-free:
-    a branch on which side is smaller mispredicts about half the time on real data."""
+    a branch on which side is smaller mispredicts about half the time on real data. Called,
+    not inlined: its six call sites would each compile a copy."""
     ea = a + na
     eb = b + nb
     while a < ea and b < eb:
@@ -364,7 +368,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
     longest = 0
     most_runs = 0
     for j in range(cell_runs.size - 1):
-        n = 0
+        n = _ZERO
         for r in range(cell_runs[j], cell_runs[j + 1]):
             n += run_sizes[r]
         longest = max(longest, n)
@@ -378,7 +382,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
     bounds = np.empty(longest + 1, np.int64)
-    pos = 0
+    pos = _ZERO
     for j in range(cell_runs.size - 1):
         r0 = cell_runs[j]
         r1 = cell_runs[j + 1]
@@ -398,7 +402,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                 pos += n
                 out_off[j + 1] = pos
                 continue
-        n = 0
+        n = _ZERO
         total = 0.0
         if weights is None and not flux:  # unit weights: merge the means alone
             for r in range(r0, r1):
@@ -411,9 +415,9 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:  # (a None out_w promises no cell compresses)
-                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, bm, 0)
+                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, bm, _ZERO)
                 bw[:n] = 1.0
-                pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, 0)
+                pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
             out_off[j + 1] = pos
             continue
         if out_w is None:  # unreachable: weighted or flux merges always get out_w
@@ -429,7 +433,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
         if flux:
             _order_weight_ties(bm, bw, None, n)
         loss_free = (n <= delta) if flux else (total <= delta)
-        pos = _emit(bm, bw, n, total, loss_free, delta, out_m, out_w, pos, None, 0)
+        pos = _emit(bm, bw, n, total, loss_free, delta, out_m, out_w, pos, None, _ZERO)
         out_off[j + 1] = pos
     return pos
 
@@ -509,12 +513,12 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
     perm = np.empty(longest, np.int64)
     keys = np.empty(32, np.uint64)
     bits = np.empty(32, np.float32)
-    pos = 0
-    kept = 0
+    pos = _ZERO
+    kept = _ZERO
     for s in range(offsets.size - 1):
         a = offsets[s]
         length = offsets[s + 1] - a
-        n = 0
+        n = _ZERO
         for j in range(a, a + length):  # branch-free filter, as in _build
             r = rows[j]
             x = np.float64(values[r]) + 0.0

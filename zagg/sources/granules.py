@@ -415,14 +415,15 @@ def wants_processes(ds) -> bool:
     return bool(ds.attrs.get("h5py_datasets"))
 
 
-def open_for_config(cfg, *, shards=None) -> xr.Dataset:
+def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
     """The granules of a config (``cfg.data_source.granules``) for a run over ``shards``
     (decimal ids or words at the shard order; None: every shard): a catalog keeps only the
-    granules touching them, and a read plan reads only the rows that can reach them."""
+    granules touching them, and a read plan reads only the rows that can reach them.
+    ``only`` (granule ids) keeps just those granules."""
     src = cfg.data_source.granules
     if not (src.is_catalog or src.read_plan is not None):
         shards = None  # neither footprints nor an index to restrict the read with
-    return open_granules(src, shards=shards,
+    return open_granules(src, shards=shards, only=only,
                          shard_order=cfg.grid.parent_order if shards is not None else None)
 
 
@@ -458,7 +459,7 @@ def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
 
 
 def open_granules(source, *, shards=None, shard_order: int | None = None,
-                  chunk_size: int = DEFAULT_CHUNK, skip=()) -> xr.Dataset:
+                  chunk_size: int = DEFAULT_CHUNK, skip=(), only=None) -> xr.Dataset:
     """Open the granules of ``source`` as a lazy Dataset on dimension ``obs``.
 
     ``source`` is a :class:`GranuleSource` or a raw ``data_source`` mapping. Variables:
@@ -475,7 +476,8 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
     catalogued granule whose file size differs from its entry's is refused with a
     ``CatalogError`` (rebuild the catalog), whatever ``on_error`` says. ``skip`` lists
     granules already found damaged (``{granule, error}``, see :func:`skip_damaged`): they
-    are left out and recorded in ``attrs["failed_granules"]``.
+    are left out and recorded in ``attrs["failed_granules"]``. ``only`` (granule ids, e.g.
+    those a re-run must read again) keeps just those granules.
     """
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
@@ -513,6 +515,9 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
         hrefs = list_granules(source)
     skipped = {s["granule"] for s in skip}
     hrefs = [h for h in hrefs if granule_id(h) not in skipped]
+    if only is not None:
+        keep = set(only)
+        hrefs = [h for h in hrefs if granule_id(h) in keep]
     failed += skip
 
     cover = None
@@ -522,7 +527,7 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
     _check_sizes(source, scans, sizes)
     ds = _dataset(source, scans, failed, chunk_size)
     ds.encoding["zagg_granules"] = {"source": source, "kwargs": {
-        "shards": shards, "shard_order": shard_order, "chunk_size": chunk_size}}
+        "shards": shards, "shard_order": shard_order, "chunk_size": chunk_size, "only": only}}
     return ds
 
 

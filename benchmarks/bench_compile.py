@@ -1,0 +1,66 @@
+"""Numba compile cost: the shipped t-digest and strata configs with an empty kernel cache.
+
+Each config runs ``zagg.warm.warm`` (aggregate, write and read back a few thousand
+synthetic photons in one process) in a fresh interpreter whose ``NUMBA_CACHE_DIR`` is an
+empty folder (cold: every kernel it calls is compiled), then again in another interpreter
+on the same folder (warm: every kernel is loaded from the cache). The difference is what
+a fresh environment, or a new worker of an image that was not warmed, pays once.
+
+    python benchmarks/bench_compile.py [--configs atl03_synthetic atl03_strata]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+#: the cold strata target: a fresh environment's first strata run compiles within it
+TARGET_STRATA_COLD_S = 15.0
+LABELS = {"atl03_synthetic": "t-digest", "atl03_strata": "strata"}
+
+PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+import zagg.warm as w
+cold = w.is_cold()
+seconds = w.warm([sys.argv[1]], points=int(sys.argv[2]))
+print(json.dumps({"cold": cold, "seconds": seconds[sys.argv[1]],
+                  "process": time.perf_counter() - t0}))
+"""
+
+
+def timed(name: str, cache: str, points: int) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+    out = subprocess.run([sys.executable, "-c", PROBE, name, str(points)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=list(LABELS))
+    ap.add_argument("--points", type=int, default=20_000)
+    args = ap.parse_args(argv)
+    for name in args.configs:
+        with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+            cold = timed(name, cache, args.points)
+            warm = timed(name, cache, args.points)
+        assert cold["cold"] and not warm["cold"], (cold, warm)
+        label = LABELS.get(name, name)
+        line = (f"{label:<9} ({name}): cold {cold['seconds']:.1f} s, warm "
+                f"{warm['seconds']:.1f} s, compile {cold['seconds'] - warm['seconds']:.1f} s "
+                f"(cold / warm {cold['seconds'] / max(warm['seconds'], 1e-9):.1f}); "
+                f"process cold {cold['process']:.1f} s, warm {warm['process']:.1f} s")
+        if name == "atl03_strata":
+            met = "meets" if cold["seconds"] <= TARGET_STRATA_COLD_S else "misses"
+            line += f"; {met} the {TARGET_STRATA_COLD_S:.0f} s cold target"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
