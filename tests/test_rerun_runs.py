@@ -307,7 +307,6 @@ def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, 
 
 def yearly(location, store) -> dict:
     cfg = atl03_config(location, store)
-    cfg["output"]["pyramid"] = False
     cfg["output"]["windowing"] = {"schedule": "yearly", "time_field": "time",
                                   "epoch": "2018-01-01T00:00:00Z", "scale": "gps"}
     return cfg

@@ -128,12 +128,11 @@ def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str,
     return len(payloads) // 2
 
 
-def _has_column(root: StoreRoot, sid: str) -> bool:
+def _has_column(root: StoreRoot, unit: str) -> bool:
     from .hive import artifact
 
-    if unit_of(sid)[1] is not None:  # windowed units carry no leaf column
-        return True
-    return artifact.stamped_attrs(root, artifact.column_path(sid), "column") is not None
+    rel = artifact.column_path(*unit_of(unit))
+    return artifact.stamped_attrs(root, rel, "column") is not None
 
 
 def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
@@ -217,8 +216,8 @@ def touch_current(root: StoreRoot, verdicts: list[Verdict], *,
         if v.empty:
             keys += sides
             continue
-        if column and unit[1] is None:
-            rel = artifact.column_path(v.shard_id)
+        if column:
+            rel = artifact.column_path(*unit)
             keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]
         leaf = paths.leaf_path(*unit)
         if v.versioned:
