@@ -61,21 +61,26 @@ def _connected(args):
                    gateway_options=_gateway_options(args.gateway_option))
 
 
-def _gateway_options(pairs) -> dict | None:
-    """``--gateway-option name=value`` pairs; values are read as YAML scalars (numbers,
-    booleans) so they reach the gateway typed."""
+def _key_values(pairs, flag: str, example: str, typed) -> dict | None:
+    """Repeated ``flag KEY=VALUE`` arguments as a mapping, each value through ``typed``."""
     if not pairs:
         return None
-    import yaml
-
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise argparse.ArgumentTypeError(f"--gateway-option {pair!r}: expected "
-                                             "NAME=VALUE, e.g. image=org/zagg:1.0")
-        out[key] = yaml.safe_load(value)
+            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE, "
+                                             f"e.g. {example}")
+        out[key] = typed(value)
     return out
+
+
+def _gateway_options(pairs) -> dict | None:
+    """``--gateway-option name=value`` pairs; values are read as YAML scalars (numbers,
+    booleans) so they reach the gateway typed."""
+    import yaml
+
+    return _key_values(pairs, "--gateway-option", "image=org/zagg:1.0", yaml.safe_load)
 
 
 def _adaptive(text: str) -> tuple[int, int]:
@@ -182,16 +187,8 @@ def _cmd_profile(args) -> int:
 
 def _storage_options(pairs) -> dict | None:
     """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
-    if not pairs:
-        return None
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"--storage-option {pair!r}: expected KEY=VALUE, "
-                                             "e.g. endpoint_url=http://127.0.0.1:9000")
-        out[key] = {"true": True, "false": False}.get(value.lower(), value)
-    return out
+    return _key_values(pairs, "--storage-option", "endpoint_url=http://127.0.0.1:9000",
+                       lambda v: {"true": True, "false": False}.get(v.lower(), v))
 
 
 def _cmd_inspect(args) -> int:
