@@ -18,11 +18,11 @@ demo: $(READY)
 	$(PY) -m zagg demo
 
 test: $(READY)
-	$(PY) -m ruff check zagg tests benchmarks
+	$(PY) -m ruff check zagg tests benchmarks notebooks
 	$(PY) -m pytest -q
 
 lint: $(READY)
-	$(PY) -m ruff check zagg tests benchmarks
+	$(PY) -m ruff check zagg tests benchmarks notebooks
 	$(PY) -m ruff format --check zagg tests benchmarks
 
 bench: $(READY)

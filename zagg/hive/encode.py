@@ -227,7 +227,7 @@ def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bo
     hash_size = 8 * per + payload
     # whole 4-byte words when every payload is (t-digest rows always are)
     words = rows is not None or (not np.any(offsets % 4) and data.size % 4 == 0
-                                 and data.ctypes.data % 4 == 0)
+                                 and data.view(np.uint32).flags.aligned)
     w = 4 if words else 1
     unit = np.uint32 if words else np.uint8
     t = 0
