@@ -50,25 +50,25 @@ class LeafWriter:
     stats_extra: dict | None
     run_id: str
     versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
-    fresh: bool = False  # the store was empty when this write began: no leaf to clear
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
     windowing: object = None  # the zagg.windows.Windowing of a windowed run
 
     def write(self, sc: ShardCells) -> dict | None:
-        """Write one shard's leaf from its occupied cells, then its pyramid column; None
-        (nothing written) when no cell holds a value."""
+        """Write one shard's leaf from its occupied cells, then (with its sidecars, while
+        its version is current) its pyramid column; None (nothing written) when no cell
+        holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
         window, time_range = unit_window(self.windowing, sc)
         ids = None if self.shard_granules is None else self.shard_granules.get(
             leaf_stem(shard_id, window))
-        record = hive.write_leaf_cells(
+        return hive.write_leaf_cells(
             self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
             granule_count=None if ids is not None else 0, granule_ids=ids,
-            semantic_hash=self.semantic_hash, stats_extra=self.stats_extra, fresh=self.fresh,
+            semantic_hash=self.semantic_hash, stats_extra=self.stats_extra,
             version=new_version(self.run_id) if self.versioned else None,
             run_id=self.run_id, window=window, time_range=time_range,
-            temporal=temporal_record(self.fields, sc))
-        return self.write_column(shard_id, sc, record, window)
+            temporal=temporal_record(self.fields, sc),
+            derived=lambda record: self.write_column(shard_id, sc, record, window))
 
     def write_column(self, shard_id: str, sc: ShardCells, record: dict | None,
                      window: str | None = None) -> dict | None:
@@ -77,7 +77,7 @@ class LeafWriter:
         from .pyramid.column import after_leaf
 
         return after_leaf(self.root, shard_id, sc.contents, record, self.pyramid, self.fields,
-                          self.attrs, self.fresh, window)
+                          self.attrs, window)
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:
@@ -180,7 +180,9 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     t0 = time.perf_counter() if t_start is None else t_start
     z = shards.meta
     root = hive.StoreRoot(store, storage_options)
-    fresh = not hive.check_store_root(root, MANIFEST_KEY)
+    # a store empty when this run began may still gain another run's leaves meanwhile, so
+    # every in-place object (an unversioned leaf, a column) is cleared before it is written
+    hive.check_store_root(root, MANIFEST_KEY)
     semantic = ensure_store(root, z)["semantic_hash"]
     failed = z.get("failed_granules") or []
     run_id = run_id or new_run_id()
@@ -188,7 +190,7 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
                         shards.attrs, semantic,
                         dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
                         {"failed_granules": failed} if failed else None,
-                        run_id, versioned, fresh, pyramid_declaration(z), run_windowing(z))
+                        run_id, versioned, pyramid_declaration(z), run_windowing(z))
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):

@@ -25,7 +25,7 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -82,6 +82,7 @@ def write_leaf_cells(
     window: str | None = None,
     time_range: list[str] | None = None,
     temporal: dict | None = None,
+    derived: Callable[[dict], object] | None = None,
 ) -> dict | None:
     """Write the leaf of ``shard_id`` from its occupied cells and return its record.
 
@@ -112,6 +113,13 @@ def write_leaf_cells(
     ``temporal`` (a :func:`zagg.windows.record.leaf_record`) is written as the leaf's
     ``temporal.toc`` beside its arrays, before the stamp: if it cannot be written, the
     write fails and the leaf is left unstamped (its counts exist nowhere else).
+
+    The leaf's unversioned siblings (its sidecars, and whatever ``derived`` writes when
+    called with the leaf's record: the pyramid column) are written under the leaf's claim
+    and, for a versioned leaf, only while its pointer still names this version: when a
+    concurrent writer's version has become current meanwhile, they are that writer's to
+    write, and the record says ``superseded``. So the siblings always describe the
+    current version, and no two writers interleave their objects.
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -142,7 +150,7 @@ def write_leaf_cells(
                       contents, occupied, ids, granule_count, semantic_hash, write_stats,
                       stats_extra, None if fresh or version is not None else
                       _Clearing(root, rel), t_start, t_prepared, window, time_range,
-                      temporal)
+                      temporal, derived)
     finally:
         if claim is not None:
             claims.release(root, claim)
@@ -150,10 +158,11 @@ def write_leaf_cells(
 
 def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs, contents,
            occupied, ids, granule_count, semantic_hash, write_stats, stats_extra, clearing,
-           t_start, t_prepared, window=None, time_range=None, temporal=None) -> dict:
+           t_start, t_prepared, window=None, time_range=None, temporal=None,
+           derived=None) -> dict:
     """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
     checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
-    versioned leaf), then the sidecars."""
+    versioned leaf), then the siblings (:func:`_write_siblings`)."""
     cells_with_data = int(occupied.size)
     out = _Unstamped(root, clearing)
     sizes = {  # final size of every object of the leaf, by key
@@ -230,6 +239,24 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
             "total_s": t_stamped - t_start,
         },
     }
+    if version is None:  # the caller holds the leaf's claim for the whole write
+        _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
+                        derived)
+        return record
+    with claims.holding(root, rel, run_id):
+        pointer, _ = stamp.read_stamp_or_debris(root, rel)
+        if (pointer or {}).get("current") == version:
+            _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
+                            derived)
+        else:
+            record["superseded"] = True
+    return record
+
+
+def _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
+                    derived) -> None:
+    """The leaf's identity and stats sidecars, then what ``derived`` writes from it."""
+    shard_id, window = record["shard_id"], record["window"]
     siblings = {}
     granules_sha = None
     if ids is not None:
@@ -248,7 +275,8 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         root.write_many({key: dumps_json(payload) for key, payload in siblings.items()})
     except Exception as exc:  # the stamp stands; without its sidecars the leaf is rewritten
         warnings.warn(f"sidecars of leaf {rel} were not written: {exc}", stacklevel=2)
-    return record
+    if derived is not None:
+        derived(record)
 
 
 def _check_clearable(root: StoreRoot, rel: str) -> None:

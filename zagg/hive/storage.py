@@ -13,6 +13,7 @@ import json
 import os
 import posixpath
 import threading
+import uuid
 from typing import Any
 
 import fsspec
@@ -109,10 +110,16 @@ class StoreRoot:
                 os.makedirs(parent, exist_ok=True)
                 with self._dirs_lock:
                     self._dirs.add(parent)
-            with open(full, "wb") as f:
-                if isinstance(data, Parts):
-                    return sum(f.write(p) for p in data)
-                return f.write(data)
+            tmp = _staging_name(full)
+            try:
+                with open(tmp, "wb") as f:
+                    size = sum(f.write(p) for p in data) if isinstance(data, Parts) else \
+                        f.write(data)
+                os.replace(tmp, full)  # whole, like a PUT: no reader or writer sees a part
+            except BaseException:
+                _discard(tmp)
+                raise
+            return size
         self.fs.pipe_file(full, object_bytes(data))
         return object_size(data)
 
@@ -133,13 +140,17 @@ class StoreRoot:
         when this call created it, False when it was there already."""
         full = self._full(key)
         payload = object_bytes(data)
-        if self.is_local:
+        if self.is_local:  # written aside, then linked: the object appears whole or not
             os.makedirs(posixpath.dirname(full), exist_ok=True)
+            tmp = _staging_name(full)
             try:
-                with open(full, "xb") as f:
+                with open(tmp, "wb") as f:
                     f.write(payload)
+                os.link(tmp, full)
             except FileExistsError:
                 return False
+            finally:
+                _discard(tmp)
             return True
         try:
             self.fs.pipe_file(full, payload, mode="create")
@@ -319,3 +330,16 @@ def _clean_key(key: str) -> str:
     if any(part in ("", ".", "..") for part in key.split("/")) and key:
         raise ValueError(f"{key!r} is not a clean store key (empty, '.' or '..' component)")
     return key
+
+
+def _staging_name(full: str) -> str:
+    """A private name beside ``full`` for writing it aside (hidden, unique per write)."""
+    head, name = posixpath.split(full)
+    return posixpath.join(head, f".{name}.{uuid.uuid4().hex[:12]}.part")
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

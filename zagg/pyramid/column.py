@@ -211,14 +211,13 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
 
 
 def after_leaf(root, shard_id: str, contents: dict, record: dict | None, decl, fields: dict,
-               attrs: dict, fresh: bool, window: str | None = None) -> dict | None:
+               attrs: dict, window: str | None = None) -> dict | None:
     """The leaf task's column step: once the leaf is stamped (``record``), its column and
     the column's sidecar (written here, like the leaf's); its time joins the leaf's."""
     if record is None:
         return None
     col = write_column(root, shard_id, contents, decl, fields, attrs,
-                       granule_count=record.get("granule_count", 0), fresh=fresh,
-                       window=window)
+                       granule_count=record.get("granule_count", 0), window=window)
     if col is None:
         return record
     root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})
