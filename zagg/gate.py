@@ -114,7 +114,7 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
     wanted = None
     if shards is not None:
         catalog = select(catalog, shards, shard_order=p)
-        wanted = set(G.to_decimal(catalog_words(shards)))
+        wanted = set(G.to_decimal(G.as_words(shards)))
     plan: dict[str, set[str]] = {}
     for e in catalog:
         if not e.footprint:
@@ -148,16 +148,6 @@ def entry_windows(windowing, entry) -> list[str] | None:
         if start <= t1 and t0 < end:
             out.append(label(windowing, i))
     return out
-
-
-def catalog_words(shards) -> np.ndarray:
-    """Shard ids or words as morton words."""
-    from . import grid as G
-
-    items = [shards] if isinstance(shards, str | int | np.integer) else list(shards)
-    if items and all(isinstance(s, str) for s in items):
-        return G.from_decimal(items)
-    return np.asarray(items, dtype=np.uint64)
 
 
 def source_ids(cfg, ds, from_config: bool) -> list[str] | None:

@@ -153,6 +153,14 @@ def from_decimal(ids) -> np.ndarray:
     return np.asarray(mortie.decimal_to_word(np.asarray(ids)), dtype=_U64)
 
 
+def as_words(cells) -> np.ndarray:
+    """Morton words of ``cells``: decimal ids (validated) or words, one or many."""
+    items = [cells] if isinstance(cells, str | int | np.integer) else list(cells)
+    if items and all(isinstance(s, str) for s in items):
+        return from_decimal(items)
+    return np.asarray(items, dtype=_U64)
+
+
 def id_order(shard_id: str) -> int:
     return len(validate_id(shard_id).lstrip("-")) - 1
 

@@ -135,14 +135,15 @@ def _has_column(root: StoreRoot, unit: str) -> bool:
     return artifact.stamped_attrs(root, rel, "column") is not None
 
 
-def recorded_ids(root: StoreRoot, sid: str) -> list[str]:
-    """The granule ids a leaf's sibling records ([] when absent or unreadable)."""
+def recorded_ids(root: StoreRoot, sid: str) -> set[str] | None:
+    """The granule ids a unit's ``granules.json`` sibling records (None when it is absent
+    or unreadable)."""
     try:
         sibling = root.read_json(paths.granules_key(*unit_of(sid)))
     except ValueError:
-        return []
+        return None
     ids = sibling.get("ids") if isinstance(sibling, dict) else None
-    return bare_granule_ids(ids) if isinstance(ids, list) else []
+    return set(bare_granule_ids(ids)) if isinstance(ids, list) else None
 
 
 def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) -> Verdict:
@@ -174,8 +175,9 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
     recorded_sha = record.get("granules_sha256")
     if recorded_sha == granules_sha256(planned):
         return Verdict(sid, CURRENT, "unchanged", versioned=versioned)
-    recorded = _recorded_ids(root, sid, recorded_sha)
-    if recorded is None:
+    recorded = recorded_ids(root, sid)
+    if recorded is None or recorded_sha is None or granules_sha256(recorded) != recorded_sha:
+        # no sibling, or one that disagrees with the sidecar's hash (a torn rewrite)
         return Verdict(sid, REWRITE, "its granules are not recorded", versioned=versioned)
     missing = tuple(sorted(recorded - planned))
     added = tuple(sorted(planned - recorded))
@@ -184,21 +186,6 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
                        versioned)
     return Verdict(sid, REWRITE, "contraction allowed" if missing else "new granules",
                    missing, added, versioned)
-
-
-def _recorded_ids(root: StoreRoot, sid: str, recorded_sha) -> set[str] | None:
-    """The granule ids a leaf's sibling records, when it agrees with the sidecar's hash (a
-    sibling that does not is a torn rewrite: unrecorded)."""
-    try:
-        sibling = root.read_json(paths.granules_key(*unit_of(sid)))
-    except ValueError:
-        return None
-    if not isinstance(sibling, dict) or not isinstance(sibling.get("ids"), list):
-        return None
-    ids = set(bare_granule_ids(sibling["ids"]))
-    if recorded_sha is None or granules_sha256(ids) != recorded_sha:
-        return None
-    return ids
 
 
 def touch_current(root: StoreRoot, verdicts: list[Verdict], *,

@@ -173,7 +173,7 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
                 # identity to compare: every shard is written)
                 def select(found, contributors):
                     return gate.decide(found_plan(contributors, found, ids,
-                                                  lambda sid: recorded_ids(root, sid)))
+                                                  lambda sid: recorded_ids(root, sid) or ()))
             shards_ = shard_collection(ds, cfg, shards=shards, progress=progress,
                                        select=select)
             record_granules(shards_, planned, ids)

@@ -454,14 +454,10 @@ def select(catalog: Catalog, shards, *, shard_order: int | None = None) -> Catal
     given). Footprints finer than p are coarsened to p; a catalog coarser than p cannot
     tell which shards a granule touches and is refused.
     """
-    ids = [shards] if isinstance(shards, str | int | np.integer) else list(shards)
-    if ids and all(isinstance(s, str) for s in ids):
-        try:
-            words = G.from_decimal(ids)
-        except ValueError as exc:
-            raise CatalogError(f"shards: {exc}") from None
-    else:
-        words = np.asarray(ids, dtype=np.uint64)
+    try:
+        words = G.as_words(shards)
+    except ValueError as exc:
+        raise CatalogError(f"shards: {exc}") from None
     orders = sorted({int(w) & 63 for w in words})
     if len(orders) > 1:
         raise CatalogError(f"shards must all be at one order, got orders {orders}")
