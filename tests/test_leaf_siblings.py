@@ -1,6 +1,6 @@
-"""What a versioned leaf shares with other writers: its sidecars and its column are written
-under the leaf's claim, and only by the writer whose version the pointer names, so two
-writers racing on one leaf leave siblings that describe the current version whole."""
+"""What a versioned leaf shares with other writers: its pointer, its sidecars and its column
+are written under the leaf's claim, one writer at a time, so two writers racing on one leaf
+leave siblings that describe the current version whole."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ def _wait_for(predicate, timeout=30.0):
         time.sleep(0.01)
 
 
-def test_the_writer_superseded_before_its_siblings_leaves_them_to_the_current_one(tmp_path):
-    """Writer A's pointer lands, then B's, while both wait for the claim (held here): A then
-    finds it no longer current and writes no sibling; B writes its sidecars and its derived
-    objects, once."""
+def test_racing_writers_publish_a_leaf_and_its_siblings_one_at_a_time(tmp_path):
+    """Two writers of one leaf, held at its claim (here) once their versions are stamped:
+    the pointer does not move until the claim is given back; then each publishes in turn,
+    and the sidecar and the derived objects are those of the version left current."""
     root = StoreRoot(str(new_store(tmp_path)))
     leaf = write_shard(root, NORTH, version=new_version(new_run_id()))[0]["path"]
     first = _current(root, leaf)
@@ -34,27 +34,32 @@ def test_the_writer_superseded_before_its_siblings_leaves_them_to_the_current_on
     records: dict[str, dict] = {}
 
     def writer(name: str, seed: int) -> None:
-        version = new_version(new_run_id())
-        records[name], _ = write_shard(root, NORTH, seed=seed, version=version,
+        records[name], _ = write_shard(root, NORTH, seed=seed,
+                                       version=new_version(new_run_id()),
                                        derived=lambda rec: derived.append(rec["version"]))
 
+    threads = [threading.Thread(target=writer, args=(n, s)) for n, s in (("a", 1), ("b", 2))]
     with claims.holding(root, leaf, "the-test"):
-        a = threading.Thread(target=writer, args=("a", 1))
-        a.start()
-        _wait_for(lambda: _current(root, leaf) != first)  # A's pointer landed
-        a_version = _current(root, leaf)
-        b = threading.Thread(target=writer, args=("b", 2))
-        b.start()
-        _wait_for(lambda: _current(root, leaf) != a_version)  # then B's
-    a.join(30)
-    b.join(30)
-    assert records["a"]["superseded"] is True and "superseded" not in records["b"]
-    assert derived == [records["b"]["version"]]  # the column step ran once, for B
-    assert read_stamp(root, leaf)["current"] == records["b"]["version"]
-    stats = read_stats(root, NORTH)
-    assert stats["content_hashes"] == records["b"]["content_hashes"]
+        for t in threads:
+            t.start()
+        _wait_for(lambda: _stamped_versions(root, leaf) == 3)  # both versions are stamped
+        time.sleep(0.2)
+        assert _current(root, leaf) == first  # but neither is published yet
+        assert not derived
+    for t in threads:
+        t.join(30)
+    current = _current(root, leaf)
+    last = next(r for r in records.values() if r["version"] == current)
+    assert sorted(derived) == sorted(r["version"] for r in records.values())
+    assert derived[-1] == current  # the last to publish wrote the siblings last
+    assert read_stats(root, NORTH)["content_hashes"] == last["content_hashes"]
     assert records["a"]["content_hashes"] != records["b"]["content_hashes"]
     assert not root.exists(claims.claim_key(leaf))  # given back
+
+
+def _stamped_versions(root, leaf):
+    return sum(read_stamp(root, f"{leaf}/{d}") is not None
+               for d in root.list_dir(leaf)[0] if d.startswith("run-"))
 
 
 def _current(root, leaf):

@@ -8,10 +8,10 @@ it are written. A second writer finds the claim and is refused with the holder n
 instead of racing.
 
 A versioned leaf (the default) needs no claim for its arrays: every writer writes a version
-of its own. Its unversioned siblings (the stats and granule sidecars, the pyramid column)
-are another matter: they are rewritten in place, so the writer takes the same claim for
-them only, waiting (:func:`holding`) while another writer holds it, and writes them only if
-its version is still the one the leaf's pointer names.
+of its own. Its pointer and its unversioned siblings (the stats and granule sidecars, the
+pyramid column) are another matter: the writer takes the same claim for those only,
+waiting (:func:`wait_for`) while another writer holds it, so the writer whose pointer
+lands last also writes the siblings last.
 
 A claim records how long it may be held (``ttl_s``); an older one is a writer that died
 holding it, and is taken over. Two writers taking over one stale claim at the same moment
@@ -42,6 +42,8 @@ class LeafHeldError(RuntimeError):
 class Claim:
     key: str
     token: str
+    taken: float = 0.0  # time.monotonic() when it was taken
+    ttl_s: float = CLAIM_TTL_S
 
 
 def claim_key(leaf: str) -> str:
@@ -56,7 +58,7 @@ def claim_leaf(root: StoreRoot, leaf: str, run_id: str | None, *,
     body = dumps_json({"spec": CLAIM_SPEC, "run_id": run_id, "token": token,
                        "claimed_at": time.time(), "ttl_s": float(ttl_s)})
     if root.create(key, body):
-        return Claim(key, token)
+        return Claim(key, token, time.monotonic(), float(ttl_s))
     try:
         held = root.read_json(key) or {}
     except ValueError:  # not a claim anyone could hold (claims are created whole)
@@ -75,11 +77,15 @@ def claim_leaf(root: StoreRoot, leaf: str, run_id: str | None, *,
     if not root.create(key, body):
         raise LeafHeldError(f"leaf {root.url_of(leaf)}: another writer took over its stale "
                             "claim at the same moment; run again once it is done")
-    return Claim(key, token)
+    return Claim(key, token, time.monotonic(), float(ttl_s))
 
 
 def release(root: StoreRoot, claim: Claim) -> None:
-    """Give the claim up, unless another writer took it over meanwhile."""
+    """Give the claim up, unless another writer took it over meanwhile (possible only once
+    it has been held past its ttl: only then is it read back first)."""
+    if time.monotonic() - claim.taken < 0.9 * claim.ttl_s:
+        root.delete(claim.key)
+        return
     try:
         held = root.read_json(claim.key) or {}
     except ValueError:
@@ -88,19 +94,24 @@ def release(root: StoreRoot, claim: Claim) -> None:
         root.delete(claim.key)
 
 
-@contextlib.contextmanager
-def holding(root: StoreRoot, leaf: str, run_id: str | None, *,
-            ttl_s: float = SIBLINGS_TTL_S) -> Iterator[Claim]:
-    """Hold the leaf's claim for the ``with`` block, waiting while another writer holds
-    it (a live holder releases it within its ``ttl_s``, a dead one is taken over then)."""
+def wait_for(root: StoreRoot, leaf: str, run_id: str | None, *,
+             ttl_s: float = SIBLINGS_TTL_S) -> Claim:
+    """Take the leaf's claim, waiting while another writer holds it (a live holder gives
+    it back within its ``ttl_s``; a dead one's is taken over then)."""
     delay = 0.01
     while True:
         try:
-            claim = claim_leaf(root, leaf, run_id, ttl_s=ttl_s)
-            break
+            return claim_leaf(root, leaf, run_id, ttl_s=ttl_s)
         except LeafHeldError:
             time.sleep(delay)
             delay = min(2 * delay, 0.25)
+
+
+@contextlib.contextmanager
+def holding(root: StoreRoot, leaf: str, run_id: str | None, *,
+            ttl_s: float = SIBLINGS_TTL_S) -> Iterator[Claim]:
+    """Hold the leaf's claim for the ``with`` block (see :func:`wait_for`)."""
+    claim = wait_for(root, leaf, run_id, ttl_s=ttl_s)
     try:
         yield claim
     finally:

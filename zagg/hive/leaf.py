@@ -21,8 +21,6 @@ prefix is empty (a store this write created).
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -35,7 +33,7 @@ from zagg.hive import claims, coverage, encode, hashes, paths, stamp, stats, ver
 from zagg.hive.cells import DenseCells, RaggedCells
 from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
 from zagg.hive.parts import object_size
-from zagg.hive.storage import StoreRoot, as_root, dumps_json
+from zagg.hive.storage import StoreRoot, as_root, background, dumps_json
 
 
 def write_leaf(
@@ -115,11 +113,10 @@ def write_leaf_cells(
     write fails and the leaf is left unstamped (its counts exist nowhere else).
 
     The leaf's unversioned siblings (its sidecars, and whatever ``derived`` writes when
-    called with the leaf's record: the pyramid column) are written under the leaf's claim
-    and, for a versioned leaf, only while its pointer still names this version: when a
-    concurrent writer's version has become current meanwhile, they are that writer's to
-    write, and the record says ``superseded``. So the siblings always describe the
-    current version, and no two writers interleave their objects.
+    called with the leaf's record: the pyramid column) are written under the leaf's claim,
+    which a versioned write takes (waiting while another writer holds it) just before its
+    pointer PUT: the writer whose pointer lands last writes the siblings last, so they
+    always describe the current version, and no two writers interleave their objects.
     """
     t_start = time.perf_counter()
     root = as_root(root)
@@ -209,47 +206,45 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         time_range=time_range,
     )
     sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, data, template[stamp.ZARR_JSON], seal)
-    if version is not None:  # the pointer: one PUT, only once the version is stamped
-        sizes["pointer"] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON],
-                                             {**seal, "current": version})
-    t_stamped = time.perf_counter()
-
-    record = {
-        "shard_id": shard_id,
-        "window": window,
-        "path": rel,
-        "version": version,
-        "run_id": run_id,
-        "cells_with_data": cells_with_data,
-        "granule_count": int(granule_count),
-        "content_hashes": content,
-        "coverage": envelope,
-        "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
-        "objects_written": len(sizes) + chunk_objects + (1 if bitmap_written else 0)
-        + (1 if temporal is not None else 0),
-        "written_at": written_at,
-        "temporal": temporal,
-        "timings": {
-            "prepare_s": t_prepared - t_start,
-            "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
-            "array_io_s": io_s,  # the part of arrays_s spent storing chunk objects
-            "coverage_s": t_coverage - t_arrays,
-            "upload_s": t_uploaded - t_coverage,  # an object store's batch; 0 locally
-            "stamp_s": t_stamped - t_uploaded,
-            "total_s": t_stamped - t_start,
-        },
-    }
-    if version is None:  # the caller holds the leaf's claim for the whole write
+    # a versioned leaf's pointer and its unversioned siblings are written under the leaf's
+    # claim (an unversioned write holds it already, from before it cleared anything), so
+    # the last writer to publish the leaf writes its siblings too, and no two interleave
+    claim = None if version is None else claims.wait_for(root, rel, run_id)
+    try:
+        if version is not None:  # the pointer: one PUT, only once the version is stamped
+            sizes["pointer"] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON],
+                                                 {**seal, "current": version})
+        t_stamped = time.perf_counter()
+        record = {
+            "shard_id": shard_id,
+            "window": window,
+            "path": rel,
+            "version": version,
+            "run_id": run_id,
+            "cells_with_data": cells_with_data,
+            "granule_count": int(granule_count),
+            "content_hashes": content,
+            "coverage": envelope,
+            "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
+            "objects_written": len(sizes) + chunk_objects + (1 if bitmap_written else 0)
+            + (1 if temporal is not None else 0),
+            "written_at": written_at,
+            "temporal": temporal,
+            "timings": {
+                "prepare_s": t_prepared - t_start,
+                "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
+                "array_io_s": io_s,  # the part of arrays_s spent storing chunk objects
+                "coverage_s": t_coverage - t_arrays,
+                "upload_s": t_uploaded - t_coverage,  # an object store's batch; 0 locally
+                "stamp_s": t_stamped - t_uploaded,  # the claim's wait included
+                "total_s": t_stamped - t_start,
+            },
+        }
         _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
                         derived)
-        return record
-    with claims.holding(root, rel, run_id):
-        pointer, _ = stamp.read_stamp_or_debris(root, rel)
-        if (pointer or {}).get("current") == version:
-            _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
-                            derived)
-        else:
-            record["superseded"] = True
+    finally:
+        if claim is not None:
+            claims.release(root, claim)
     return record
 
 
@@ -430,20 +425,6 @@ def _clear_previous(root: StoreRoot, rel: str) -> None:
         root.delete_prefix(rel)
 
 
-_listing_pool = None
-_listing_lock = threading.Lock()
-
-
-def _listings() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that clear leaf prefixes on object stores while the leaves encode."""
-    global _listing_pool
-    with _listing_lock:
-        if _listing_pool is None:
-            _listing_pool = concurrent.futures.ThreadPoolExecutor(
-                4, thread_name_prefix="zagg-leaf-clear")
-        return _listing_pool
-
-
 class _Clearing:
     """Clears a leaf prefix of a previous attempt before the leaf's first object lands:
     at once on a local store (whose objects are written as they are made), in the
@@ -455,7 +436,7 @@ class _Clearing:
         if root.is_local:
             _clear_previous(root, rel)
         else:
-            self.future = _listings().submit(_clear_previous, root, rel)
+            self.future = background().submit(_clear_previous, root, rel)
 
     def wait(self) -> None:
         """Return once the prefix is clear; raise what clearing raised."""

@@ -9,6 +9,7 @@ so a dask task can receive one and open its own filesystem handle.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import posixpath
@@ -343,3 +344,18 @@ def _discard(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+_background_pool = None
+_background_lock = threading.Lock()
+
+
+def background() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads for an object store's requests a task need not wait for at once (clearing
+    a previous attempt while the new one encodes): their round trips pass meanwhile."""
+    global _background_pool
+    with _background_lock:
+        if _background_pool is None:
+            _background_pool = concurrent.futures.ThreadPoolExecutor(
+                4, thread_name_prefix="zagg-store-background")
+        return _background_pool

@@ -21,7 +21,7 @@ from zagg.hive import artifact
 from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows, ragged_cells
 from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
-from zagg.hive.storage import dumps_json
+from zagg.hive.storage import background, dumps_json
 from zagg.partials import Digests
 from zagg.pyramid.declare import Declaration
 from zagg.pyramid.levels import (
@@ -182,30 +182,37 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
             artifact.clear(root, rel)
         return None
     t0 = time.perf_counter()
-    p, c = decl.shard_order, decl.cell_order
-    levels = column_levels(leaf_level(shard_id, contents, laws, p, c), decl, laws)
-    demotions = sorted((d for _, dem in levels.values() for d in dem),
-                       key=lambda d: (d["field"], d["reason"]))
-    finest = decl.column_groups()[0]
-    provenance = {
-        "role": "column",
-        artifact.COLUMN_ATTR: {
-            "spec": artifact.COLUMN_SPEC, "node": shard_id, "order": p,
-            "source_cell_order": c, "window": window or WINDOW_ALL,
-            "fields": materialized(decl, laws),
-            "groups": {str(r): {"regime": "leaf-column", "merges_from_raw": decl.group_mfr(r),
-                                "n_cells": 4 ** (r - p)} for r in decl.column_groups()},
-            "cells_with_data_order": finest,
-            **({"demotions": demotions} if demotions else {}),
-            "generated_at": now_iso(),
-        },
-    }
-    groups = {r: node_contents(lv, shard_id, laws) for r, (lv, _) in levels.items()}
+    # a previous column is cleared while this one folds (its listing's round trip on an
+    # object store passes meanwhile); the writer holds the leaf's claim, so none is racing
+    clearing = None if fresh else background().submit(artifact.clear, root, rel)
+    try:
+        p, c = decl.shard_order, decl.cell_order
+        levels = column_levels(leaf_level(shard_id, contents, laws, p, c), decl, laws)
+        demotions = sorted((d for _, dem in levels.values() for d in dem),
+                           key=lambda d: (d["field"], d["reason"]))
+        finest = decl.column_groups()[0]
+        provenance = {
+            "role": "column",
+            artifact.COLUMN_ATTR: {
+                "spec": artifact.COLUMN_SPEC, "node": shard_id, "order": p,
+                "source_cell_order": c, "window": window or WINDOW_ALL,
+                "fields": materialized(decl, laws),
+                "groups": {str(r): {"regime": "leaf-column", "merges_from_raw": decl.group_mfr(r),
+                                    "n_cells": 4 ** (r - p)} for r in decl.column_groups()},
+                "cells_with_data_order": finest,
+                **({"demotions": demotions} if demotions else {}),
+                "generated_at": now_iso(),
+            },
+        }
+        groups = {r: node_contents(lv, shard_id, laws) for r, (lv, _) in levels.items()}
+    finally:  # waited for even when the fold fails: nothing may delete after the claim
+        if clearing is not None:
+            clearing.result()
     t_fold = time.perf_counter()
     record = artifact.write_artifact(
         root, rel, shard_id, groups, artifact_specs(fields, attrs, laws), provenance,
         cells_with_data=levels[finest][0].n_cells(), granule_count=granule_count,
-        morton_attrs=attrs.get("morton"), fresh=fresh)
+        morton_attrs=attrs.get("morton"), fresh=True)
     record["timings"] = {"fold_s": t_fold - t0, "total_s": time.perf_counter() - t0}
     return record
 
