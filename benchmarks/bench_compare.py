@@ -119,19 +119,39 @@ def cli(checkout: Path, points: str, workdir: str, pyramid_off: bool) -> float:
     store = f"{workdir}/cli-store"
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "zagg", "run", cfg_path, "--store", store, "--quiet"],
-                   check=True, capture_output=True, env=_env(checkout))
+    subprocess.run(
+        [sys.executable, "-m", "zagg", "run", cfg_path, "--store", store, "--quiet"],
+        check=True,
+        capture_output=True,
+        env=_env(checkout),
+    )
     took = time.perf_counter() - t0
     shutil.rmtree(store, ignore_errors=True)
     return took
 
 
-def measure(checkout: Path, points: str, chunk: int, runs: int, in_memory: bool,
-            workdir: str, pyramid_off: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--child", points, str(chunk), str(runs),
-           str(int(in_memory)), str(int(pyramid_off))]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=HERE,
-                          env=_env(checkout))
+def measure(
+    checkout: Path,
+    points: str,
+    chunk: int,
+    runs: int,
+    in_memory: bool,
+    workdir: str,
+    pyramid_off: bool = False,
+) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        points,
+        str(chunk),
+        str(runs),
+        str(int(in_memory)),
+        str(int(pyramid_off)),
+    ]
+    done = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, cwd=HERE, env=_env(checkout)
+    )
     out = json.loads(done.stdout.strip().splitlines()[-1])
     if Path(out["zagg"]).resolve() != checkout.resolve():
         raise SystemExit(f"{checkout}: the child imported zagg from {out['zagg']}")
@@ -147,18 +167,27 @@ def _pick(times: list[float], which: int) -> float:
 def summarize(name: str, results: dict[str, list[dict]]) -> None:
     base, new = results["baseline"], results["this"]
     print(f"\n{name}")
-    rows = [("aggregate first", "aggregate", 0), ("aggregate again", "aggregate", 1),
-            ("run first", "run", 0), ("run again", "run", 1), ("cli", "cli", 0)]
+    rows = [
+        ("aggregate first", "aggregate", 0),
+        ("aggregate again", "aggregate", 1),
+        ("run first", "run", 0),
+        ("run again", "run", 1),
+        ("cli", "cli", 0),
+    ]
     for label, key, which in rows:
         if key not in base[0]:
             continue
         a, b = [_pick(r[key], which) for r in base], [_pick(r[key], which) for r in new]
         ratio = statistics.median(a) / statistics.median(b)
-        print(f"  {label:16} baseline {min(a):6.2f}-{max(a):6.2f} s   this {min(b):6.2f}-"
-              f"{max(b):6.2f} s   speed ratio {ratio:4.2f}")
+        print(
+            f"  {label:16} baseline {min(a):6.2f}-{max(a):6.2f} s   this {min(b):6.2f}-"
+            f"{max(b):6.2f} s   speed ratio {ratio:4.2f}"
+        )
     pa, pb = [r["peak_gib"] for r in base], [r["peak_gib"] for r in new]
-    print(f"  {'peak RSS (run)':16} baseline {min(pa):6.2f}-{max(pa):6.2f} GiB this "
-          f"{min(pb):6.2f}-{max(pb):6.2f} GiB")
+    print(
+        f"  {'peak RSS (run)':16} baseline {min(pa):6.2f}-{max(pa):6.2f} GiB this "
+        f"{min(pb):6.2f}-{max(pb):6.2f} GiB"
+    )
 
 
 def main() -> int:
@@ -167,11 +196,18 @@ def main() -> int:
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=2, help="calls per measure and process")
-    ap.add_argument("--points", type=float, default=None,
-                    help="override every case's number of points (a quick check)")
-    ap.add_argument("--pyramid", action="store_true",
-                    help="let this checkout write its default pyramid columns (by default it "
-                         "declares none, so both checkouts write the same store)")
+    ap.add_argument(
+        "--points",
+        type=float,
+        default=None,
+        help="override every case's number of points (a quick check)",
+    )
+    ap.add_argument(
+        "--pyramid",
+        action="store_true",
+        help="let this checkout write its default pyramid columns (by default it "
+        "declares none, so both checkouts write the same store)",
+    )
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -181,8 +217,10 @@ def main() -> int:
     if args.baseline is None:
         ap.error("--baseline is required")
     checkouts = {"baseline": args.baseline.resolve(), "this": HERE.parent}
-    print(f"zagg side by side: this checkout {checkouts['this']} against {checkouts['baseline']}, "
-          f"{args.rounds} rounds alternating which goes first, {os.cpu_count()} cores")
+    print(
+        f"zagg side by side: this checkout {checkouts['this']} against {checkouts['baseline']}, "
+        f"{args.rounds} rounds alternating which goes first, {os.cpu_count()} cores"
+    )
     for name in args.cases:
         n, region, chunk = CASES[name]
         n = int(args.points or n)
@@ -196,8 +234,17 @@ def main() -> int:
         for r in range(args.rounds):
             order = ["baseline", "this"] if r % 2 == 0 else ["this", "baseline"]
             for label in order:
-                results[label].append(measure(checkouts[label], points, chunk, args.runs,
-                                              n <= IN_MEMORY_MAX, work, off[label]))
+                results[label].append(
+                    measure(
+                        checkouts[label],
+                        points,
+                        chunk,
+                        args.runs,
+                        n <= IN_MEMORY_MAX,
+                        work,
+                        off[label],
+                    )
+                )
         summarize(f"{name} ({n:.0e} points)", results)
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -35,8 +35,13 @@ print(json.dumps({"cold": cold, "seconds": seconds[sys.argv[1]],
 
 def timed(name: str, cache: str, points: int) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-    out = subprocess.run([sys.executable, "-c", PROBE, name, str(points)], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, name, str(points)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -51,10 +56,12 @@ def main(argv=None) -> int:
             warm = timed(name, cache, args.points)
         assert cold["cold"] and not warm["cold"], (cold, warm)
         label = LABELS.get(name, name)
-        line = (f"{label:<9} ({name}): cold {cold['seconds']:.1f} s, warm "
-                f"{warm['seconds']:.1f} s, compile {cold['seconds'] - warm['seconds']:.1f} s "
-                f"(cold / warm {cold['seconds'] / max(warm['seconds'], 1e-9):.1f}); "
-                f"process cold {cold['process']:.1f} s, warm {warm['process']:.1f} s")
+        line = (
+            f"{label:<9} ({name}): cold {cold['seconds']:.1f} s, warm "
+            f"{warm['seconds']:.1f} s, compile {cold['seconds'] - warm['seconds']:.1f} s "
+            f"(cold / warm {cold['seconds'] / max(warm['seconds'], 1e-9):.1f}); "
+            f"process cold {cold['process']:.1f} s, warm {warm['process']:.1f} s"
+        )
         if name == "atl03_strata":
             met = "meets" if cold["seconds"] <= TARGET_STRATA_COLD_S else "misses"
             line += f"; {met} the {TARGET_STRATA_COLD_S:.0f} s cold target"

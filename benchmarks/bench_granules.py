@@ -56,8 +56,14 @@ from pathlib import Path
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 NEEDED = ("heights/lat_ph", "heights/lon_ph", "heights/h_ph", "heights/signal_conf_ph")
 P, C = 9, 19
-TARGETS = {"floor": 0.50, "scaling": 1.7, "bytes": 0.20, "region": 4.0, "strata": 0.70,
-           "rss_gib": 3.0}
+TARGETS = {
+    "floor": 0.50,
+    "scaling": 1.7,
+    "bytes": 0.20,
+    "region": 4.0,
+    "strata": 0.70,
+    "rss_gib": 3.0,
+}
 
 
 def tdigest_config(granules: str, **extra) -> dict:
@@ -65,22 +71,28 @@ def tdigest_config(granules: str, **extra) -> dict:
         "data_source": {
             "granules": granules,
             "groups": list(BEAMS),
-            "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                            "longitude": "/{group}/heights/lon_ph"},
-            "variables": {"h_ph": "/{group}/heights/h_ph",
-                          "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph",
-                                            "column": 3}},
+            "coordinates": {
+                "latitude": "/{group}/heights/lat_ph",
+                "longitude": "/{group}/heights/lon_ph",
+            },
+            "variables": {
+                "h_ph": "/{group}/heights/h_ph",
+                "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
+            },
             "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
             "delta_time": "/{group}/heights/delta_time",
             **extra,
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 512}},
-        }},
-        "output": {"dataset": {"short_name": "ATL03", "version": "006"},
-                   "grid": {"type": "healpix", "parent_order": P, "chunk_inner": 13,
-                            "child_order": C}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 512}},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "ATL03", "version": "006"},
+            "grid": {"type": "healpix", "parent_order": P, "chunk_inner": 13, "child_order": C},
+        },
     }
 
 
@@ -89,8 +101,12 @@ def strata_config(granules: str) -> dict:
 
     raw = zagg.load_config("atl03_strata_granules").raw
     raw["data_source"]["granules"] = granules
-    raw["output"]["grid"] = {"type": "healpix", "parent_order": P, "chunk_inner": 13,
-                             "child_order": C}
+    raw["output"]["grid"] = {
+        "type": "healpix",
+        "parent_order": P,
+        "chunk_inner": 13,
+        "child_order": C,
+    }
     return raw
 
 
@@ -114,15 +130,24 @@ def child(spec: dict) -> dict:
     if spec.get("in_process"):
         from distributed import LocalCluster
 
-        cluster = LocalCluster(processes=False, n_workers=1,
-                               threads_per_worker=os.cpu_count() or 1, dashboard_address=None)
+        cluster = LocalCluster(
+            processes=False,
+            n_workers=1,
+            threads_per_worker=os.cpu_count() or 1,
+            dashboard_address=None,
+        )
     else:
         cluster = contextlib.nullcontext()
     out = {"walls": [], "read_chars": []}
     t0 = time.perf_counter()
-    with cluster as local, (contextlib.nullcontext(local) if local is not None else
-                            cluster_for(None, workers=spec.get("workers"),
-                                        threads=spec.get("threads"))) as target:
+    with (
+        cluster as local,
+        (
+            contextlib.nullcontext(local)
+            if local is not None
+            else cluster_for(None, workers=spec.get("workers"), threads=spec.get("threads"))
+        ) as target,
+    ):
         out["cluster_start"] = time.perf_counter() - t0
         source = None
         if spec.get("in_memory"):  # the same points, read into memory first (not timed)
@@ -136,14 +161,25 @@ def child(spec: dict) -> dict:
             if spec.get("aggregate_only"):  # read, key and reduce every chunk; no store
                 res = _aggregate(spec, target)
             else:
-                res = zagg.run(spec["config"], store=spec["store"], scheduler=target,
-                               shards=spec.get("shards"), source=source, progress=False)
+                res = zagg.run(
+                    spec["config"],
+                    store=spec["store"],
+                    scheduler=target,
+                    shards=spec.get("shards"),
+                    source=source,
+                    progress=False,
+                )
                 res = (res.points, res.cells_with_data, res.leaves_written)
             out["walls"].append(time.perf_counter() - t0)
             out["read_chars"].append(me.io_counters().read_chars - read0)
     out.update(zip(("points", "cells", "leaves"), res, strict=True))
-    out["rss"] = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
+    out["rss"] = (
+        max(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        )
+        * 1024
+    )
     return out
 
 
@@ -156,8 +192,9 @@ def _aggregate(spec: dict, target) -> tuple[int, int, int]:
 
     cfg = zagg.load_config(spec["config"])
     with connected(target):
-        out = zagg.aggregate(open_for_config(cfg, shards=spec.get("shards")), cfg,
-                             shards=spec.get("shards"))
+        out = zagg.aggregate(
+            open_for_config(cfg, shards=spec.get("shards")), cfg, shards=spec.get("shards")
+        )
         pts = out.attrs["zagg"]["points"]["keyed"]
         return pts, -1, len(out.attrs["zagg"]["shards"])
 
@@ -168,8 +205,9 @@ def run_child(spec: dict, tmp: Path) -> dict:
     path.write_text(json.dumps(spec))
     env = dict(os.environ)
     env.pop("RAYON_NUM_THREADS", None)  # zagg's cluster sets it for its workers
-    res = subprocess.run([sys.executable, __file__, "--child", str(path)], env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, __file__, "--child", str(path)], env=env, capture_output=True, text=True
+    )
     if res.returncode:
         raise RuntimeError(f"run failed:\n{res.stderr[-3000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -273,8 +311,9 @@ def granules_for(n: int, per: int, seed: int, keep: Path | None, tmp: Path) -> l
     if marker.exists():
         return sorted(where.glob("ATL03_*.h5"))
     shutil.rmtree(where, ignore_errors=True)
-    paths = write_granules(where, count, product="ATL03", points_per_granule=per,
-                           region=box_for(per), seed=seed)
+    paths = write_granules(
+        where, count, product="ATL03", points_per_granule=per, region=box_for(per), seed=seed
+    )
     marker.touch()
     return paths
 
@@ -291,8 +330,7 @@ def measure(n: int, args, tmp: Path) -> dict:
     store = str(tmp / "store")
     plain = tdigest_config(gdir)
     r = {"n": n, "granules": len(paths), "disk": disk, "floor": fl, "cores": cores}
-    r["one"] = best({"config": plain, "store": store, "workers": 1, "threads": 1}, tmp,
-                    args.reps)
+    r["one"] = best({"config": plain, "store": store, "workers": 1, "threads": 1}, tmp, args.reps)
     r["all"] = best({"config": plain, "store": store}, tmp, args.reps)
     optional = {
         "procs": {"config": plain, "store": store, "workers": cores, "threads": 1},
@@ -329,80 +367,123 @@ def report(r: dict) -> None:
         warm = x["walls"][1:] or x["walls"]
         return f"{x['wall']:5.2f} s (warm {min(warm):.2f}-{max(warm):.2f}, cold {x['cold']:.2f})"
 
-    print(f"\n{r['n']:.0e} photons asked: {r['granules']} granules, {rows:,} photons, "
-          f"{r['disk'] / 2**20:,.0f} MiB on disk; {r['one']['points']:,} kept, "
-          f"{r['one']['cells']:,} cells with data, {r['one']['leaves']} shards")
-    print(f"  floor: h5py read on {r['cores']} cores {fl['read']:.2f} s + geo2mort "
-          f"{fl['geo2mort']:.2f} s = {floor_rate / m:.2f} Mphotons/s")
+    print(
+        f"\n{r['n']:.0e} photons asked: {r['granules']} granules, {rows:,} photons, "
+        f"{r['disk'] / 2**20:,.0f} MiB on disk; {r['one']['points']:,} kept, "
+        f"{r['one']['cells']:,} cells with data, {r['one']['leaves']} shards"
+    )
+    print(
+        f"  floor: h5py read on {r['cores']} cores {fl['read']:.2f} s + geo2mort "
+        f"{fl['geo2mort']:.2f} s = {floor_rate / m:.2f} Mphotons/s"
+    )
     one, every = rate(r["one"]), rate(r["all"])
-    print(f"  1 core       {one / m:7.2f} Mphotons/s  {span(r['one'])}  "
-          f"ratio to floor {one / floor_rate:.2f}")
-    print(f"  every core   {every / m:7.2f} Mphotons/s  {span(r['all'])}  "
-          f"ratio to floor {every / floor_rate:.2f}  ({verdict(every / floor_rate, TARGETS['floor'])})"
-          f"; every core / 1 core {every / one:.2f} ({verdict(every / one, TARGETS['scaling'])})")
+    print(
+        f"  1 core       {one / m:7.2f} Mphotons/s  {span(r['one'])}  "
+        f"ratio to floor {one / floor_rate:.2f}"
+    )
+    print(
+        f"  every core   {every / m:7.2f} Mphotons/s  {span(r['all'])}  "
+        f"ratio to floor {every / floor_rate:.2f}  ({verdict(every / floor_rate, TARGETS['floor'])})"
+        f"; every core / 1 core {every / one:.2f} ({verdict(every / one, TARGETS['scaling'])})"
+    )
     if "procs" in r:
         procs = rate(r["procs"])
-        print(f"  processes    {procs / m:7.2f} Mphotons/s  {span(r['procs'])}  "
-              f"({r['cores']} worker processes x 1 thread) ratio to floor "
-              f"{procs / floor_rate:.2f}")
+        print(
+            f"  processes    {procs / m:7.2f} Mphotons/s  {span(r['procs'])}  "
+            f"({r['cores']} worker processes x 1 thread) ratio to floor "
+            f"{procs / floor_rate:.2f}"
+        )
     if "memory" in r:
         memory = rate(r["memory"])
-        print(f"  in memory    {memory / m:7.2f} Mphotons/s  {span(r['memory'])}  the same run "
-              f"on the points read into memory first; granules / in memory "
-              f"{every / memory:.2f}")
+        print(
+            f"  in memory    {memory / m:7.2f} Mphotons/s  {span(r['memory'])}  the same run "
+            f"on the points read into memory first; granules / in memory "
+            f"{every / memory:.2f}"
+        )
     if "agg_all" in r:
         agg = rate(r["agg_all"])
-        print(f"  no store     {agg / m:7.2f} Mphotons/s  {span(r['agg_all'])}  read, key and "
-              f"reduce only (zagg.aggregate, discovery); ratio to floor {agg / floor_rate:.2f}")
+        print(
+            f"  no store     {agg / m:7.2f} Mphotons/s  {span(r['agg_all'])}  read, key and "
+            f"reduce only (zagg.aggregate, discovery); ratio to floor {agg / floor_rate:.2f}"
+        )
     if "strata" in r:
         strata = rate(r["strata"])
-        print(f"  strata       {strata / m:7.2f} Mphotons/s  {span(r['strata'])}  strata / "
-              f"plain {strata / every:.2f} ({verdict(strata / every, TARGETS['strata'])})")
+        print(
+            f"  strata       {strata / m:7.2f} Mphotons/s  {span(r['strata'])}  strata / "
+            f"plain {strata / every:.2f} ({verdict(strata / every, TARGETS['strata'])})"
+        )
     on, off = r["region_on"], r["region_off"]
     frac = on["points"] / max(r["all"]["points"], 1)
     print(f"  region {r['bbox']} ({r['band_shards']} shards, {frac:.1%} of the kept photons):")
     for name, x in (("plan off", off), ("plan on", on)):
-        print(f"    {name:9s} {span(x)}  read {x['read'] / 2**20:8.1f} MiB = "
-              f"{x['read'] / r['disk']:.1%} of the granules' bytes; {x['points']:,} points, "
-              f"{x['cells']:,} cells")
+        print(
+            f"    {name:9s} {span(x)}  read {x['read'] / 2**20:8.1f} MiB = "
+            f"{x['read'] / r['disk']:.1%} of the granules' bytes; {x['points']:,} points, "
+            f"{x['cells']:,} cells"
+        )
     same = (on["points"], on["cells"]) == (off["points"], off["cells"])
-    print(f"    plan on reads {on['read'] / r['disk']:.1%} of the bytes "
-          f"({verdict(on['read'] / r['disk'], TARGETS['bytes'], higher=False)}), "
-          f"runs {off['wall'] / on['wall']:.2f}x faster than off "
-          f"({verdict(off['wall'] / on['wall'], TARGETS['region'])}); same points and cells: "
-          f"{same}")
+    print(
+        f"    plan on reads {on['read'] / r['disk']:.1%} of the bytes "
+        f"({verdict(on['read'] / r['disk'], TARGETS['bytes'], higher=False)}), "
+        f"runs {off['wall'] / on['wall']:.2f}x faster than off "
+        f"({verdict(off['wall'] / on['wall'], TARGETS['region'])}); same points and cells: "
+        f"{same}"
+    )
     a_on, a_off = r["region_agg_on"], r["region_agg_off"]
-    print(f"    read, key and reduce only: plan off {span(a_off)}, on {span(a_on)}: "
-          f"{a_off['wall'] / a_on['wall']:.2f}x; read {a_on['read'] / r['disk']:.1%} of the "
-          f"bytes with the plan, {a_off['read'] / r['disk']:.1%} without")
+    print(
+        f"    read, key and reduce only: plan off {span(a_off)}, on {span(a_on)}: "
+        f"{a_off['wall'] / a_on['wall']:.2f}x; read {a_on['read'] / r['disk']:.1%} of the "
+        f"bytes with the plan, {a_off['read'] / r['disk']:.1%} without"
+    )
     peak = max(r[k]["rss"] for k in ("one", "all", "strata", "procs") if k in r)
-    print(f"  peak RSS     {peak / 2**30:.2f} GiB (largest process of any run; "
-          f"{verdict(peak / 2**30, TARGETS['rss_gib'], higher=False)} GiB)")
+    print(
+        f"  peak RSS     {peak / 2**30:.2f} GiB (largest process of any run; "
+        f"{verdict(peak / 2**30, TARGETS['rss_gib'], higher=False)} GiB)"
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", nargs="+", type=float, default=[1e7],
-                    help="photons per size (default 1e7)")
-    ap.add_argument("--per-granule", type=int, default=2_500_000,
-                    help="photons per granule (default 2.5e6, ~32 MB files)")
+    ap.add_argument(
+        "--sizes", nargs="+", type=float, default=[1e7], help="photons per size (default 1e7)"
+    )
+    ap.add_argument(
+        "--per-granule",
+        type=int,
+        default=2_500_000,
+        help="photons per granule (default 2.5e6, ~32 MB files)",
+    )
     ap.add_argument("--reps", type=int, default=2, help="best of this many runs")
-    ap.add_argument("--band", type=float, default=0.1,
-                    help="latitude band of the region runs, as a fraction of the box's "
-                         "height (default 0.1: about a tenth of every track)")
+    ap.add_argument(
+        "--band",
+        type=float,
+        default=0.1,
+        help="latitude band of the region runs, as a fraction of the box's "
+        "height (default 0.1: about a tenth of every track)",
+    )
     ap.add_argument("--seed", type=int, default=1, help="granule generator seed")
-    ap.add_argument("--keep", type=Path, default=None,
-                    help="write the granules here and reuse them in later runs")
-    ap.add_argument("--skip", nargs="*", default=[],
-                    choices=("procs", "memory", "agg_all", "strata"),
-                    help="leave out these optional measurements (for long sizes)")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="write the granules here and reuse them in later runs",
+    )
+    ap.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=("procs", "memory", "agg_all", "strata"),
+        help="leave out these optional measurements (for long sizes)",
+    )
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child.read_text()))))
         return 0
-    print(f"zagg granule benchmark (synthetic ATL03 granules → store; t-digest config "
-          f"land_ice_conf >= 2, order {C} cells, order {P} shards; {os.cpu_count()} cores)")
+    print(
+        f"zagg granule benchmark (synthetic ATL03 granules → store; t-digest config "
+        f"land_ice_conf >= 2, order {C} cells, order {P} shards; {os.cpu_count()} cores)"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="zagg-bench-granules-"))
     try:
         for n in map(int, args.sizes):

@@ -36,8 +36,7 @@ class Peak:
 
     def __enter__(self):
         self.stop, self.out = threading.Event(), []
-        self.thread = threading.Thread(target=sample_rss, args=(self.stop, self.out),
-                                       daemon=True)
+        self.thread = threading.Thread(target=sample_rss, args=(self.stop, self.out), daemon=True)
         self.thread.start()
         return self
 
@@ -58,12 +57,17 @@ def run_store(cfg: dict, store: str, client) -> tuple[float, object]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=float, default=1e8)
-    ap.add_argument("--region", nargs=4, type=float, default=DENSE,
-                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument(
+        "--region", nargs=4, type=float, default=DENSE, metavar=("LON0", "LAT0", "LON1", "LAT1")
+    )
     ap.add_argument("--chunk", type=int, default=2_000_000)
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="pairs of runs (off, with columns), alternating which goes first; the "
-                         "best time of each is printed, with the range")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="pairs of runs (off, with columns), alternating which goes first; the "
+        "best time of each is printed, with the range",
+    )
     args = ap.parse_args()
     n = int(args.size)
 
@@ -76,8 +80,7 @@ def main() -> int:
     try:
         points = f"{tmp}/points.zarr"
         gen = write_points(n, args.region, min(args.chunk, n), points)
-        print(f"{n:,} synthetic photons over {list(args.region)} written in {gen:.1f} s "
-              "(untimed)")
+        print(f"{n:,} synthetic photons over {list(args.region)} written in {gen:.1f} s (untimed)")
         warm = f"{tmp}/warm.zarr"
         write_points(min(n, 100_000), args.region, min(args.chunk, n), warm)
         base = standard_config(input=points)
@@ -93,8 +96,9 @@ def main() -> int:
                 for which in order:
                     shutil.rmtree(f"{tmp}/{which}", ignore_errors=True)
                     with Peak() as peak:
-                        t, out = run_store(flat if which == "flat" else base,
-                                           f"{tmp}/{which}", client)
+                        t, out = run_store(
+                            flat if which == "flat" else base, f"{tmp}/{which}", client
+                        )
                     times[which].append(t)
                     peaks[which] = max(peaks[which], peak.bytes)
                     if which == "flat":
@@ -112,33 +116,52 @@ def main() -> int:
         orders = {}
         for r in swept.records:
             orders[r["order"]] = orders.get(r["order"], 0) + 1
-        print(f"points: {with_cols.shards} shards, {with_cols.cells_with_data:,} cells with "
-              "data")
-        print("ladder nodes per order: " + ", ".join(f"{k}:{orders[k]}" for k in
-                                                    sorted(orders, reverse=True)))
-        def spread(key):
-            return "" if len(times[key]) < 2 else \
-                f" (range {min(times[key]):.1f}-{max(times[key]):.1f} s)"
+        print(f"points: {with_cols.shards} shards, {with_cols.cells_with_data:,} cells with data")
+        print(
+            "ladder nodes per order: "
+            + ", ".join(f"{k}:{orders[k]}" for k in sorted(orders, reverse=True))
+        )
 
-        print(f"leaf write, pyramid off        {leaf_s:8.1f} s   ({leaf.bytes_written / 2**20:,.0f}"
-              f" MiB){spread('flat')}")
-        print(f"leaf write with leaf columns   {col_s:8.1f} s   columns' share of the leaf "
-              f"tasks {column / task:.1%}{spread('columns')}")
-        print(f"sweep (ladder, orders 8..0)    {sweep_s:8.1f} s   {swept.folded} nodes, "
-              f"{swept.objects_written} objects, {swept.bytes_written / 2**20:.1f} MiB")
+        def spread(key):
+            return (
+                ""
+                if len(times[key]) < 2
+                else f" (range {min(times[key]):.1f}-{max(times[key]):.1f} s)"
+            )
+
+        print(
+            f"leaf write, pyramid off        {leaf_s:8.1f} s   ({leaf.bytes_written / 2**20:,.0f}"
+            f" MiB){spread('flat')}"
+        )
+        print(
+            f"leaf write with leaf columns   {col_s:8.1f} s   columns' share of the leaf "
+            f"tasks {column / task:.1%}{spread('columns')}"
+        )
+        print(
+            f"sweep (ladder, orders 8..0)    {sweep_s:8.1f} s   {swept.folded} nodes, "
+            f"{swept.objects_written} objects, {swept.bytes_written / 2**20:.1f} MiB"
+        )
         ladder = sweep_s / leaf_s
         whole = (col_s - leaf_s + sweep_s) / leaf_s
-        print(f"ladder / leaf write            {ladder:8.2f}   "
-              f"({'meets' if ladder <= TARGET else 'misses'} the target {TARGET:.2f})")
-        print(f"pyramid / leaf write           {whole:8.2f}   (columns' extra leaf time + "
-              "sweep, over the pyramid-off write)")
-        for label, peak in (("leaf write, pyramid off", peaks["flat"]),
-                            ("leaf write with columns", peaks["columns"]),
-                            ("sweep", during.bytes), ("whole benchmark", everything.bytes)):
+        print(
+            f"ladder / leaf write            {ladder:8.2f}   "
+            f"({'meets' if ladder <= TARGET else 'misses'} the target {TARGET:.2f})"
+        )
+        print(
+            f"pyramid / leaf write           {whole:8.2f}   (columns' extra leaf time + "
+            "sweep, over the pyramid-off write)"
+        )
+        for label, peak in (
+            ("leaf write, pyramid off", peaks["flat"]),
+            ("leaf write with columns", peaks["columns"]),
+            ("sweep", during.bytes),
+            ("whole benchmark", everything.bytes),
+        ):
             ok = "under" if peak < RSS_TARGET else "over"
             print(f"peak RSS, {label:<24} {peak / 2**30:6.2f} GiB ({ok} the 3 GiB target)")
-        print(f"re-sweep of the unchanged store: {zagg.sweep(f'{tmp}/columns').folded} nodes "
-              "folded")
+        print(
+            f"re-sweep of the unchanged store: {zagg.sweep(f'{tmp}/columns').folded} nodes folded"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -64,8 +64,9 @@ def store_bytes(path: str) -> int:
 
 def measure(reader: str, store: str) -> dict:
     """Run one reader in a fresh process; its printed JSON record."""
-    out = subprocess.run([sys.executable, __file__, "--measure", reader, store],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", reader, store], capture_output=True, text=True
+    )
     if out.returncode != 0 and not out.stdout.strip():
         raise RuntimeError(f"{reader} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -98,8 +99,12 @@ def _measure_here(reader: str, store: str) -> None:
             ds = zagg.open_hive(store)
             median = zagg.quantile(ds, "h_tdigest", 0.5).values
             walls.append(time.perf_counter() - t0)
-        record.update(wall=walls[0], again=walls[1], cells=int(np.isfinite(median).sum()),
-                      shards=len(ds.attrs["zagg"]["shards"]))
+        record.update(
+            wall=walls[0],
+            again=walls[1],
+            cells=int(np.isfinite(median).sum()),
+            shards=len(ds.attrs["zagg"]["shards"]),
+        )
     elif reader == "moczarr":
         import moczarr
         from moczarr import ragged, tdigest
@@ -109,11 +114,16 @@ def _measure_here(reader: str, store: str) -> None:
         occupied = np.flatnonzero(ds["count"].values > 0)
         payloads = ds["h_tdigest"].isel(cells=occupied).values
         element = ragged.parse_ragged_attrs(ds["h_tdigest"].attrs, field="h_tdigest")
-        median = np.array([tdigest.quantile_from_tdigest(ragged.decode_cell(p, element), 0.5)
-                           for p in payloads])
-        record.update(wall=time.perf_counter() - t0, cells=int(np.isfinite(median).sum()),
-                      shards=len(np.unique(np.asarray(ds["morton"].values)[occupied]
-                                           >> np.uint64(60 - 2 * 9))))
+        median = np.array(
+            [tdigest.quantile_from_tdigest(ragged.decode_cell(p, element), 0.5) for p in payloads]
+        )
+        record.update(
+            wall=time.perf_counter() - t0,
+            cells=int(np.isfinite(median).sum()),
+            shards=len(
+                np.unique(np.asarray(ds["morton"].values)[occupied] >> np.uint64(60 - 2 * 9))
+            ),
+        )
     else:  # the interpreter with both readers' libraries imported
         import dask.array  # noqa: F401
         import moczarr  # noqa: F401
@@ -156,22 +166,32 @@ def main(argv=None) -> None:
                 write_store(n, store, args.chunk)
             on_disk = store_bytes(store)
             ours = measure("zagg", store)
-            print(f"\n{n} points: {ours['shards']} shards, {ours['cells']:,} cells with data; "
-                  f"store {mib(on_disk)} on disk")
+            print(
+                f"\n{n} points: {ours['shards']} shards, {ours['cells']:,} cells with data; "
+                f"store {mib(on_disk)} on disk"
+            )
             budget = MEMORY_FACTOR * on_disk + interpreter
-            print(f"  zagg     open + median map  {ours['wall']:7.2f} s (again in the same "
-                  f"process {ours['again']:.2f} s)   peak RSS {gib(ours['peak'])}")
+            print(
+                f"  zagg     open + median map  {ours['wall']:7.2f} s (again in the same "
+                f"process {ours['again']:.2f} s)   peak RSS {gib(ours['peak'])}"
+            )
             theirs = None
             if not args.no_moczarr:
                 theirs = measure("moczarr", store)
-                print(f"  moczarr  open + median map  {theirs['wall']:7.2f} s"
-                      f"{'':37}peak RSS {gib(theirs['peak'])}   ({theirs['cells']:,} cells)")
-            print(f"  memory   zagg's peak / (2 x store + interpreter) = "
-                  f"{ours['peak'] / budget:.2f} (target <= 1)")
+                print(
+                    f"  moczarr  open + median map  {theirs['wall']:7.2f} s"
+                    f"{'':37}peak RSS {gib(theirs['peak'])}   ({theirs['cells']:,} cells)"
+                )
+            print(
+                f"  memory   zagg's peak / (2 x store + interpreter) = "
+                f"{ours['peak'] / budget:.2f} (target <= 1)"
+            )
             if theirs is not None:
                 speedup = theirs["wall"] / ours["wall"]
-                print(f"  speed    moczarr wall / zagg wall = {speedup:.1f} "
-                      f"(target >= {SPEED_TARGET:g}); again {theirs['wall'] / ours['again']:.1f}")
+                print(
+                    f"  speed    moczarr wall / zagg wall = {speedup:.1f} "
+                    f"(target >= {SPEED_TARGET:g}); again {theirs['wall'] / ours['again']:.1f}"
+                )
             if n == 5_000_000:
                 verdict = "meets" if ours["wall"] < WALL_TARGET_S else "misses"
                 print(f"  wall     {ours['wall']:.2f} s {verdict} the {WALL_TARGET_S:g} s target")

@@ -45,8 +45,10 @@ def timed(fn):
 def line(label: str, wall: float, summary, first: float | None) -> str:
     ratio = "" if first is None else f"  {wall / first:6.3f} of the first run"
     units = summary.units
-    return (f"{label:<40} {wall:7.2f} s  {summary.leaves_written:5d} leaves written, "
-            f"{units['current']:5d} current{ratio}")
+    return (
+        f"{label:<40} {wall:7.2f} s  {summary.leaves_written:5d} leaves written, "
+        f"{units['current']:5d} current{ratio}"
+    )
 
 
 def write_catalog_of(paths, where: Path) -> str:
@@ -78,8 +80,10 @@ def granule_runs(n: int, per: int, tmp: Path, client) -> list[str]:
         cfg = tdigest_config(location)
         return run(cfg, store=str(store), scheduler=client, progress=False, **kw)
 
-    out = [f"granules: {len(first_paths)} of {per:,} photons (+1 for the new-granule run), "
-           f"catalog footprints at order 9"]
+    out = [
+        f"granules: {len(first_paths)} of {per:,} photons (+1 for the new-granule run), "
+        f"catalog footprints at order 9"
+    ]
     wall0, s0 = timed(lambda: go(cat, tmp / "cat-store"))
     out.append(line("first run (catalog)", wall0, s0, None))
     wall1, s1 = timed(lambda: go(cat, tmp / "cat-store"))
@@ -109,10 +113,12 @@ def synthetic_runs(n: int, tmp: Path, client) -> list[str]:
     store = str(tmp / "syn-store")
     wall0, s0 = timed(lambda: run(cfg, store=store, scheduler=client, progress=False))
     wall1, s1 = timed(lambda: run(cfg, store=store, scheduler=client, progress=False))
-    return [f"synthetic: {n:,} points, the standard config",
-            line("first run", wall0, s0, None),
-            line("unchanged re-run", wall1, s1, wall0),
-            f"unchanged re-run ÷ first run, synthetic: {verdict(wall1 / wall0)}"]
+    return [
+        f"synthetic: {n:,} points, the standard config",
+        line("first run", wall0, s0, None),
+        line("unchanged re-run", wall1, s1, wall0),
+        f"unchanged re-run ÷ first run, synthetic: {verdict(wall1 / wall0)}",
+    ]
 
 
 def main(argv=None) -> int:
@@ -126,13 +132,21 @@ def main(argv=None) -> int:
     from zagg.run import run
     from zagg.sources.synthetic import synthetic_photons
 
-    with tempfile.TemporaryDirectory() as d, cluster_for(None, workers=args.workers) as cl, \
-            connected(cl) as client:
+    with (
+        tempfile.TemporaryDirectory() as d,
+        cluster_for(None, workers=args.workers) as cl,
+        connected(cl) as client,
+    ):
         tmp = Path(d)
         # warm the workers (imports, numba's cache) on a throwaway run first
         warm = standard_config()
-        run(warm, store=str(tmp / "warm"), source=synthetic_photons(20_000, seed=1),
-            scheduler=client, progress=False)
+        run(
+            warm,
+            store=str(tmp / "warm"),
+            source=synthetic_photons(20_000, seed=1),
+            scheduler=client,
+            progress=False,
+        )
         for text in granule_runs(n, per, tmp, client) + synthetic_runs(n, tmp, client):
             print(text, flush=True)
     return 0

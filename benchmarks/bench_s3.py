@@ -51,14 +51,19 @@ def serve(latency: float) -> None:
         with lock:
             counts[environ.get("REQUEST_METHOD", "?")] += 1
             if trace:
-                trace.write(f"{time.time():.3f} {threading.get_ident() % 10000} "
-                            f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')}"
-                            f"?{environ.get('QUERY_STRING', '')}\n")
+                trace.write(
+                    f"{time.time():.3f} {threading.get_ident() % 10000} "
+                    f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')}"
+                    f"?{environ.get('QUERY_STRING', '')}\n"
+                )
         time.sleep(latency)
         return app(environ, start_response)
 
-    trace = open(os.environ["ZAGG_S3_TRACE"], "a", buffering=1) \
-        if os.environ.get("ZAGG_S3_TRACE") else None
+    trace = (
+        open(os.environ["ZAGG_S3_TRACE"], "a", buffering=1)
+        if os.environ.get("ZAGG_S3_TRACE")
+        else None
+    )
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = make_server("127.0.0.1", 0, delayed, threaded=True)
     print(server.server_address[1], flush=True)
@@ -69,12 +74,17 @@ class Server:
     """A :func:`serve` subprocess with ``latency`` seconds per request."""
 
     def __init__(self, latency: float):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(latency)],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(latency)], stdout=subprocess.PIPE, text=True
+        )
         self.port = int(self.proc.stdout.readline())
         self.url = f"http://127.0.0.1:{self.port}"
-        self.options = {"endpoint_url": self.url, "key": "bench", "secret": "bench-secret",
-                        "skip_instance_cache": True}
+        self.options = {
+            "endpoint_url": self.url,
+            "key": "bench",
+            "secret": "bench-secret",
+            "skip_instance_cache": True,
+        }
 
     def counts(self) -> dict:
         import urllib.request
@@ -103,8 +113,14 @@ def one_run(latency: float, ds, client, size: int) -> list[tuple[float, object, 
             t0 = time.perf_counter()
             with warnings.catch_warnings():  # the points travel in the graph, knowingly
                 warnings.filterwarnings("ignore", "Sending large graph")
-                summary = run(standard_config(), store=f"s3://bench/store-{size}", source=ds,
-                              scheduler=client, progress=False, storage_options=server.options)
+                summary = run(
+                    standard_config(),
+                    store=f"s3://bench/store-{size}",
+                    source=ds,
+                    scheduler=client,
+                    progress=False,
+                    storage_options=server.options,
+                )
             wall = time.perf_counter() - t0
             after = server.counts()
             out.append((wall, summary, {k: after[k] - before.get(k, 0) for k in after}))
@@ -119,9 +135,11 @@ def report(label: str, fast: list, slow: list, threads: int, latency: float) -> 
     leaves = summary.shards
     trips = (t_slow - t_fast) * threads / (leaves * latency)
     total = sum(counts.values())
-    print(f"  {label}: {leaves} leaves, {t_fast:.2f} s without latency, {t_slow:.2f} s with; "
-          f"{total} requests ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}, "
-          f"{total / leaves:.1f} per leaf)")
+    print(
+        f"  {label}: {leaves} leaves, {t_fast:.2f} s without latency, {t_slow:.2f} s with; "
+        f"{total} requests ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}, "
+        f"{total / leaves:.1f} per leaf)"
+    )
     print(f"    round trips per leaf, one after another: {trips:.2f}")
 
 
@@ -129,8 +147,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=float, default=1e6)
     ap.add_argument("--latency", type=float, default=0.03, help="seconds per request")
-    ap.add_argument("--region", nargs=4, type=float, default=None,
-                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument(
+        "--region", nargs=4, type=float, default=None, metavar=("LON0", "LAT0", "LON1", "LAT1")
+    )
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -144,9 +163,12 @@ def main(argv=None) -> int:
     n = int(args.size)
     region = tuple(args.region or DEFAULT_REGION)
     ds = synthetic_photons(n, region, chunk_size=1_000_000, seed=1)[
-        ["lat_ph", "lon_ph", "h_ph"]].compute()
-    print(f"zagg S3 benchmark: {n:.0e} synthetic photons over {list(region)}, local S3 "
-          f"delaying each request by {args.latency * 1e3:.0f} ms")
+        ["lat_ph", "lon_ph", "h_ph"]
+    ].compute()
+    print(
+        f"zagg S3 benchmark: {n:.0e} synthetic photons over {list(region)}, local S3 "
+        f"delaying each request by {args.latency * 1e3:.0f} ms"
+    )
     with client_for(None) as client:
         threads = sum(client.nthreads().values())
         one_run(0.0, ds, client, n)  # the workers' one-time set-up

@@ -36,8 +36,7 @@ TARGET_SPEEDUP = 1.7  # 2 workers against 1
 TARGET_OVERHEAD = 0.10  # gateway run against the local cluster's, cluster start apart
 
 
-def timed_run(cfg: dict, warm_cfg: dict, client, workdir: str,
-              runs: int) -> tuple[float, object]:
+def timed_run(cfg: dict, warm_cfg: dict, client, workdir: str, runs: int) -> tuple[float, object]:
     """(best wall seconds, summary) of ``runs`` runs, each into a fresh store, after a
     warm-up run."""
     from zagg.run import run
@@ -53,8 +52,7 @@ def timed_run(cfg: dict, warm_cfg: dict, client, workdir: str,
     return best, summary
 
 
-def on_cluster(kind: str, workers: int, url: str | None, cfg, warm_cfg, workdir: str,
-               runs: int):
+def on_cluster(kind: str, workers: int, url: str | None, cfg, warm_cfg, workdir: str, runs: int):
     """(cluster start seconds, run seconds, summary) on a new cluster of ``kind``."""
     from zagg.cluster import connect
 
@@ -73,11 +71,15 @@ def on_cluster(kind: str, workers: int, url: str | None, cfg, warm_cfg, workdir:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=float, default=1e7)
-    ap.add_argument("--region", nargs=4, type=float, default=list(DENSE_BOX),
-                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument(
+        "--region",
+        nargs=4,
+        type=float,
+        default=list(DENSE_BOX),
+        metavar=("LON0", "LAT0", "LON1", "LAT1"),
+    )
     ap.add_argument("--chunk", type=int, default=1_000_000)
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per cluster (the best "
-                    "is kept)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per cluster (the best is kept)")
     ap.add_argument("--no-gateway", dest="gateway", action="store_false")
     args = ap.parse_args()
     n = int(args.size)
@@ -96,36 +98,42 @@ def main() -> int:
 
                 with local_gateway(Path(workdir) / "gateway.log") as (url, _):
                     for w in (1, 2):
-                        results[kind, w] = on_cluster(kind, w, url, cfg, warm_cfg, workdir,
-                                                      args.runs)
+                        results[kind, w] = on_cluster(
+                            kind, w, url, cfg, warm_cfg, workdir, args.runs
+                        )
             else:
                 for w in (1, 2):
-                    results[kind, w] = on_cluster(kind, w, None, cfg, warm_cfg, workdir,
-                                                  args.runs)
-        print(f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
-              f"on {os.cpu_count()} cores; best of {args.runs} run(s) per cluster")
+                    results[kind, w] = on_cluster(kind, w, None, cfg, warm_cfg, workdir, args.runs)
+        print(
+            f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+            f"on {os.cpu_count()} cores; best of {args.runs} run(s) per cluster"
+        )
         first = next(iter(results.values()))[2]
-        print(f"{n:.0e} points: {first.shards} shards, {first.cells_with_data:,} cells with "
-              "data")
+        print(f"{n:.0e} points: {first.shards} shards, {first.cells_with_data:,} cells with data")
         same = {(s.shards, s.cells_with_data, s.points) for _, _, s in results.values()}
         print(f"same shards, cells and points in every run: {len(same) == 1}")
         for (kind, w), (start, wall, s) in results.items():
             label = "local cluster" if kind == "local" else "local gateway"
-            print(f"{label:<14} {w} worker{'s' if w > 1 else ' '}  run {wall:7.2f} s "
-                  f"({s.points / wall / 1e6:5.2f} M points/s), cluster start {start:5.1f} s")
+            print(
+                f"{label:<14} {w} worker{'s' if w > 1 else ' '}  run {wall:7.2f} s "
+                f"({s.points / wall / 1e6:5.2f} M points/s), cluster start {start:5.1f} s"
+            )
         for kind in kinds:
             up = results[kind, 1][1] / results[kind, 2][1]
             met = "meets" if up >= TARGET_SPEEDUP else "misses"
-            print(f"speed-up 1 -> 2 workers, {kind}: {up:.2f} ({met} the target "
-                  f"{TARGET_SPEEDUP:.1f})")
+            print(
+                f"speed-up 1 -> 2 workers, {kind}: {up:.2f} ({met} the target {TARGET_SPEEDUP:.1f})"
+            )
         if args.gateway:
             for w in (1, 2):
                 over = results["gateway", w][1] / results["local", w][1] - 1
                 met = "meets" if over <= TARGET_OVERHEAD else "misses"
-                print(f"gateway overhead, {w} worker{'s' if w > 1 else ''}: {100 * over:+.1f} % "
-                      f"of the local run ({met} the target {100 * TARGET_OVERHEAD:.0f} %); "
-                      f"cluster start {results['gateway', w][0]:.1f} s against "
-                      f"{results['local', w][0]:.1f} s")
+                print(
+                    f"gateway overhead, {w} worker{'s' if w > 1 else ''}: {100 * over:+.1f} % "
+                    f"of the local run ({met} the target {100 * TARGET_OVERHEAD:.0f} %); "
+                    f"cluster start {results['gateway', w][0]:.1f} s against "
+                    f"{results['local', w][0]:.1f} s"
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

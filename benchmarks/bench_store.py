@@ -51,8 +51,12 @@ def write_points(n: int, region, chunk: int, path: str) -> float:
     """Generate the synthetic photons (lat, lon, height) into an uncompressed zarr store at
     ``path`` in a child process (its freed buffers would otherwise stay in this process's
     heap and count in the runs' peak RSS); returns the seconds taken."""
-    out = subprocess.run([sys.executable, __file__, "--write-points", str(n), *map(str, region),
-                          str(chunk), path], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--write-points", str(n), *map(str, region), str(chunk), path],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.split()[-1])
 
 
@@ -61,12 +65,16 @@ def _write_points_here(n: int, region, chunk: int, path: str) -> float:
 
     from zagg.sources.synthetic import synthetic_photons
 
-    ds = synthetic_photons(n, tuple(region), chunk_size=chunk, seed=1)[["lat_ph", "lon_ph",
-                                                                         "h_ph"]]
+    ds = synthetic_photons(n, tuple(region), chunk_size=chunk, seed=1)[["lat_ph", "lon_ph", "h_ph"]]
     t0 = time.perf_counter()
     with dask.config.set(scheduler="threads"):
-        ds.to_zarr(path, mode="w", zarr_format=3, consolidated=False,
-                   encoding={v: {"compressors": None} for v in ds.data_vars})
+        ds.to_zarr(
+            path,
+            mode="w",
+            zarr_format=3,
+            consolidated=False,
+            encoding={v: {"compressors": None} for v in ds.data_vars},
+        )
     return time.perf_counter() - t0
 
 
@@ -98,8 +106,9 @@ def fault_cost() -> tuple[float, float]:
     """Milliseconds per MiB to fill memory a fresh process has just been given, and to fill
     it again once resident: the price of a worker's heap growth on this machine (a VM that
     hands freed memory back to its host pays a host fault per page)."""
-    out = subprocess.run([sys.executable, "-c", _TOUCH], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _TOUCH], capture_output=True, text=True, check=True
+    ).stdout.split()
     return float(out[0]), float(out[1])
 
 
@@ -226,8 +235,11 @@ def cli_run(cfg: dict, workdir: str) -> float:
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "zagg", "run", path, "--store",
-                    f"{workdir}/cli-store", "--quiet"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "zagg", "run", path, "--store", f"{workdir}/cli-store", "--quiet"],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -259,8 +271,7 @@ def one_run(cfg: dict, client) -> tuple[float, object, int, str, float]:
     sampler.start()
     with get_task_stream(client) as stream:
         t0 = time.perf_counter()
-        summary = run(cfg, store=f"{tmp}/store", scheduler=client.scheduler.address,
-                      progress=False)
+        summary = run(cfg, store=f"{tmp}/store", scheduler=client.scheduler.address, progress=False)
         wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
@@ -270,18 +281,31 @@ def one_run(cfg: dict, client) -> tuple[float, object, int, str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
-    ap.add_argument("--region", nargs=4, type=float, default=None,
-                    metavar=("LON0", "LAT0", "LON1", "LAT1"))
+    ap.add_argument(
+        "--region", nargs=4, type=float, default=None, metavar=("LON0", "LAT0", "LON1", "LAT1")
+    )
     ap.add_argument("--child-order", type=int, default=19)
     ap.add_argument("--chunk", type=int, default=1_000_000)
-    ap.add_argument("--runs", type=int, default=2,
-                    help="runs per size on one cluster (the first pays the workers' one-time "
-                         "set-up; later ones show a long-lived cluster's rate)")
-    ap.add_argument("--processes", action="store_true", default=None,
-                    help="workers in processes of their own even where zagg's default runs "
-                         "a single worker inside the client's process")
-    ap.add_argument("--no-cli", dest="cli", action="store_false",
-                    help="skip the `python -m zagg run` measurement")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=2,
+        help="runs per size on one cluster (the first pays the workers' one-time "
+        "set-up; later ones show a long-lived cluster's rate)",
+    )
+    ap.add_argument(
+        "--processes",
+        action="store_true",
+        default=None,
+        help="workers in processes of their own even where zagg's default runs "
+        "a single worker inside the client's process",
+    )
+    ap.add_argument(
+        "--no-cli",
+        dest="cli",
+        action="store_false",
+        help="skip the `python -m zagg run` measurement",
+    )
     ap.add_argument("--write-points", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.write_points:
@@ -306,13 +330,17 @@ def main() -> int:
     base = geo2mort_rate()
     leaf_bytes = cell_bytes(standard_config()) * 4 ** (args.child_order - 9)
     hash_rate = sha256_rate(leaf_bytes, cores)
-    print(f"zagg store benchmark: synthetic ATL03-like photons over {region}, order "
-          f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
-          f"{cores} cores")
+    print(
+        f"zagg store benchmark: synthetic ATL03-like photons over {region}, order "
+        f"{args.child_order} cells, order 9 shards, count + mean + min + max + tdigest, "
+        f"{cores} cores"
+    )
     print(f"geo2mort alone on {cores} cores: {base / 1e6:.2f} Mpts/s (baseline)")
     fresh, resident = fault_cost()
-    print(f"new memory: {fresh:.2f} ms per MiB on first touch, {resident:.2f} once resident "
-          "(what a worker's heap growth costs, paid mostly by the first run)")
+    print(
+        f"new memory: {fresh:.2f} ms per MiB on first touch, {resident:.2f} once resident "
+        "(what a worker's heap growth costs, paid mostly by the first run)"
+    )
     for n in map(int, args.sizes):
         points = tempfile.mkdtemp(prefix="zagg-bench-points-")
         t_gen = write_points(n, region, args.chunk, f"{points}/points.zarr")
@@ -336,43 +364,62 @@ def main() -> int:
         shutil.rmtree(points, ignore_errors=True)
         wall, summary, _, chain = runs[0]
         rate = n / (t_start + wall)
-        print(f"\n{n:.0e} points: {summary.shards} shards, {summary.cells_with_data:,} cells "
-              f"with data, {summary.bytes_written / 2**20:,.0f} MiB written")
-        print(f"  end to end      {rate / 1e6:7.2f} Mpts/s   ({t_start + wall:.1f} s wall: "
-              f"cluster start and the first run)")
+        print(
+            f"\n{n:.0e} points: {summary.shards} shards, {summary.cells_with_data:,} cells "
+            f"with data, {summary.bytes_written / 2**20:,.0f} MiB written"
+        )
+        print(
+            f"  end to end      {rate / 1e6:7.2f} Mpts/s   ({t_start + wall:.1f} s wall: "
+            f"cluster start and the first run)"
+        )
         print(f"  cluster start   {t_start:7.1f} s")
         if t_cli is not None:
-            print(f"  CLI end to end  {n / t_cli / 1e6:7.2f} Mpts/s   ({t_cli:.1f} s: `python -m "
-                  f"zagg run` from process start to exit; ratio to geo2mort {n / t_cli / base:.2f})")
-        print(f"  input           {t_gen:7.1f} s       (writing the points' zarr store "
-              "beforehand, untimed)")
-        print(f"  zagg alone      {n / wall / 1e6:7.2f} Mpts/s   (the first run, reading the "
-              f"points included; ratio to geo2mort {n / wall / base:.2f})")
+            print(
+                f"  CLI end to end  {n / t_cli / 1e6:7.2f} Mpts/s   ({t_cli:.1f} s: `python -m "
+                f"zagg run` from process start to exit; ratio to geo2mort {n / t_cli / base:.2f})"
+            )
+        print(
+            f"  input           {t_gen:7.1f} s       (writing the points' zarr store "
+            "beforehand, untimed)"
+        )
+        print(
+            f"  zagg alone      {n / wall / 1e6:7.2f} Mpts/s   (the first run, reading the "
+            f"points included; ratio to geo2mort {n / wall / base:.2f})"
+        )
         if len(runs) > 1:
             again = min(r[0] for r in runs[1:])
-            print(f"  ... again       {n / again / 1e6:7.2f} Mpts/s   (best later run on the same "
-                  f"cluster, workers set up; ratio {n / again / base:.2f})")
-        print(f"  per shard       {wall / max(summary.shards, 1) * cores:7.3f} core-s "
-              f"(first run)")
+            print(
+                f"  ... again       {n / again / 1e6:7.2f} Mpts/s   (best later run on the same "
+                f"cluster, workers set up; ratio {n / again / base:.2f})"
+            )
+        print(f"  per shard       {wall / max(summary.shards, 1) * cores:7.3f} core-s (first run)")
         print(f"  peak RSS        {max(r[2] for r in runs) / 2**30:7.2f} GiB (all processes)")
-        print(f"  longest chain   {chain:7.2f} s       (first run: the heaviest shard's tasks "
-              "after the reduction, its merges, finalize and write; what a cluster with "
-              "threads to spare waits for)")
+        print(
+            f"  longest chain   {chain:7.2f} s       (first run: the heaviest shard's tasks "
+            "after the reduction, its merges, finalize and write; what a cluster with "
+            "threads to spare waits for)"
+        )
         print(f"  ratio to geo2mort {rate / base:5.2f}   (end to end)")
         t_hash = (summary.shards * leaf_bytes + vlen_bytes) / hash_rate
         t_floor = n / base + t_hash + t_zstd
-        print(f"  ceiling         {n / base / t_floor:7.2f}          (geo2mort / (geo2mort + "
-              f"sha256 {t_hash:.2f} s + zstd-3 {t_zstd:.2f} s, both on {cores} threads at "
-              "once): the best \"zagg alone\" ratio any writer of this store can reach; "
-              "target >= 0.50)")
+        print(
+            f"  ceiling         {n / base / t_floor:7.2f}          (geo2mort / (geo2mort + "
+            f"sha256 {t_hash:.2f} s + zstd-3 {t_zstd:.2f} s, both on {cores} threads at "
+            'once): the best "zagg alone" ratio any writer of this store can reach; '
+            "target >= 0.50)"
+        )
         t_required = t_read_key + t_hash + t_zstd
-        print(f"  floor           {n / base / t_required:7.2f}          (geo2mort / (read + "
-              f"key {t_read_key:.2f} s as tasks on the run's cluster + sha256 + zstd-3): the "
-              "same ceiling with the points read from the input and keyed as a run must, "
-              "under the run's own threads)")
+        print(
+            f"  floor           {n / base / t_required:7.2f}          (geo2mort / (read + "
+            f"key {t_read_key:.2f} s as tasks on the run's cluster + sha256 + zstd-3): the "
+            "same ceiling with the points read from the input and keyed as a run must, "
+            "under the run's own threads)"
+        )
         ceiling = n / base / t_floor
-        print(f"  verdict         first run {verdict(n / wall / base, ceiling)}" + (
-            f"; again {verdict(n / again / base, ceiling)}" if len(runs) > 1 else ""))
+        print(
+            f"  verdict         first run {verdict(n / wall / base, ceiling)}"
+            + (f"; again {verdict(n / again / base, ceiling)}" if len(runs) > 1 else "")
+        )
     return 0
 
 

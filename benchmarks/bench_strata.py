@@ -30,14 +30,20 @@ from common import best_of
 
 STRATA_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "atl03_strata.yaml"
 PLAIN = {
-    "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                    "variables": ["h_ph"]},
-    "aggregation": {"variables": {
-        "count": {"function": "count"},
-        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-    }},
-    "output": {"dataset": {"short_name": "BENCH", "version": "1"},
-               "grid": {"parent_order": 9, "child_order": 19}},
+    "data_source": {
+        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+        "variables": ["h_ph"],
+    },
+    "aggregation": {
+        "variables": {
+            "count": {"function": "count"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+        }
+    },
+    "output": {
+        "dataset": {"short_name": "BENCH", "version": "1"},
+        "grid": {"parent_order": 9, "child_order": 19},
+    },
 }
 
 
@@ -45,8 +51,7 @@ def strata_config() -> dict:
     import yaml
 
     raw = yaml.safe_load(STRATA_CONFIG.read_text())
-    raw["output"]["grid"] = {**raw["output"].get("grid", {}), "parent_order": 9,
-                             "child_order": 19}
+    raw["output"]["grid"] = {**raw["output"].get("grid", {}), "parent_order": 9, "child_order": 19}
     return raw
 
 
@@ -74,8 +79,11 @@ def measure(n: int, reps: int, cores: int) -> dict:
         t_plain, res = best_of(lambda: zagg.aggregate(ds, plain).persist(), reps)
         t_strata, _ = best_of(lambda: zagg.aggregate(ds, strata).persist(), reps)
     return {
-        "n": n, "cells_with_data": int((res["count"].values > 0).sum()),
-        "geo2mort": n / t_geo, "plain": n / t_plain, "strata": n / t_strata,
+        "n": n,
+        "cells_with_data": int((res["count"].values > 0).sum()),
+        "geo2mort": n / t_geo,
+        "plain": n / t_plain,
+        "strata": n / t_strata,
     }
 
 
@@ -83,10 +91,14 @@ def report(r: dict, cores: int) -> None:
     m = 1e6
     print(f"\n{r['n']:.0e} points on {cores} core(s): {r['cells_with_data']:,} cells with data")
     print(f"  geo2mort alone       {r['geo2mort'] / m:8.2f} Mpts/s   baseline 1.00")
-    print(f"  plain t-digest       {r['plain'] / m:8.2f} Mpts/s   ratio to geo2mort "
-          f"{r['plain'] / r['geo2mort']:.2f}")
-    print(f"  strata               {r['strata'] / m:8.2f} Mpts/s   ratio to geo2mort "
-          f"{r['strata'] / r['geo2mort']:.2f}")
+    print(
+        f"  plain t-digest       {r['plain'] / m:8.2f} Mpts/s   ratio to geo2mort "
+        f"{r['plain'] / r['geo2mort']:.2f}"
+    )
+    print(
+        f"  strata               {r['strata'] / m:8.2f} Mpts/s   ratio to geo2mort "
+        f"{r['strata'] / r['geo2mort']:.2f}"
+    )
     print(f"  strata / plain       {r['strata'] / r['plain']:8.2f}")
 
 
@@ -97,9 +109,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cores = os.cpu_count() or 1
     os.environ["RAYON_NUM_THREADS"] = str(cores)  # before mortie is imported
-    print(f"zagg strata benchmark (synthetic ATL03-like photons, order 19 cells, order 9 "
-          f"shards; plain = count + tdigest, strata = {STRATA_CONFIG.name}; threaded "
-          f"scheduler, {cores} cores)")
+    print(
+        f"zagg strata benchmark (synthetic ATL03-like photons, order 19 cells, order 9 "
+        f"shards; plain = count + tdigest, strata = {STRATA_CONFIG.name}; threaded "
+        f"scheduler, {cores} cores)"
+    )
     for n in map(int, args.sizes):
         report(measure(n, args.reps, cores), cores)
     return 0

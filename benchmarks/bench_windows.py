@@ -29,12 +29,17 @@ EPOCH = "2018-01-01T00:00:00Z"
 
 
 def config(n: int, seed: int, chunk: int, windowed: bool) -> dict:
-    cfg = standard_config(variables=["h_ph", "delta_time"],
-                          synthetic={"points": n, "seed": seed, "chunk_size": chunk})
+    cfg = standard_config(
+        variables=["h_ph", "delta_time"], synthetic={"points": n, "seed": seed, "chunk_size": chunk}
+    )
     cfg["output"]["pyramid"] = False
     if windowed:
-        cfg["output"]["windowing"] = {"schedule": "yearly", "time_field": "delta_time",
-                                      "epoch": EPOCH, "scale": "gps"}
+        cfg["output"]["windowing"] = {
+            "schedule": "yearly",
+            "time_field": "delta_time",
+            "epoch": EPOCH,
+            "scale": "gps",
+        }
     return cfg
 
 
@@ -55,8 +60,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=float, default=1e7, help="points (default 1e7)")
     parser.add_argument("--reps", type=int, default=2, help="runs of each, best kept")
-    parser.add_argument("--chunk", type=int, default=250_000,
-                        help="points per generated pass (default 250000)")
+    parser.add_argument(
+        "--chunk", type=int, default=250_000, help="points per generated pass (default 250000)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     n = int(args.size)
@@ -68,19 +74,26 @@ def main(argv=None) -> None:
         with cluster_for(None) as cluster:
             for windowed in (False, True):  # the workers' set-up, paid before any timing
                 timed_run(config(20_000, args.seed, 2_000, windowed), cluster, base, "warm", 1)
-            plain_s, plain = timed_run(config(n, args.seed, args.chunk, False), cluster, base,
-                                       "plain", args.reps)
-            win_s, win = timed_run(config(n, args.seed, args.chunk, True), cluster, base,
-                                   "yearly", args.reps)
+            plain_s, plain = timed_run(
+                config(n, args.seed, args.chunk, False), cluster, base, "plain", args.reps
+            )
+            win_s, win = timed_run(
+                config(n, args.seed, args.chunk, True), cluster, base, "yearly", args.reps
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     windows = sorted({r["window"] for r in win.records})
-    print(f"{n:,} points: {plain.shards} shards, {plain.cells_with_data:,} cells with data, "
-          f"{plain.leaves_written} leaves (unwindowed)")
-    print(f"windowed: {win.shards} shards, {len(windows)} windows ({', '.join(windows)}), "
-          f"{win.leaves_written} leaves, {win.points:,} points")
-    print(f"unwindowed wall {plain_s:.2f} s, yearly-windowed wall {win_s:.2f} s "
-          f"(best of {args.reps})")
+    print(
+        f"{n:,} points: {plain.shards} shards, {plain.cells_with_data:,} cells with data, "
+        f"{plain.leaves_written} leaves (unwindowed)"
+    )
+    print(
+        f"windowed: {win.shards} shards, {len(windows)} windows ({', '.join(windows)}), "
+        f"{win.leaves_written} leaves, {win.points:,} points"
+    )
+    print(
+        f"unwindowed wall {plain_s:.2f} s, yearly-windowed wall {win_s:.2f} s (best of {args.reps})"
+    )
     ratio = win_s / plain_s
     meets = "meets" if ratio <= TARGET else "misses"
     print(f"verdict: windowed / unwindowed = {ratio:.2f} {meets} the target {TARGET:.2f}")

@@ -8,17 +8,23 @@ import time
 
 #: count + mean + min + max + t-digest of synthetic photon heights, order 19 in order 9
 STANDARD_CONFIG = {
-    "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                    "variables": ["h_ph"]},
-    "aggregation": {"variables": {
-        "count": {"function": "count"},
-        "h_mean": {"function": "mean", "source": "h_ph"},
-        "h_min": {"function": "min", "source": "h_ph"},
-        "h_max": {"function": "max", "source": "h_ph"},
-        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-    }},
-    "output": {"dataset": {"short_name": "BENCH", "version": "1"},
-               "grid": {"parent_order": 9, "child_order": 19}},
+    "data_source": {
+        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+        "variables": ["h_ph"],
+    },
+    "aggregation": {
+        "variables": {
+            "count": {"function": "count"},
+            "h_mean": {"function": "mean", "source": "h_ph"},
+            "h_min": {"function": "min", "source": "h_ph"},
+            "h_max": {"function": "max", "source": "h_ph"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+        }
+    },
+    "output": {
+        "dataset": {"short_name": "BENCH", "version": "1"},
+        "grid": {"parent_order": 9, "child_order": 19},
+    },
 }
 
 
@@ -53,8 +59,10 @@ def verdict(ratio: float, ceiling: float | None = None, target: float = TARGET_R
     if ceiling is None:
         return f"{ratio:.2f} below the target {target:.2f}"
     if ceiling < target:
-        return (f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} "
-                "puts out of reach here")
+        return (
+            f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} "
+            "puts out of reach here"
+        )
     return f"{ratio:.2f} below the target {target:.2f}, which the ceiling {ceiling:.2f} allows"
 
 

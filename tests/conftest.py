@@ -17,8 +17,11 @@ def moto_s3():
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    options = {"endpoint_url": f"http://{host}:{port}", "key": "AKIDLOCALTEST",
-               "secret": "local-secret-value-123"}
+    options = {
+        "endpoint_url": f"http://{host}:{port}",
+        "key": "AKIDLOCALTEST",
+        "secret": "local-secret-value-123",
+    }
     try:
         yield options, s3fs.S3FileSystem(**options)
     finally:

@@ -29,12 +29,19 @@ def local_gateway(log_path: Path, timeout: float = 60.0):
     interpreter's environment (its ``dask`` command first on PATH)."""
     port = free_port()
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "ZAGG_GATEWAY_ADDRESS": f"127.0.0.1:{port}",
-           "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    env = {
+        **os.environ,
+        "ZAGG_GATEWAY_ADDRESS": f"127.0.0.1:{port}",
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+    }
     env.pop("ZAGG_GATEWAY_PASSWORD", None)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([os.path.join(bindir, "dask-gateway-server"), "-f",
-                                 str(CONFIG)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [os.path.join(bindir, "dask-gateway-server"), "-f", str(CONFIG)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -88,6 +95,9 @@ def listening(pid: int) -> set[tuple[str, int]]:
         return found
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            found |= {(c.laddr.ip, c.laddr.port) for c in p.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN}
+            found |= {
+                (c.laddr.ip, c.laddr.port)
+                for c in p.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
     return found

@@ -33,21 +33,31 @@ def _points(n: int, seed: int, box) -> xr.Dataset:
     flux = rng.gamma(2.0, 0.7, n).astype(np.float32)
     flux[::53] = 0.0
     q = rng.integers(0, 4, n).astype(np.int16)
-    return xr.Dataset({
-        "lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", h),
-        "conf": (("obs", "surface"), conf), "flux": ("obs", flux), "q": ("obs", q),
-        "flag": ("obs", q > 1),
-    })
+    return xr.Dataset(
+        {
+            "lat": ("obs", lat),
+            "lon": ("obs", lon),
+            "h": ("obs", h),
+            "conf": (("obs", "surface"), conf),
+            "flux": ("obs", flux),
+            "q": ("obs", q),
+            "flag": ("obs", q > 1),
+        }
+    )
 
 
 def _config(fields: dict, filters=None, grid=None, variables=None) -> dict:
-    source = {"coordinates": {"latitude": "lat", "longitude": "lon"},
-              "variables": variables or ["h", "q", "flag", "flux"]}
+    source = {
+        "coordinates": {"latitude": "lat", "longitude": "lon"},
+        "variables": variables or ["h", "q", "flag", "flux"],
+    }
     if filters:
         source["filters"] = filters
-    return {"data_source": source, "aggregation": {"variables": fields},
-            "output": {"dataset": {"short_name": "GOLDEN", "version": "1"},
-                       "grid": dict(grid or GRID)}}
+    return {
+        "data_source": source,
+        "aggregation": {"variables": fields},
+        "output": {"dataset": {"short_name": "GOLDEN", "version": "1"}, "grid": dict(grid or GRID)},
+    }
 
 
 SIGNAL = "(c0 >= 2) | (c1 >= 2) | (c2 >= 2) | (c3 >= 2) | (c4 >= 2)"
@@ -78,30 +88,56 @@ def cases() -> dict[str, tuple[xr.Dataset, dict, int]]:
     strata = {
         "count": {"function": "count"},
         "h_all": {"function": "tdigest", "source": "h"},
-        "h_signal": {"function": "tdigest", "source": "h", "where": SIGNAL,
-                     "stratum": {"name": "signal", "threshold": 2}, "located": True},
-        "h_noise": {"function": "tdigest", "source": "h", "where": f"~({SIGNAL})",
-                    "stratum": {"name": "noise", "threshold": 2}, "located": True,
-                    "params": {"delta": 32}},
-        "composition": {"function": "composition", "source": "conf",
-                        "params": {"of": "h_signal", "threshold": 2}},
-        "h_flux": {"function": "tdigest", "source": "h",
-                   "params": {"weights": "flux", "weight_source": "flux",
-                              "gain": {"name": "golden-gain", "version": "1"}}},
+        "h_signal": {
+            "function": "tdigest",
+            "source": "h",
+            "where": SIGNAL,
+            "stratum": {"name": "signal", "threshold": 2},
+            "located": True,
+        },
+        "h_noise": {
+            "function": "tdigest",
+            "source": "h",
+            "where": f"~({SIGNAL})",
+            "stratum": {"name": "noise", "threshold": 2},
+            "located": True,
+            "params": {"delta": 32},
+        },
+        "composition": {
+            "function": "composition",
+            "source": "conf",
+            "params": {"of": "h_signal", "threshold": 2},
+        },
+        "h_flux": {
+            "function": "tdigest",
+            "source": "h",
+            "params": {
+                "weights": "flux",
+                "weight_source": "flux",
+                "gain": {"name": "golden-gain", "version": "1"},
+            },
+        },
     }
     return {
         "every_reducer": (_points(40_000, 1, box), _config(every), 7_000),
         "filtered_one_chunk_leaf": (
             _points(20_000, 2, box),
-            _config({"count": {"function": "count"},
-                     "h_mean": {"function": "mean", "source": "h"},
-                     "h_td": {"function": "tdigest", "source": "h"}},
-                    filters=[{"variable": "q", "op": "ge", "value": 1}],
-                    grid={"parent_order": 9, "child_order": 13, "chunk_inner": 9,
-                          "sharded": False}),
-            5_000),
-        "strata_located_flux": (_points(40_000, 3, box),
-                                _config(strata, variables=strata_vars), 9_000),
+            _config(
+                {
+                    "count": {"function": "count"},
+                    "h_mean": {"function": "mean", "source": "h"},
+                    "h_td": {"function": "tdigest", "source": "h"},
+                },
+                filters=[{"variable": "q", "op": "ge", "value": 1}],
+                grid={"parent_order": 9, "child_order": 13, "chunk_inner": 9, "sharded": False},
+            ),
+            5_000,
+        ),
+        "strata_located_flux": (
+            _points(40_000, 3, box),
+            _config(strata, variables=strata_vars),
+            9_000,
+        ),
     }
 
 

@@ -32,8 +32,10 @@ def make_config(fields=None, filters=None, p=P, c=C, **grid):
     return {
         "data_source": src,
         "aggregation": {"variables": fields},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"},
-                   "grid": {"parent_order": p, "child_order": c, **grid}},
+        "output": {
+            "dataset": {"short_name": "TEST", "version": "1"},
+            "grid": {"parent_order": p, "child_order": c, **grid},
+        },
     }
 
 
@@ -134,7 +136,7 @@ def test_layout_is_canonical_and_one_chunk_per_shard():
     assert all(ch == n for ch in dense["count"].chunks[0])
     words = dense["morton"].values
     for k, s in enumerate(shards):
-        np.testing.assert_array_equal(words[k * n:(k + 1) * n], G.shard_cell_words(s, P, C))
+        np.testing.assert_array_equal(words[k * n : (k + 1) * n], G.shard_cell_words(s, P, C))
 
 
 def test_cell_words_agree_with_mortie_keying_at_cell_order():
@@ -145,8 +147,9 @@ def test_cell_words_agree_with_mortie_keying_at_cell_order():
     np.testing.assert_array_equal(occupied, truth)
 
 
-@pytest.mark.parametrize(("p", "c", "located"), [(P, C, False), (P, C, True), (22, 27, False),
-                                                  (22, 27, True)])
+@pytest.mark.parametrize(
+    ("p", "c", "located"), [(P, C, False), (P, C, True), (22, 27, False), (22, 27, True)]
+)
 def test_nonfinite_coordinates_are_dropped_and_counted(p, c, located):
     """Whichever way points are keyed (straight at the cell order, or through order-29
     point words for located digests), refused points are counted and every other point
@@ -209,8 +212,8 @@ def test_the_dense_twin_of_given_shards_stays_lazy():
     sub = out.compute()
     n = 4 ** (C - P)
     for var in ("count", "h_min", "h_sum"):
-        np.testing.assert_array_equal(sub[var].values, full[var].values[n:3 * n])
-    assert list(sub["h_td"].values) == list(full["h_td"].values[n:3 * n])
+        np.testing.assert_array_equal(sub[var].values, full[var].values[n : 3 * n])
+    assert list(sub["h_td"].values) == list(full["h_td"].values[n : 3 * n])
 
 
 def test_dask_and_numpy_inputs_agree_and_southern_northern_shards():
@@ -249,12 +252,17 @@ def test_aggregating_in_memory_inputs_leaves_them_untouched():
     clean = make_points(5_000, seed=11, nan_frac=0.0)  # every point kept: kernels get views
     holed = make_points(5_000, seed=12)
     holed["lat"].values[:7] = np.nan  # a few unkeyable points
-    fields = {"count": {"function": "count"},
-              "h_var": {"function": "var", "source": "h", "dtype": "float64"},
-              "h_td": {"function": "tdigest", "source": "h", "params": {"delta": 20}},
-              "h_loc": {"function": "tdigest", "source": "h", "located": True}}
-    for ds, filters in ((clean, None), (holed, None),
-                        (clean, [{"variable": "q", "op": "ne", "value": 3}])):
+    fields = {
+        "count": {"function": "count"},
+        "h_var": {"function": "var", "source": "h", "dtype": "float64"},
+        "h_td": {"function": "tdigest", "source": "h", "params": {"delta": 20}},
+        "h_loc": {"function": "tdigest", "source": "h", "located": True},
+    }
+    for ds, filters in (
+        (clean, None),
+        (holed, None),
+        (clean, [{"variable": "q", "op": "ne", "value": 3}]),
+    ):
         before = {k: ds[k].values.tobytes() for k in ds.data_vars}
         computed(ds, make_config(fields, filters), chunk_size=900)
         assert {k: ds[k].values.tobytes() for k in ds.data_vars} == before
@@ -309,8 +317,14 @@ def test_digest_compresses_above_delta_and_keeps_exact_weight():
     lat = np.full(n, -75.5)
     lon = np.full(n, -99.0)
     h = rng.normal(0, 1, n).astype(np.float32)
-    ds = xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", h),
-                     "q": ("obs", np.zeros(n, np.int8))})
+    ds = xr.Dataset(
+        {
+            "lat": ("obs", lat),
+            "lon": ("obs", lon),
+            "h": ("obs", h),
+            "q": ("obs", np.zeros(n, np.int8)),
+        }
+    )
     cfg = make_config({"h_td": {"function": "tdigest", "source": "h", "params": {"delta": 100}}})
     res = computed(ds.chunk({"obs": 700}), cfg)
     payloads = [p for p in res["h_td"].values if p]
@@ -326,10 +340,17 @@ def test_integer_and_dask_backed_lazy_input_not_materialised():
     lat = dsa.random.uniform(-76, -75, size=n, chunks=10_000)
     lon = dsa.random.uniform(-100, -98, size=n, chunks=10_000)
     q = dsa.random.randint(0, 5, size=n, chunks=10_000).astype(np.int16)
-    ds = xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon), "h": ("obs", q.astype(np.float32)),
-                     "q": ("obs", q)})
-    cfg = make_config({"q_max": {"function": "max", "source": "h", "dtype": "int16",
-                                 "fill_value": -1}})
+    ds = xr.Dataset(
+        {
+            "lat": ("obs", lat),
+            "lon": ("obs", lon),
+            "h": ("obs", q.astype(np.float32)),
+            "q": ("obs", q),
+        }
+    )
+    cfg = make_config(
+        {"q_max": {"function": "max", "source": "h", "dtype": "int16", "fill_value": -1}}
+    )
     res = computed(ds, cfg)
     assert res["q_max"].dtype == np.int16
     assert set(np.unique(res["q_max"].values)) <= {-1, 0, 1, 2, 3, 4}
@@ -342,10 +363,16 @@ def test_compacted_states_combine_exactly_like_full_ones():
     from zagg.partials import Groups
     from zagg.reducers import COUNT, MAX, MIN
 
-    a = {"count": np.array([1, 2, 3]), "min": np.array([0.5, -1.0, np.nan]),
-         "max": np.array([0.1, 1e300, 2.0])}
-    b = {"count": np.array([4, 5]), "min": np.array([-2.0, 0.25]),
-         "max": np.array([3.0, 1.0 / 3.0])}
+    a = {
+        "count": np.array([1, 2, 3]),
+        "min": np.array([0.5, -1.0, np.nan]),
+        "max": np.array([0.1, 1e300, 2.0]),
+    }
+    b = {
+        "count": np.array([4, 5]),
+        "min": np.array([-2.0, 0.25]),
+        "max": np.array([3.0, 1.0 / 3.0]),
+    }
     states = {"count": COUNT, "min": MIN, "max": MAX}
     small = {k: states[k].compact(v) for k, v in a.items()}
     assert small["count"].dtype == np.int32
@@ -359,29 +386,42 @@ def test_compacted_states_combine_exactly_like_full_ones():
         packed = state.combine([small[k], state.compact(b[k])], groups, None)
         assert packed.dtype == full.dtype
         np.testing.assert_array_equal(packed, full)
-    np.testing.assert_array_equal(states["count"].combine([a["count"], b["count"]], groups,
-                                                          None), [1, 6, 8])
-    np.testing.assert_array_equal(states["min"].combine([a["min"], b["min"]], groups, None),
-                                  [0.5, -2.0, 0.25])
+    np.testing.assert_array_equal(
+        states["count"].combine([a["count"], b["count"]], groups, None), [1, 6, 8]
+    )
+    np.testing.assert_array_equal(
+        states["min"].combine([a["min"], b["min"]], groups, None), [0.5, -2.0, 0.25]
+    )
 
 
-@pytest.mark.parametrize("function, dtype, value, shown", [
-    ("count", "uint8", 1.0, "300"),
-    ("max", "int16", 1e6, "1000000"),
-    ("sum", "float16", 1e4, "3000000"),
-])
-def test_values_a_declared_dtype_cannot_hold_are_refused_not_wrapped(function, dtype, value,
-                                                                     shown):
+@pytest.mark.parametrize(
+    "function, dtype, value, shown",
+    [
+        ("count", "uint8", 1.0, "300"),
+        ("max", "int16", 1e6, "1000000"),
+        ("sum", "float16", 1e4, "3000000"),
+    ],
+)
+def test_values_a_declared_dtype_cannot_hold_are_refused_not_wrapped(function, dtype, value, shown):
     """300 points in one cell: a count of 300 in uint8, a maximum of 1e6 in int16 or a sum of
     3e6 in float16 would wrap around or overflow; the field's dtype key is named instead."""
     n = 300
-    ds = xr.Dataset({"lat": ("obs", np.full(n, -75.5)), "lon": ("obs", np.full(n, -100.0)),
-                     "h": ("obs", np.full(n, value)), "q": ("obs", np.zeros(n, np.int8))})
+    ds = xr.Dataset(
+        {
+            "lat": ("obs", np.full(n, -75.5)),
+            "lon": ("obs", np.full(n, -100.0)),
+            "h": ("obs", np.full(n, value)),
+            "q": ("obs", np.zeros(n, np.int8)),
+        }
+    )
     field = {"function": function, "dtype": dtype}
     if function != "count":
         field["source"] = "h"
-    with pytest.raises(zagg.ConfigError, match=rf"aggregation.variables.x.dtype': a cell's "
-                                                rf"{function} is {shown}.*wider dtype"):
+    with pytest.raises(
+        zagg.ConfigError,
+        match=rf"aggregation.variables.x.dtype': a cell's "
+        rf"{function} is {shown}.*wider dtype",
+    ):
         computed(ds, make_config({"x": field}))
     field["dtype"] = {"count": "uint16", "max": "int32", "sum": "float32"}[function]
     res = computed(ds, make_config({"x": field, "n": {"function": "count"}}))
@@ -395,22 +435,39 @@ def _with_confidence(n=200):
     return ds.assign(conf=(("obs", "lane"), conf))
 
 
-@pytest.mark.parametrize("variables, fields, filters, message", [
-    ({"conf": "conf", "c1": {"variable": "conf", "column": 1}},
-     {"m": {"function": "mean", "source": "conf"}}, None,
-     r"'aggregation.variables.m.source': 'conf' is the Dataset variable 'conf' of dims "
-     r"\('obs', 'lane'\).*declare one of its columns"),
-    ({"c7": {"variable": "conf", "column": 7}}, {"s": {"function": "sum", "source": "c7"}},
-     None, r"'data_source.variables.c7.column': column 7 of 'conf', which has 5 columns \(0..4\)"),
-    (["conf", "h"], {"n": {"function": "count"}},
-     [{"variable": "conf", "op": "ge", "value": 2}],
-     r"'data_source.filters\[0\].variable': 'conf' .* one value per point"),
-    (["h"], {"n": {"function": "count"}},
-     [{"variable": "h", "column": 2, "op": "ge", "value": 2}],
-     r"'data_source.filters\[0\].column': column 2 of 'h', which has dims \('obs',\).*drop"),
-])
-def test_variables_of_the_wrong_shape_are_refused_naming_the_key(variables, fields, filters,
-                                                                message):
+@pytest.mark.parametrize(
+    "variables, fields, filters, message",
+    [
+        (
+            {"conf": "conf", "c1": {"variable": "conf", "column": 1}},
+            {"m": {"function": "mean", "source": "conf"}},
+            None,
+            r"'aggregation.variables.m.source': 'conf' is the Dataset variable 'conf' of dims "
+            r"\('obs', 'lane'\).*declare one of its columns",
+        ),
+        (
+            {"c7": {"variable": "conf", "column": 7}},
+            {"s": {"function": "sum", "source": "c7"}},
+            None,
+            r"'data_source.variables.c7.column': column 7 of 'conf', which has 5 columns \(0..4\)",
+        ),
+        (
+            ["conf", "h"],
+            {"n": {"function": "count"}},
+            [{"variable": "conf", "op": "ge", "value": 2}],
+            r"'data_source.filters\[0\].variable': 'conf' .* one value per point",
+        ),
+        (
+            ["h"],
+            {"n": {"function": "count"}},
+            [{"variable": "h", "column": 2, "op": "ge", "value": 2}],
+            r"'data_source.filters\[0\].column': column 2 of 'h', which has dims \('obs',\).*drop",
+        ),
+    ],
+)
+def test_variables_of_the_wrong_shape_are_refused_naming_the_key(
+    variables, fields, filters, message
+):
     cfg = make_config(fields, filters)
     cfg["data_source"]["variables"] = variables
     with pytest.raises(zagg.ConfigError, match=message):
@@ -419,13 +476,18 @@ def test_variables_of_the_wrong_shape_are_refused_naming_the_key(variables, fiel
 
 def test_a_column_of_a_2d_variable_is_read_like_a_1d_variable():
     ds = _with_confidence()
-    cfg = make_config({"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
-                      [{"variable": "conf", "column": 1, "op": "ge", "value": 2}])
+    cfg = make_config(
+        {"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
+        [{"variable": "conf", "column": 1, "op": "ge", "value": 2}],
+    )
     cfg["data_source"]["variables"] = {"conf": "conf", "c3": {"variable": "conf", "column": 3}}
-    flat = ds.assign(c3=("obs", ds["conf"].values[:, 3].astype(np.float64)),
-                     c1=("obs", ds["conf"].values[:, 1]))
-    ref = make_config({"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
-                      [{"variable": "c1", "op": "ge", "value": 2}])
+    flat = ds.assign(
+        c3=("obs", ds["conf"].values[:, 3].astype(np.float64)), c1=("obs", ds["conf"].values[:, 1])
+    )
+    ref = make_config(
+        {"s": {"function": "sum", "source": "c3"}, "n": {"function": "count"}},
+        [{"variable": "c1", "op": "ge", "value": 2}],
+    )
     ref["data_source"]["variables"] = ["c3", "c1"]
     got, want = computed(ds, cfg), computed(flat, ref)
     np.testing.assert_array_equal(got["n"].values, want["n"].values)
@@ -433,12 +495,22 @@ def test_a_column_of_a_2d_variable_is_read_like_a_1d_variable():
     assert got["n"].values.sum() > 0
 
 
-@pytest.mark.parametrize("fields, filters, key", [
-    ({"t_min": {"function": "min", "source": "t"}}, None, "aggregation.variables.t_min.source"),
-    ({"t_td": {"function": "tdigest", "source": "t"}}, None, "aggregation.variables.t_td.source"),
-    ({"n": {"function": "count"}}, [{"variable": "t", "op": "gt", "value": 0}],
-     r"data_source.filters\[0\].variable"),
-])
+@pytest.mark.parametrize(
+    "fields, filters, key",
+    [
+        ({"t_min": {"function": "min", "source": "t"}}, None, "aggregation.variables.t_min.source"),
+        (
+            {"t_td": {"function": "tdigest", "source": "t"}},
+            None,
+            "aggregation.variables.t_td.source",
+        ),
+        (
+            {"n": {"function": "count"}},
+            [{"variable": "t", "op": "gt", "value": 0}],
+            r"data_source.filters\[0\].variable",
+        ),
+    ],
+)
 def test_dates_are_refused_where_numbers_are_read(fields, filters, key):
     """A datetime64 variable would reach the kernels as raw integers (a digest of
     milliseconds) or fail inside numpy; the key is named and a numeric copy suggested."""
@@ -446,16 +518,22 @@ def test_dates_are_refused_where_numbers_are_read(fields, filters, key):
     ds["t"] = ("obs", np.datetime64("2020-01-01") + np.arange(100).astype("timedelta64[s]"))
     cfg = make_config(fields, filters)
     cfg["data_source"]["variables"] = ["h", "t"]
-    with pytest.raises(zagg.ConfigError, match=rf"'{key}': 't' has dtype datetime64\[s\], "
-                                                r"which zagg cannot read as numbers.*int64"):
+    with pytest.raises(
+        zagg.ConfigError,
+        match=rf"'{key}': 't' has dtype datetime64\[s\], "
+        r"which zagg cannot read as numbers.*int64",
+    ):
         zagg.aggregate(ds, cfg)
 
 
 def test_boolean_flags_aggregate_as_zero_and_one():
     ds = make_points(2_000, seed=16, nan_frac=0.0)
     flag = ds["h"].values > 1500
-    fields = {"f_mean": {"function": "mean", "source": "f", "dtype": "float64"},
-              "f_sum": {"function": "sum", "source": "f"}, "n": {"function": "count"}}
+    fields = {
+        "f_mean": {"function": "mean", "source": "f", "dtype": "float64"},
+        "f_sum": {"function": "sum", "source": "f"},
+        "n": {"function": "count"},
+    }
     cfg = make_config(fields)
     cfg["data_source"]["variables"] = ["f"]
     got = computed(ds.assign(f=("obs", flag)), cfg)
@@ -465,12 +543,21 @@ def test_boolean_flags_aggregate_as_zero_and_one():
     assert 0 < np.nansum(got["f_sum"].values) < 2_000
 
 
-@pytest.mark.parametrize("field, where, message", [
-    ({"function": "composition", "source": "h", "params": {"of": "td"}}, None,
-     r"'aggregation.variables.c.source': a composition reads the \(points, 5\) integer"),
-    ({"function": "tdigest", "source": "h"}, "conf >= 2",
-     r"'aggregation.variables.c.where': 'conf' is the Dataset variable 'conf' of dims"),
-])
+@pytest.mark.parametrize(
+    "field, where, message",
+    [
+        (
+            {"function": "composition", "source": "h", "params": {"of": "td"}},
+            None,
+            r"'aggregation.variables.c.source': a composition reads the \(points, 5\) integer",
+        ),
+        (
+            {"function": "tdigest", "source": "h"},
+            "conf >= 2",
+            r"'aggregation.variables.c.where': 'conf' is the Dataset variable 'conf' of dims",
+        ),
+    ],
+)
 def test_composition_and_where_read_variables_of_the_right_shape(field, where, message):
     ds = _with_confidence()
     fields = {"td": {"function": "tdigest", "source": "h"}, "c": dict(field)}

@@ -44,15 +44,32 @@ def test_a_batch_writes_each_regions_shards_and_reports_every_region(tmp_path):
     broken = tmp_path / "broken.geojson"
     broken.write_text("{not json")
     store = tmp_path / "store"
-    out = subprocess.run([sys.executable, "-m", "zagg", "batch", str(cfg), str(west),
-                          str(broken), str(east), "--store", str(store), "--workers", "1",
-                          "--threads", "2", "--quiet"], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zagg",
+            "batch",
+            str(cfg),
+            str(west),
+            str(broken),
+            str(east),
+            "--store",
+            str(store),
+            "--workers",
+            "1",
+            "--threads",
+            "2",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stderr  # one region failed
     lines = out.stdout.splitlines()
     per_region = [s for s in lines if s.startswith("region ")]
-    assert [s.split(":")[0] for s in per_region] == ["region west", "region broken",
-                                                     "region east"]
+    assert [s.split(":")[0] for s in per_region] == ["region west", "region broken", "region east"]
     assert per_region[1].startswith("region broken: failed: ")
     assert "regions done    2, 1 failed (broken)" in lines
 
@@ -63,7 +80,8 @@ def test_a_batch_writes_each_regions_shards_and_reports_every_region(tmp_path):
     cells = mortie.geo2mort(lat[ok], lon[ok], order=CHILD)
     shard_of = np.asarray(G.to_decimal(mortie.clip2order(PARENT, cells)))
     wanted = set(region_shards(geojson=west, order=PARENT)) | set(
-        region_shards(geojson=east, order=PARENT))
+        region_shards(geojson=east, order=PARENT)
+    )
     inside = np.isin(shard_of, sorted(wanted))
     assert 0 < inside.sum() < ok.sum()  # the regions keep some of the points, not all
     written = {sid for _, sid in hive.walk_leaves(str(store))}
@@ -77,9 +95,27 @@ def test_a_batch_writes_each_regions_shards_and_reports_every_region(tmp_path):
     assert int((mz["count"].values > 0).sum()) == np.unique(cells[inside]).size
 
     # the same batch again: every region's shards are current, nothing is written
-    again = subprocess.run([sys.executable, "-m", "zagg", "batch", str(cfg), str(west),
-                            str(east), "--store", str(store), "--workers", "1", "--threads",
-                            "2", "--quiet"], capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zagg",
+            "batch",
+            str(cfg),
+            str(west),
+            str(east),
+            "--store",
+            str(store),
+            "--workers",
+            "1",
+            "--threads",
+            "2",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     redo = [s for s in again.stdout.splitlines() if s.startswith("region ")]
     assert len(redo) == 2 and all(" 0 leaves written" in s for s in redo), redo
@@ -87,7 +123,10 @@ def test_a_batch_writes_each_regions_shards_and_reports_every_region(tmp_path):
 
 
 def test_a_batch_without_regions_is_refused():
-    out = subprocess.run([sys.executable, "-m", "zagg", "batch", "atl03_synthetic"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "the following arguments are required: regions" in \
-        out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "zagg", "batch", "atl03_synthetic"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "the following arguments are required: regions" in out.stderr

@@ -27,8 +27,9 @@ def test_verdict_names_the_target_and_whether_the_ceiling_allows_it():
     assert verdict(0.53, 0.7) == "0.53 meets the target 0.50"
     assert verdict(0.5, 0.4) == "0.50 meets the target 0.50"
     assert verdict(0.37, 0.72) == "0.37 below the target 0.50, which the ceiling 0.72 allows"
-    assert verdict(0.1, 0.21) == ("0.10 below the target 0.50, which the ceiling 0.21 puts "
-                                  "out of reach here")
+    assert verdict(0.1, 0.21) == (
+        "0.10 below the target 0.50, which the ceiling 0.21 puts out of reach here"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,9 @@ def expected_counts():
 
 
 def _run(*args: str) -> str:
-    out = subprocess.run([sys.executable, *args], cwd=BENCH, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, *args], cwd=BENCH, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -61,8 +63,11 @@ def test_bench_aggregate_counts_and_verdict(expected_counts):
     text = _run("bench_aggregate.py", "--sizes", str(N), "--threads", "1", "--reps", "1")
     assert _counts(text) == expected_counts
     line = next(s for s in text.splitlines() if s.strip().startswith("verdict"))
-    assert re.search(r"reduce \+ combine \d+ Mpts/s per core (meets|misses) 30; end to end "
-                     r"\d\.\d\d (meets|below) the target 0\.50", line), line
+    assert re.search(
+        r"reduce \+ combine \d+ Mpts/s per core (meets|misses) 30; end to end "
+        r"\d\.\d\d (meets|below) the target 0\.50",
+        line,
+    ), line
 
 
 def test_bench_store_counts_memory_and_verdict(expected_counts):
@@ -104,8 +109,7 @@ def test_bench_read_counts_both_readers_and_prints_the_ratios(expected_counts):
 def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
     from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
-    text = _run("bench_pyramid.py", "--size", str(N), "--region",
-                *map(str, DEFAULT_REGION))
+    text = _run("bench_pyramid.py", "--size", str(N), "--region", *map(str, DEFAULT_REGION))
     assert _counts(text) == expected_counts
     ds = synthetic_photons(N, tuple(DEFAULT_REGION), chunk_size=1 << 20, seed=1).compute()
     lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
@@ -114,8 +118,7 @@ def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
     line = next(s for s in text.splitlines() if s.startswith("ladder nodes per order"))
     assert line.split(": ", 1)[1] == ", ".join(f"{k}:{nodes[k]}" for k in range(8, -1, -1))
     assert re.search(r"columns' share of the leaf tasks \d+\.\d%", text)
-    assert re.search(r"ladder / leaf write +\d+\.\d\d +\((meets|misses) the target 0\.30\)",
-                     text)
+    assert re.search(r"ladder / leaf write +\d+\.\d\d +\((meets|misses) the target 0\.30\)", text)
     assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 4
     assert "re-sweep of the unchanged store: 0 nodes folded" in text
 
@@ -130,8 +133,19 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
     from zagg.sources.write_granules import BEAMS
 
     per, band = 500_000, 0.4
-    text = _run("bench_granules.py", "--sizes", "1e6", "--per-granule", str(per), "--reps",
-                "0", "--band", str(band), "--keep", str(tmp_path))
+    text = _run(
+        "bench_granules.py",
+        "--sizes",
+        "1e6",
+        "--per-granule",
+        str(per),
+        "--reps",
+        "0",
+        "--band",
+        str(band),
+        "--keep",
+        str(tmp_path),
+    )
     paths = sorted(tmp_path.glob("*/ATL03_*.h5"))
     lat, lon, conf = [], [], []
     for p in paths:
@@ -146,12 +160,20 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
     keep = (conf >= 2) & np.isfinite(lat) & np.isfinite(lon)
     cells = mortie.geo2mort(lat[keep], lon[keep], order=19)
     shards = mortie.clip2order(9, cells)
-    head = re.search(r"(\d+) granules, ([\d,]+) photons, .*; ([\d,]+) kept, ([\d,]+) cells with "
-                     r"data, (\d+) shards", text)
+    head = re.search(
+        r"(\d+) granules, ([\d,]+) photons, .*; ([\d,]+) kept, ([\d,]+) cells with "
+        r"data, (\d+) shards",
+        text,
+    )
     assert head, text
     got = [int(g.replace(",", "")) for g in head.groups()]
-    assert got == [len(paths), lat.size, int(keep.sum()), np.unique(cells).size,
-                   np.unique(shards).size]
+    assert got == [
+        len(paths),
+        lat.size,
+        int(keep.sum()),
+        np.unique(cells).size,
+        np.unique(shards).size,
+    ]
     region, _ = bg.band_shards(bg.box_for(per), band)
     inside = np.isin(shards, G.from_decimal(region))
     on = re.search(r"plan on .*; ([\d,]+) points, ([\d,]+) cells", text)
@@ -164,10 +186,13 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
 def test_bench_reruns_writes_only_what_changed():
     """bench_reruns on small granules: what each re-run printed it wrote is what the gate
     must do (nothing when unchanged, the lost leaves on resume), never its times."""
-    text = _run("bench_reruns.py", "--size", "40000", "--per-granule", "10000",
-                "--workers", "1")
-    rows = {m.group(1).strip(): (int(m.group(2)), int(m.group(3))) for m in re.finditer(
-        r"^(.+?)\s+\d+\.\d\d s\s+(\d+) leaves written,\s+(\d+) current", text, flags=re.M)}
+    text = _run("bench_reruns.py", "--size", "40000", "--per-granule", "10000", "--workers", "1")
+    rows = {
+        m.group(1).strip(): (int(m.group(2)), int(m.group(3)))
+        for m in re.finditer(
+            r"^(.+?)\s+\d+\.\d\d s\s+(\d+) leaves written,\s+(\d+) current", text, flags=re.M
+        )
+    }
     first, _ = rows["first run (catalog)"]
     assert first > 0 and rows["unchanged re-run (catalog)"] == (0, first)
     lost = max(1, first // 10)
@@ -176,8 +201,16 @@ def test_bench_reruns_writes_only_what_changed():
     assert listed == first and rows["unchanged re-run (granule list)"] == (0, first)
     syn, _ = rows["first run"]
     assert syn > 0 and rows["unchanged re-run"] == (0, syn)
-    assert len(re.findall(r"unchanged re-run ÷ first run, [\w ]+: \d\.\d{3} \((meets|misses) "
-                          r"the target 0\.05\)", text)) == 3
+    assert (
+        len(
+            re.findall(
+                r"unchanged re-run ÷ first run, [\w ]+: \d\.\d{3} \((meets|misses) "
+                r"the target 0\.05\)",
+                text,
+            )
+        )
+        == 3
+    )
 
 
 def test_bench_windows_counts_shards_windows_and_leaves():
@@ -190,19 +223,27 @@ def test_bench_windows_counts_shards_windows_and_leaves():
     ok = np.isfinite(lat) & np.isfinite(lon)
     shards = mortie.geo2mort(lat[ok], lon[ok], order=9)
     cells = np.unique(mortie.geo2mort(lat[ok], lon[ok], order=19))
-    w = parse_windowing({"schedule": "yearly", "time_field": "t", "epoch": "2018-01-01",
-                         "scale": "gps"}, ("t",))
+    w = parse_windowing(
+        {"schedule": "yearly", "time_field": "t", "epoch": "2018-01-01", "scale": "gps"}, ("t",)
+    )
     years = assign.window_index(w, ds["delta_time"].values[ok])
     leaves = len(set(zip(shards.tolist(), years.tolist(), strict=True)))
     labels = sorted({str(y) for y in years.tolist()})
     text = _run("bench_windows.py", "--size", str(N), "--reps", "1", "--chunk", "2000")
-    assert (f"{N:,} points: {len(np.unique(shards))} shards, {len(cells):,} cells with data, "
-            f"{len(np.unique(shards))} leaves (unwindowed)") in text
-    assert (f"windowed: {len(np.unique(shards))} shards, {len(labels)} windows "
-            f"({', '.join(labels)}), {leaves} leaves, {int(ok.sum()):,} points") in text
+    assert (
+        f"{N:,} points: {len(np.unique(shards))} shards, {len(cells):,} cells with data, "
+        f"{len(np.unique(shards))} leaves (unwindowed)"
+    ) in text
+    assert (
+        f"windowed: {len(np.unique(shards))} shards, {len(labels)} windows "
+        f"({', '.join(labels)}), {leaves} leaves, {int(ok.sum()):,} points"
+    ) in text
     line = next(s for s in text.splitlines() if s.startswith("verdict"))
-    assert re.fullmatch(r"verdict: windowed / unwindowed = \d+\.\d\d (meets|misses) the target "
-                        r"1\.30", line), line
+    assert re.fullmatch(
+        r"verdict: windowed / unwindowed = \d+\.\d\d (meets|misses) the target "
+        r"1\.30",
+        line,
+    ), line
 
 
 def test_bench_scaling_counts_every_cluster_and_prints_the_ratios(expected_counts):
@@ -210,14 +251,26 @@ def test_bench_scaling_counts_every_cluster_and_prints_the_ratios(expected_count
     of the local gateway it starts itself; counts and the ratio lines, never the times."""
     from zagg.sources.synthetic import DEFAULT_REGION
 
-    text = _run("bench_scaling.py", "--size", str(N), "--runs", "1", "--region",
-                *map(str, DEFAULT_REGION))
+    text = _run(
+        "bench_scaling.py", "--size", str(N), "--runs", "1", "--region", *map(str, DEFAULT_REGION)
+    )
     assert _counts(text) == expected_counts
     assert "same shards, cells and points in every run: True" in text
     runs = re.findall(r"^local (cluster|gateway) +(\d) workers? +run +\d+\.\d\d s", text, re.M)
     assert runs == [("cluster", "1"), ("cluster", "2"), ("gateway", "1"), ("gateway", "2")]
     for kind in ("local", "gateway"):
-        assert re.search(rf"speed-up 1 -> 2 workers, {kind}: \d+\.\d\d \((meets|misses) the "
-                         r"target 1\.7\)", text), text
-    assert len(re.findall(r"gateway overhead, \d workers?: [+-]\d+\.\d % of the local run "
-                          r"\((meets|misses) the target 10 %\)", text)) == 2
+        assert re.search(
+            rf"speed-up 1 -> 2 workers, {kind}: \d+\.\d\d \((meets|misses) the "
+            r"target 1\.7\)",
+            text,
+        ), text
+    assert (
+        len(
+            re.findall(
+                r"gateway overhead, \d workers?: [+-]\d+\.\d % of the local run "
+                r"\((meets|misses) the target 10 %\)",
+                text,
+            )
+        )
+        == 2
+    )

@@ -29,8 +29,10 @@ def block(location, **extra):
     return {
         "granules": str(location),
         "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                        "longitude": "/{group}/heights/lon_ph"},
+        "coordinates": {
+            "latitude": "/{group}/heights/lat_ph",
+            "longitude": "/{group}/heights/lon_ph",
+        },
         "variables": {"h_ph": "/{group}/heights/h_ph"},
         "delta_time": "/{group}/heights/delta_time",
         **extra,
@@ -73,6 +75,7 @@ def _scans(monkeypatch) -> list[str]:
     monkeypatch.setattr(C, "_entry", spy)
     return scanned
 
+
 def test_entries_hold_ids_hrefs_footprints_and_times(granules, catalog):
     assert catalog.order == ORDER
     assert catalog.ids == [p.name for p in granules]
@@ -88,7 +91,8 @@ def test_entries_hold_ids_hrefs_footprints_and_times(granules, catalog):
         assert all(G.id_order(i) == ORDER for i in e.footprint)
         assert e.delta_time_min == np.nanmin(t) and e.delta_time_max == np.nanmax(t)
         start = np.datetime64("2018-01-01T00:00:00", "us") + np.timedelta64(
-            int(round(np.nanmin(t) * 1e6)), "us")
+            int(round(np.nanmin(t) * 1e6)), "us"
+        )
         assert e.time_start == f"{start}Z"
         # the file name's start stamp is the same instant, to the second
         stamp = p.name.split("_")[1]
@@ -132,8 +136,9 @@ def test_relative_hrefs_resolve_against_the_catalog(granules, catalog, tmp_path)
 
 def test_select_by_shards_at_and_above_the_catalog_order(catalog):
     first = catalog.entries[0]
-    only_first = [i for i in first.footprint
-                  if not any(i in e.footprint for e in catalog.entries[1:])]
+    only_first = [
+        i for i in first.footprint if not any(i in e.footprint for e in catalog.entries[1:])
+    ]
     assert only_first
     assert select(catalog, only_first[:1]).ids == [first.id]
     assert select(catalog, G.from_decimal(only_first[:1])).ids == [first.id]  # words too
@@ -167,8 +172,9 @@ def test_select_refuses_finer_or_mixed_shards(catalog):
 def test_open_from_a_catalog_with_shards(granules, catalog, tmp_path):
     path = write_catalog(catalog, tmp_path / "catalog.parquet")
     first = catalog.entries[0]
-    only_first = [i for i in first.footprint
-                  if not any(i in e.footprint for e in catalog.entries[1:])]
+    only_first = [
+        i for i in first.footprint if not any(i in e.footprint for e in catalog.entries[1:])
+    ]
     ds = open_granules(block(path), shards=only_first[:1])
     assert ds.attrs["granules"] == [first.id]
     lat, _, _ = h5_coords(granules[0])
@@ -231,16 +237,18 @@ def test_bad_catalog_files(tmp_path):
         read_catalog(tmp_path / "missing.parquet")
     with pytest.raises(CatalogError, match=r"\.json or \.parquet"):
         read_catalog(tmp_path / "x.csv")
-    (tmp_path / "y.json").write_text(json.dumps({"zagg_catalog": 1, "order": 9,
-                                                 "granules": [{"id": "a"}]}))
+    (tmp_path / "y.json").write_text(
+        json.dumps({"zagg_catalog": 1, "order": 9, "granules": [{"id": "a"}]})
+    )
     with pytest.raises(CatalogError, match="entry 0 lacks"):
         read_catalog(tmp_path / "y.json")
     with pytest.raises(ValueError, match="order must be"):
         build_catalog(block(tmp_path), order=30)
     from zagg.config import ConfigError
 
-    with pytest.raises(ConfigError, match="config key 'data_source.granules': catalog .*does "
-                                          "not exist"):
+    with pytest.raises(
+        ConfigError, match="config key 'data_source.granules': catalog .*does not exist"
+    ):
         open_granules(block(tmp_path / "nothing.json"))
 
 
@@ -267,11 +275,15 @@ def test_catalog_on_s3(granules, tmp_path, moto_s3):
 
 def cli_config(tmp_path, location, **extra):
     """A whole pipeline config file (JSON is YAML) around ``block(location)``."""
-    cfg = {"data_source": block(location, **extra),
-           "aggregation": {"variables": {"count": {"function": "count"}}},
-           "output": {"store": str(tmp_path / "store"),
-                      "dataset": {"short_name": "ATL03", "version": "006"},
-                      "grid": {"parent_order": ORDER, "child_order": 13}}}
+    cfg = {
+        "data_source": block(location, **extra),
+        "aggregation": {"variables": {"count": {"function": "count"}}},
+        "output": {
+            "store": str(tmp_path / "store"),
+            "dataset": {"short_name": "ATL03", "version": "006"},
+            "grid": {"parent_order": ORDER, "child_order": 13},
+        },
+    }
     path = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*.yaml')))}.yaml"
     path.write_text(json.dumps(cfg))
     return path
@@ -285,7 +297,8 @@ def copy_granules(granules, d, n=None):
 
 
 def test_hrefs_are_stored_against_the_catalog_not_the_working_directory(
-        granules, tmp_path, monkeypatch):
+    granules, tmp_path, monkeypatch
+):
     from zagg.__main__ import main
 
     work = tmp_path / "work"
@@ -325,20 +338,21 @@ def test_hrefs_are_stored_against_the_catalog_not_the_working_directory(
     # the granule tree moves as a whole: the in-tree catalog still opens
     shutil.move(work / "g", tmp_path / "moved")
     moved = read_catalog(tmp_path / "moved" / "cat.parquet")
-    assert [e.href for e in moved] == [str(tmp_path / "moved" / "ATL03" / p.name)
-                                       for p in copies]
-    assert open_granules(block(tmp_path / "moved" / "cat.parquet")).attrs["granules"] == \
-        [p.name for p in copies]
+    assert [e.href for e in moved] == [str(tmp_path / "moved" / "ATL03" / p.name) for p in copies]
+    assert open_granules(block(tmp_path / "moved" / "cat.parquet")).attrs["granules"] == [
+        p.name for p in copies
+    ]
 
 
 def test_relative_hrefs_of_a_hand_written_catalog_with_dots(granules, catalog, tmp_path):
     copies = copy_granules(granules, tmp_path / "data", 2)
     (tmp_path / "cats").mkdir()
-    doc = {**catalog.header(),
-           "granules": [{**e.as_dict(), "href": f"../data/{e.id}"} for e in catalog][:2]}
+    doc = {
+        **catalog.header(),
+        "granules": [{**e.as_dict(), "href": f"../data/{e.id}"} for e in catalog][:2],
+    }
     (tmp_path / "cats" / "c.json").write_text(json.dumps(doc))
-    assert [e.href for e in read_catalog(tmp_path / "cats" / "c.json")] == \
-        [str(p) for p in copies]
+    assert [e.href for e in read_catalog(tmp_path / "cats" / "c.json")] == [str(p) for p in copies]
 
 
 @pytest.mark.parametrize("order", [40, -1, True, 9.0, "9"])
@@ -382,9 +396,14 @@ def test_skipped_granules_are_carried_and_an_empty_catalog_is_refused(granules, 
     none = tmp_path / "none"
     for p in copy_granules(granules, none, 2):
         p.write_bytes(b"garbage")
-    with dask.config.set(scheduler="sync"), \
-            pytest.raises(CatalogError, match=r"none of the 2 granule\(s\).*nothing to "
-                                              r"aggregate.*cannot read for the catalog"):
+    with (
+        dask.config.set(scheduler="sync"),
+        pytest.raises(
+            CatalogError,
+            match=r"none of the 2 granule\(s\).*nothing to "
+            r"aggregate.*cannot read for the catalog",
+        ),
+    ):
         build_catalog(block(none, on_error="skip"), order=ORDER)
     # an empty selection is not written either
     empty = select(cat, ["1" + "1" * ORDER])
@@ -401,8 +420,9 @@ def test_sizes_are_recorded_and_a_replaced_granule_is_refused(granules, tmp_path
         cat = build_catalog(block(d), order=ORDER)
     assert [e.size for e in cat] == [p.stat().st_size for p in copies]
     path = write_catalog(cat, d / "cat.parquet")
-    assert [e.size for e in read_catalog(write_catalog(cat, d / "cat.json"))] == \
-        [e.size for e in cat]
+    assert [e.size for e in read_catalog(write_catalog(cat, d / "cat.json"))] == [
+        e.size for e in cat
+    ]
     assert read_catalog(path) == cat
 
     # replace the second granule by another product file of a different size
@@ -410,14 +430,16 @@ def test_sizes_are_recorded_and_a_replaced_granule_is_refused(granules, tmp_path
     shutil.copy(granules[4], victim)
     assert victim.stat().st_size != cat.entries[1].size
     for on_error in ("fail", "skip"):
-        with pytest.raises(CatalogError, match=f"{victim.name}.*is {victim.stat().st_size} "
-                                               f"bytes but the catalog .* recorded "
-                                               f"{cat.entries[1].size}.*rebuild the catalog"):
+        with pytest.raises(
+            CatalogError,
+            match=f"{victim.name}.*is {victim.stat().st_size} "
+            f"bytes but the catalog .* recorded "
+            f"{cat.entries[1].size}.*rebuild the catalog",
+        ):
             open_granules(block(path, on_error=on_error))
     # a run whose shards do not touch the replaced granule does not open it
     first = cat.entries[0]
-    only_first = [i for i in first.footprint
-                  if not any(i in e.footprint for e in cat.entries[1:])]
+    only_first = [i for i in first.footprint if not any(i in e.footprint for e in cat.entries[1:])]
     ds = open_granules(block(path), shards=only_first[:1])
     assert ds.attrs["granules"] == [first.id]
 

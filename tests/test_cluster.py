@@ -18,14 +18,27 @@ def test_a_run_reaches_its_cluster_start_without_the_heavy_imports(tmp_path):
     numba, mortie, dask or xarray, so a run refuses a bad config or an incompatible store
     at once, before it pays for any of them."""
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({
-        "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
-                        "variables": ["h"], "input": str(tmp_path / "points.zarr")},
-        "aggregation": {"variables": {"count": {"function": "count"},
-                                      "h_tdigest": {"function": "tdigest", "source": "h"}}},
-        "output": {"dataset": {"short_name": "T", "version": "1"},
-                   "grid": {"parent_order": 6, "child_order": 12}},
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "data_source": {
+                    "coordinates": {"latitude": "lat", "longitude": "lon"},
+                    "variables": ["h"],
+                    "input": str(tmp_path / "points.zarr"),
+                },
+                "aggregation": {
+                    "variables": {
+                        "count": {"function": "count"},
+                        "h_tdigest": {"function": "tdigest", "source": "h"},
+                    }
+                },
+                "output": {
+                    "dataset": {"short_name": "T", "version": "1"},
+                    "grid": {"parent_order": 6, "child_order": 12},
+                },
+            }
+        )
+    )
     probe = f"""
 import json, pathlib, sys
 import zagg
@@ -57,9 +70,24 @@ print(sorted(zagg.__all__))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == sorted(
-        ["aggregate", "load_config", "ConfigError", "cdf", "composition_lanes", "open_hive",
-         "open_leaf", "open_level", "open_pyramid", "open_store", "plot_map", "quantile", "run",
-         "sweep", "to_hive"])
+        [
+            "aggregate",
+            "load_config",
+            "ConfigError",
+            "cdf",
+            "composition_lanes",
+            "open_hive",
+            "open_leaf",
+            "open_level",
+            "open_pyramid",
+            "open_store",
+            "plot_map",
+            "quantile",
+            "run",
+            "sweep",
+            "to_hive",
+        ]
+    )
     import zagg
 
     with pytest.raises(AttributeError, match="no_such"):
@@ -73,34 +101,55 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
 
     def state():
         setup = sys.modules.get("zagg.kernels.setup")
-        return {"modules": sorted(m for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf",
-                                              "zagg.preload", "numba") if m in sys.modules),
-                "numba ready": bool(setup and setup._first_call.signatures)}
+        return {
+            "modules": sorted(
+                m
+                for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf", "zagg.preload", "numba")
+                if m in sys.modules
+            ),
+            "numba ready": bool(setup and setup._first_call.signatures),
+        }
 
     with client_for(None, workers=1, threads=1) as client:
         seen = list(client.run(state).values())
-    assert seen == [{"modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.preload",
-                                 "zagg.write"], "numba ready": True}]
+    assert seen == [
+        {
+            "modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.preload", "zagg.write"],
+            "numba ready": True,
+        }
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--workers", "-1"], "argument --workers: expected a whole number >= 1, got '-1'"),
-    (["--workers", "0"], "argument --workers: expected a whole number >= 1, got '0'"),
-    (["--threads", "two"], "argument --threads: expected a whole number >= 1, got 'two'"),
-    (["--memory-limit", "lots"], "memory limit 'lots' is not a size; use e.g. '4GiB'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "-1"], "argument --workers: expected a whole number >= 1, got '-1'"),
+        (["--workers", "0"], "argument --workers: expected a whole number >= 1, got '0'"),
+        (["--threads", "two"], "argument --threads: expected a whole number >= 1, got 'two'"),
+        (["--memory-limit", "lots"], "memory limit 'lots' is not a size; use e.g. '4GiB'"),
+    ],
+)
 def test_cli_refuses_cluster_settings_that_would_hang_or_fail(args, message):
     """A cluster of -1 workers used to wait forever for one; these stop at once."""
-    out = subprocess.run([sys.executable, "-m", "zagg", "run", "configs/atl03_synthetic.yaml",
-                          *args], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "zagg", "run", "configs/atl03_synthetic.yaml", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
 def test_python_api_refuses_the_same_settings_before_starting_a_cluster():
     from zagg.cluster import ClusterError, check_knobs, cluster_for
 
-    for knobs in ({"workers": 0}, {"threads": -2}, {"workers": 1.5}, {"memory_limit": "x"},
-                  {"memory_limit": 1.5}):
+    for knobs in (
+        {"workers": 0},
+        {"threads": -2},
+        {"workers": 1.5},
+        {"memory_limit": "x"},
+        {"memory_limit": 1.5},
+    ):
         with pytest.raises(ClusterError), cluster_for(None, **knobs):
             pass
     check_knobs(workers=1, threads=2, memory_limit="2GiB")
@@ -117,11 +166,16 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "2s")
-    for address, why in ((f"tcp://127.0.0.1:{port}", "Timed out"),
-                         ("notanaddress", "missing port")):
-        with pytest.raises(cluster.ClusterError, match=rf"cannot reach a dask scheduler at "
-                                                       rf"'{address}' \(.*{why}.*leave "
-                                                       r"--scheduler out") as caught:
+    for address, why in (
+        (f"tcp://127.0.0.1:{port}", "Timed out"),
+        ("notanaddress", "missing port"),
+    ):
+        with pytest.raises(
+            cluster.ClusterError,
+            match=rf"cannot reach a dask scheduler at "
+            rf"'{address}' \(.*{why}.*leave "
+            r"--scheduler out",
+        ) as caught:
             with cluster.connected(address):
                 pass
         # the failed client is closed even while its error is kept (as a notebook keeps
@@ -153,10 +207,21 @@ def test_an_in_process_cluster_shares_this_process_and_listens_on_no_port():
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert list(client.run(os.getpid).values()) != [os.getpid()]
         # a worker process starts with the deployment profile's environment
-        env = list(client.run(lambda: {k: os.environ.get(k) for k in (
-            "MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "RAYON_NUM_THREADS")}).values())
-        assert env == [{"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "67108864",
-                        "RAYON_NUM_THREADS": str(cores)}]
+        env = list(
+            client.run(
+                lambda: {
+                    k: os.environ.get(k)
+                    for k in ("MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "RAYON_NUM_THREADS")
+                }
+            ).values()
+        )
+        assert env == [
+            {
+                "MALLOC_ARENA_MAX": "1",
+                "MALLOC_TRIM_THRESHOLD_": "67108864",
+                "RAYON_NUM_THREADS": str(cores),
+            }
+        ]
 
 
 def test_a_cluster_zagg_did_not_start_is_used_as_it_is(tmp_path):
@@ -169,18 +234,31 @@ def test_a_cluster_zagg_did_not_start_is_used_as_it_is(tmp_path):
     import zagg
 
     n = 2_000
-    ds = xr.Dataset({"lat": ("obs", np.linspace(-60, -59.9, n)),
-                     "lon": ("obs", np.linspace(10, 10.1, n)), "h": ("obs", np.ones(n))})
-    cfg = {"data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
-                           "variables": ["h"]},
-           "aggregation": {"variables": {"count": {"function": "count"}}},
-           "output": {"dataset": {"short_name": "T", "version": "1"},
-                      "grid": {"parent_order": 4, "child_order": 8}}}
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    ds = xr.Dataset(
+        {
+            "lat": ("obs", np.linspace(-60, -59.9, n)),
+            "lon": ("obs", np.linspace(10, 10.1, n)),
+            "h": ("obs", np.ones(n)),
+        }
+    )
+    cfg = {
+        "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"}, "variables": ["h"]},
+        "aggregation": {"variables": {"count": {"function": "count"}}},
+        "output": {
+            "dataset": {"short_name": "T", "version": "1"},
+            "grid": {"parent_order": 4, "child_order": 8},
+        },
+    }
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         before = client.run(lambda dask_worker: sorted(dask_worker.plugins))
-        summary = zagg.run(cfg, store=str(tmp_path / "s"), source=ds, scheduler=client,
-                           progress=False)
+        summary = zagg.run(
+            cfg, store=str(tmp_path / "s"), source=ds, scheduler=client, progress=False
+        )
         after = client.run(lambda dask_worker: sorted(dask_worker.plugins))
         assert client.status == "running"  # the caller's client stays open
     assert summary.points == n
@@ -230,12 +308,18 @@ if __name__ == "__main__":
 """
     script = tmp_path / "probe.py"
     script.write_text(code)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         env={**os.environ, "DASK_CONFIG": str(PROFILE)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DASK_CONFIG": str(PROFILE)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str([{"MALLOC_ARENA_MAX": "1",
-                                       "MALLOC_MMAP_THRESHOLD_": "16777216",
-                                       "OMP_NUM_THREADS": "1"}])
-    cli = subprocess.run([sys.executable, "-m", "zagg", "profile", "--path"],
-                         capture_output=True, text=True)
+    assert out.stdout.strip() == str(
+        [{"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "16777216", "OMP_NUM_THREADS": "1"}]
+    )
+    cli = subprocess.run(
+        [sys.executable, "-m", "zagg", "profile", "--path"], capture_output=True, text=True
+    )
     assert cli.stdout.strip() == str(PROFILE)

@@ -52,7 +52,7 @@ def variant(path, value, delete=False):
 
 def test_base_config_parses_with_defaults():
     cfg = load_config(BASE)
-    assert cfg.grid.cells_per_shard == 4 ** 10
+    assert cfg.grid.cells_per_shard == 4**10
     assert cfg.grid.inner_chunks == 256
     assert cfg.grid.sharded is True
     f = cfg.fields["count"]
@@ -95,9 +95,12 @@ def test_a_loaded_config_is_read_only_and_survives_pickling():
 
 
 def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path):
-    with pytest.raises(ConfigError, match=r"'configs/atl03_synthetic' is neither an existing "
-                                          r"\.yaml/\.yml file, the name of a shipped config nor "
-                                          r"YAML text.*ending in \.yaml"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'configs/atl03_synthetic' is neither an existing "
+        r"\.yaml/\.yml file, the name of a shipped config nor "
+        r"YAML text.*ending in \.yaml",
+    ):
         load_config("configs/atl03_synthetic")
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_config(str(tmp_path / "missing.yaml"))
@@ -110,10 +113,12 @@ def test_a_config_path_without_its_extension_is_not_taken_for_yaml_text(tmp_path
 
 
 def test_yaml_text_and_packaged_configs_load():
-    text = "data_source:\n  coordinates: {latitude: a, longitude: b}\n  variables: [v]\n" \
-           "aggregation:\n  variables:\n    n: {function: count}\n" \
-           "output:\n  dataset: {short_name: X, version: '1'}\n" \
-           "  grid: {parent_order: 3, child_order: 6}\n"
+    text = (
+        "data_source:\n  coordinates: {latitude: a, longitude: b}\n  variables: [v]\n"
+        "aggregation:\n  variables:\n    n: {function: count}\n"
+        "output:\n  dataset: {short_name: X, version: '1'}\n"
+        "  grid: {parent_order: 3, child_order: 6}\n"
+    )
     cfg = load_config(text)
     assert cfg.grid.chunk_inner == 6  # default: min(child, parent + 4)
     configs = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
@@ -130,117 +135,257 @@ def test_yaml_is_loaded_safely():
 
 BAD = [
     # (description, config, expected message regex)
-    ("unknown top-level key", variant("outptu", {}),
-     r"config key 'outptu': unknown key \(did you mean 'output'\?\)"),
-    ("misspelt grid key", variant("output.grid.child_ordr", 19),
-     r"'output.grid.child_ordr': unknown key \(did you mean 'child_order'\?\)"),
-    ("misspelt field key", variant("aggregation.variables.h_mean.sourse", "h_ph"),
-     r"'aggregation.variables.h_mean.sourse': unknown key \(did you mean 'source'\?\)"),
+    (
+        "unknown top-level key",
+        variant("outptu", {}),
+        r"config key 'outptu': unknown key \(did you mean 'output'\?\)",
+    ),
+    (
+        "misspelt grid key",
+        variant("output.grid.child_ordr", 19),
+        r"'output.grid.child_ordr': unknown key \(did you mean 'child_order'\?\)",
+    ),
+    (
+        "misspelt field key",
+        variant("aggregation.variables.h_mean.sourse", "h_ph"),
+        r"'aggregation.variables.h_mean.sourse': unknown key \(did you mean 'source'\?\)",
+    ),
     ("missing output", variant("output", None, delete=True), r"'output': is required"),
-    ("parent order too big", variant("output.grid.parent_order", 30),
-     r"'output.grid.parent_order': order 30 is outside 0..29"),
-    ("negative order", variant("output.grid.child_order", -1),
-     r"'output.grid.child_order': order -1 is outside 0..29"),
-    ("order not an int", variant("output.grid.parent_order", "9"),
-     r"'output.grid.parent_order': expected an integer order 0..29, got '9'"),
-    ("parent above child", variant("output.grid.parent_order", 20),
-     r"'output.grid': parent_order 20 > child_order 19"),
-    ("chunk_inner below parent", variant("output.grid.chunk_inner", 8),
-     r"'output.grid.chunk_inner': 8 must lie between parent_order 9 and child_order 19"),
-    ("chunk_inner above child", variant("output.grid.chunk_inner", 20),
-     r"'output.grid.chunk_inner': 20 must lie between"),
-    ("shard too large", variant("output.grid.parent_order", 4),
-     r"'output.grid': one shard of 4\^\(19-4\) = 1,073,741,824 cells needs about .* MiB, over "
-     r"the shard_memory_limit .* raise parent_order"),
-    ("grid type", variant("output.grid.type", "rectilinear"),
-     r"'output.grid.type': 'rectilinear' is not supported; the morton hive needs 'healpix'"),
-    ("layout", variant("output.store_layout", "flat"),
-     r"'output.store_layout': 'flat' is not supported; use 'hive'"),
-    ("unknown function", variant("aggregation.variables.h_mean.function", "meen"),
-     r"'aggregation.variables.h_mean.function': unknown function 'meen' \(did you mean "
-     r"'mean'\?\); valid: composition, count, max, mean, min, std, sum, tdigest, time_range, var"),
-    ("source not declared", variant("aggregation.variables.h_mean.source", "h_li"),
-     r"'aggregation.variables.h_mean.source': 'h_li' is not declared in data_source.variables"),
-    ("mean without source", variant("aggregation.variables.h_mean.source", None, delete=True),
-     r"'aggregation.variables.h_mean.source': function 'mean' needs a source variable"),
-    ("fill not representable int", variant("aggregation.variables.count.fill_value", -1.5),
-     r"'aggregation.variables.count.fill_value': -1.5 is not representable in dtype int64"),
-    ("fill overflows dtype",
-     variant("aggregation.variables.count", {"function": "count", "dtype": "int8",
-                                             "fill_value": 300}),
-     r"'aggregation.variables.count.fill_value': 300 is not representable in dtype int8"),
-    ("fill is a string", variant("aggregation.variables.h_mean.fill_value", "none"),
-     r"'aggregation.variables.h_mean.fill_value': 'none' is not representable in dtype float32"),
-    ("bad dtype name", variant("aggregation.variables.h_mean.dtype", "float33"),
-     r"'aggregation.variables.h_mean.dtype': 'float33' is not a numpy dtype name"),
-    ("fill beyond float32", variant("aggregation.variables.h_mean.fill_value", 1e40),
-     r"'aggregation.variables.h_mean.fill_value': 1e\+40 is not representable in dtype float32"),
-    ("CF scale attr", variant("aggregation.variables.h_mean.attrs", {"scale_factor": 2.0}),
-     r"'aggregation.variables.h_mean.attrs.scale_factor': 'scale_factor' tells CF readers"),
-    ("CF fill attr", variant("aggregation.variables.h_mean.attrs", {"_FillValue": -9999.0}),
-     r"'aggregation.variables.h_mean.attrs._FillValue': .*set by fill_value"),
-    ("CF time units", variant("aggregation.variables.h_mean.attrs",
-                              {"units": "days since 2000-01-01"}),
-     r"'aggregation.variables.h_mean.attrs.units': 'units' tells CF readers"),
-    ("params on a function without any", variant("aggregation.variables.count.params",
-                                                 {"delta": 3}),
-     r"'aggregation.variables.count.params': 'count' takes no params; remove this key"),
-    ("date attr", variant("aggregation.variables.h_mean.attrs", {"created": date(2024, 1, 1)}),
-     r"'aggregation.variables.h_mean.attrs.created': datetime.date\(2024, 1, 1\) \(date\) "
-     r"cannot be stored as a JSON attribute; quote it"),
-    ("nan attr", variant("aggregation.variables.h_mean.attrs", {"valid_max": math.nan}),
-     r"'aggregation.variables.h_mean.attrs.valid_max': nan cannot be stored: attrs are JSON"),
-    ("nan filter value", variant("data_source.filters.0.value", math.inf),
-     r"'data_source.filters\[0\].value': filter values must be finite numbers"),
-    ("unquoted version", variant("output.dataset.version", 7),
-     r"'output.dataset.version': got the number 7; write the version as text, quoted "
-     r"\(version: '007' or '7'\)"),
-    ("misspelt dtype", variant("aggregation.variables.h_mean.dtype", "flaot32"),
-     r"'flaot32' is not a numpy dtype name \(did you mean 'float32'\?\)"),
-    ("integer mean", variant("aggregation.variables.h_mean.dtype", "int32"),
-     r"'aggregation.variables.h_mean.dtype': 'int32' is not valid for 'mean'; use float16/32/64"),
-    ("digest dtype", variant("aggregation.variables.h_tdigest.dtype", "float64"),
-     r"'aggregation.variables.h_tdigest.dtype': t-digest payloads are float32"),
-    ("delta out of range", variant("aggregation.variables.h_tdigest.params.delta", 2),
-     r"'aggregation.variables.h_tdigest.params.delta': 2 is invalid; expected an integer from "
-     r"16 to 1000000"),
-    ("unknown param", variant("aggregation.variables.h_tdigest.params.compression", 100),
-     r"'aggregation.variables.h_tdigest.params.compression': unknown key; valid keys here: "
-     r"delta"),
-    ("shadow ragged attr", variant("aggregation.variables.h_tdigest.attrs", {"ragged": {}}),
-     r"'aggregation.variables.h_tdigest.attrs.ragged': 'ragged' is owned by the store format"),
-    ("shadow weights attr", variant("aggregation.variables.h_mean.attrs", {"weights": "flux"}),
-     r"'aggregation.variables.h_mean.attrs.weights': 'weights' is owned by the store format"),
-    ("shadow temporal attr", variant("aggregation.variables.count.attrs", {"temporal": 1}),
-     r"'aggregation.variables.count.attrs.temporal': 'temporal' is owned"),
-    ("unknown filter op", variant("data_source.filters.0.op", "gte"),
-     r"'data_source.filters\[0\].op': unknown operator 'gte' \(did you mean 'gt'\?\); valid: "
-     r"eq, ne, lt, le, gt, ge, in, not_in"),
-    ("filter on undeclared variable", variant("data_source.filters.0.variable", "quality_ph"),
-     r"'data_source.filters\[0\].variable': 'quality_ph' is not declared"),
-    ("filter in without list", variant("data_source.filters.0", {"variable": "h_ph", "op": "in",
-                                                                 "value": 3}),
-     r"'data_source.filters\[0\].value': operator 'in' needs a non-empty list, got 3"),
-    ("filter value string", variant("data_source.filters.0.value", "high"),
-     r"'data_source.filters\[0\].value': filter values must be numbers, got 'high'"),
-    ("variables not a list", variant("data_source.variables", "h_ph"),
-     r"'data_source.variables': expected a list of variable names or a mapping of names to "
-     r"variables, got 'h_ph'"),
-    ("coordinates missing latitude", variant("data_source.coordinates.latitude", None,
-                                             delete=True),
-     r"'data_source.coordinates.latitude': is required but missing"),
-    ("empty aggregation", variant("aggregation.variables", {}),
-     r"'aggregation.variables': expected a non-empty mapping of output fields"),
-    ("field named morton", variant("aggregation.variables.morton", {"function": "count"}),
-     r"'aggregation.variables.morton': field names must be identifiers .* and not 'morton'"),
-    ("sharded not bool", variant("output.grid.sharded", "yes"),
-     r"'output.grid.sharded': expected true or false, got 'yes'"),
-    ("memory limit garbage", variant("output.shard_memory_limit", "lots"),
-     r"'output.shard_memory_limit': 'lots' is not a positive size"),
-    ("dataset version missing", variant("output.dataset.version", None, delete=True),
-     r"'output.dataset.version': is required but missing"),
-    ("cell order 28", variant("output.grid.child_order", 28),
-     r"'output.grid.child_order': cell order 28 is not supported yet"),
+    (
+        "parent order too big",
+        variant("output.grid.parent_order", 30),
+        r"'output.grid.parent_order': order 30 is outside 0..29",
+    ),
+    (
+        "negative order",
+        variant("output.grid.child_order", -1),
+        r"'output.grid.child_order': order -1 is outside 0..29",
+    ),
+    (
+        "order not an int",
+        variant("output.grid.parent_order", "9"),
+        r"'output.grid.parent_order': expected an integer order 0..29, got '9'",
+    ),
+    (
+        "parent above child",
+        variant("output.grid.parent_order", 20),
+        r"'output.grid': parent_order 20 > child_order 19",
+    ),
+    (
+        "chunk_inner below parent",
+        variant("output.grid.chunk_inner", 8),
+        r"'output.grid.chunk_inner': 8 must lie between parent_order 9 and child_order 19",
+    ),
+    (
+        "chunk_inner above child",
+        variant("output.grid.chunk_inner", 20),
+        r"'output.grid.chunk_inner': 20 must lie between",
+    ),
+    (
+        "shard too large",
+        variant("output.grid.parent_order", 4),
+        r"'output.grid': one shard of 4\^\(19-4\) = 1,073,741,824 cells needs about .* MiB, over "
+        r"the shard_memory_limit .* raise parent_order",
+    ),
+    (
+        "grid type",
+        variant("output.grid.type", "rectilinear"),
+        r"'output.grid.type': 'rectilinear' is not supported; the morton hive needs 'healpix'",
+    ),
+    (
+        "layout",
+        variant("output.store_layout", "flat"),
+        r"'output.store_layout': 'flat' is not supported; use 'hive'",
+    ),
+    (
+        "unknown function",
+        variant("aggregation.variables.h_mean.function", "meen"),
+        r"'aggregation.variables.h_mean.function': unknown function 'meen' \(did you mean "
+        r"'mean'\?\); valid: composition, count, max, mean, min, std, sum, tdigest, time_range, var",
+    ),
+    (
+        "source not declared",
+        variant("aggregation.variables.h_mean.source", "h_li"),
+        r"'aggregation.variables.h_mean.source': 'h_li' is not declared in data_source.variables",
+    ),
+    (
+        "mean without source",
+        variant("aggregation.variables.h_mean.source", None, delete=True),
+        r"'aggregation.variables.h_mean.source': function 'mean' needs a source variable",
+    ),
+    (
+        "fill not representable int",
+        variant("aggregation.variables.count.fill_value", -1.5),
+        r"'aggregation.variables.count.fill_value': -1.5 is not representable in dtype int64",
+    ),
+    (
+        "fill overflows dtype",
+        variant(
+            "aggregation.variables.count", {"function": "count", "dtype": "int8", "fill_value": 300}
+        ),
+        r"'aggregation.variables.count.fill_value': 300 is not representable in dtype int8",
+    ),
+    (
+        "fill is a string",
+        variant("aggregation.variables.h_mean.fill_value", "none"),
+        r"'aggregation.variables.h_mean.fill_value': 'none' is not representable in dtype float32",
+    ),
+    (
+        "bad dtype name",
+        variant("aggregation.variables.h_mean.dtype", "float33"),
+        r"'aggregation.variables.h_mean.dtype': 'float33' is not a numpy dtype name",
+    ),
+    (
+        "fill beyond float32",
+        variant("aggregation.variables.h_mean.fill_value", 1e40),
+        r"'aggregation.variables.h_mean.fill_value': 1e\+40 is not representable in dtype float32",
+    ),
+    (
+        "CF scale attr",
+        variant("aggregation.variables.h_mean.attrs", {"scale_factor": 2.0}),
+        r"'aggregation.variables.h_mean.attrs.scale_factor': 'scale_factor' tells CF readers",
+    ),
+    (
+        "CF fill attr",
+        variant("aggregation.variables.h_mean.attrs", {"_FillValue": -9999.0}),
+        r"'aggregation.variables.h_mean.attrs._FillValue': .*set by fill_value",
+    ),
+    (
+        "CF time units",
+        variant("aggregation.variables.h_mean.attrs", {"units": "days since 2000-01-01"}),
+        r"'aggregation.variables.h_mean.attrs.units': 'units' tells CF readers",
+    ),
+    (
+        "params on a function without any",
+        variant("aggregation.variables.count.params", {"delta": 3}),
+        r"'aggregation.variables.count.params': 'count' takes no params; remove this key",
+    ),
+    (
+        "date attr",
+        variant("aggregation.variables.h_mean.attrs", {"created": date(2024, 1, 1)}),
+        r"'aggregation.variables.h_mean.attrs.created': datetime.date\(2024, 1, 1\) \(date\) "
+        r"cannot be stored as a JSON attribute; quote it",
+    ),
+    (
+        "nan attr",
+        variant("aggregation.variables.h_mean.attrs", {"valid_max": math.nan}),
+        r"'aggregation.variables.h_mean.attrs.valid_max': nan cannot be stored: attrs are JSON",
+    ),
+    (
+        "nan filter value",
+        variant("data_source.filters.0.value", math.inf),
+        r"'data_source.filters\[0\].value': filter values must be finite numbers",
+    ),
+    (
+        "unquoted version",
+        variant("output.dataset.version", 7),
+        r"'output.dataset.version': got the number 7; write the version as text, quoted "
+        r"\(version: '007' or '7'\)",
+    ),
+    (
+        "misspelt dtype",
+        variant("aggregation.variables.h_mean.dtype", "flaot32"),
+        r"'flaot32' is not a numpy dtype name \(did you mean 'float32'\?\)",
+    ),
+    (
+        "integer mean",
+        variant("aggregation.variables.h_mean.dtype", "int32"),
+        r"'aggregation.variables.h_mean.dtype': 'int32' is not valid for 'mean'; use float16/32/64",
+    ),
+    (
+        "digest dtype",
+        variant("aggregation.variables.h_tdigest.dtype", "float64"),
+        r"'aggregation.variables.h_tdigest.dtype': t-digest payloads are float32",
+    ),
+    (
+        "delta out of range",
+        variant("aggregation.variables.h_tdigest.params.delta", 2),
+        r"'aggregation.variables.h_tdigest.params.delta': 2 is invalid; expected an integer from "
+        r"16 to 1000000",
+    ),
+    (
+        "unknown param",
+        variant("aggregation.variables.h_tdigest.params.compression", 100),
+        r"'aggregation.variables.h_tdigest.params.compression': unknown key; valid keys here: "
+        r"delta",
+    ),
+    (
+        "shadow ragged attr",
+        variant("aggregation.variables.h_tdigest.attrs", {"ragged": {}}),
+        r"'aggregation.variables.h_tdigest.attrs.ragged': 'ragged' is owned by the store format",
+    ),
+    (
+        "shadow weights attr",
+        variant("aggregation.variables.h_mean.attrs", {"weights": "flux"}),
+        r"'aggregation.variables.h_mean.attrs.weights': 'weights' is owned by the store format",
+    ),
+    (
+        "shadow temporal attr",
+        variant("aggregation.variables.count.attrs", {"temporal": 1}),
+        r"'aggregation.variables.count.attrs.temporal': 'temporal' is owned",
+    ),
+    (
+        "unknown filter op",
+        variant("data_source.filters.0.op", "gte"),
+        r"'data_source.filters\[0\].op': unknown operator 'gte' \(did you mean 'gt'\?\); valid: "
+        r"eq, ne, lt, le, gt, ge, in, not_in",
+    ),
+    (
+        "filter on undeclared variable",
+        variant("data_source.filters.0.variable", "quality_ph"),
+        r"'data_source.filters\[0\].variable': 'quality_ph' is not declared",
+    ),
+    (
+        "filter in without list",
+        variant("data_source.filters.0", {"variable": "h_ph", "op": "in", "value": 3}),
+        r"'data_source.filters\[0\].value': operator 'in' needs a non-empty list, got 3",
+    ),
+    (
+        "filter value string",
+        variant("data_source.filters.0.value", "high"),
+        r"'data_source.filters\[0\].value': filter values must be numbers, got 'high'",
+    ),
+    (
+        "variables not a list",
+        variant("data_source.variables", "h_ph"),
+        r"'data_source.variables': expected a list of variable names or a mapping of names to "
+        r"variables, got 'h_ph'",
+    ),
+    (
+        "coordinates missing latitude",
+        variant("data_source.coordinates.latitude", None, delete=True),
+        r"'data_source.coordinates.latitude': is required but missing",
+    ),
+    (
+        "empty aggregation",
+        variant("aggregation.variables", {}),
+        r"'aggregation.variables': expected a non-empty mapping of output fields",
+    ),
+    (
+        "field named morton",
+        variant("aggregation.variables.morton", {"function": "count"}),
+        r"'aggregation.variables.morton': field names must be identifiers .* and not 'morton'",
+    ),
+    (
+        "sharded not bool",
+        variant("output.grid.sharded", "yes"),
+        r"'output.grid.sharded': expected true or false, got 'yes'",
+    ),
+    (
+        "memory limit garbage",
+        variant("output.shard_memory_limit", "lots"),
+        r"'output.shard_memory_limit': 'lots' is not a positive size",
+    ),
+    (
+        "dataset version missing",
+        variant("output.dataset.version", None, delete=True),
+        r"'output.dataset.version': is required but missing",
+    ),
+    (
+        "cell order 28",
+        variant("output.grid.child_order", 28),
+        r"'output.grid.child_order': cell order 28 is not supported yet",
+    ),
 ]
 
 
@@ -263,7 +408,7 @@ def test_shard_memory_limit_can_be_raised():
     with pytest.raises(ConfigError, match="shard_memory_limit"):
         load_config(cfg)
     cfg["output"]["shard_memory_limit"] = "64GiB"
-    assert load_config(cfg).grid.cells_per_shard == 4 ** 13
+    assert load_config(cfg).grid.cells_per_shard == 4**13
 
 
 def test_reducer_registry_is_consistent():

@@ -60,9 +60,11 @@ def test_a_changed_config_is_refused_naming_each_setting(tmp_path, photons):
     with pytest.raises(hive.ManifestConflictError) as err:
         to_hive(zagg.aggregate(photons, _changed()), store)
     message = str(err.value)
-    assert ("differs from the one the store was made with (its aggregation.yaml) at "
-            "aggregation.variables.h_max.function (existing 'max', new 'min'); "
-            "data_source.filters (existing [{") in message
+    assert (
+        "differs from the one the store was made with (its aggregation.yaml) at "
+        "aggregation.variables.h_max.function (existing 'max', new 'min'); "
+        "data_source.filters (existing [{"
+    ) in message
     assert "'value': 2" in message and "'value': 3" in message
     assert "semantic_hash (existing '" in message and "choose a new one" in message
     assert "covers the config's data_source" not in message  # the precise sentence replaced it
@@ -84,8 +86,10 @@ def test_run_names_the_setting_before_its_cluster_starts(tmp_path, photons, monk
         run(cfg, store=str(store), source=photons, progress=False)
     message = str(err.value)
     assert "dataset (existing {'short_name': 'TEST', 'version': '1'}" in message
-    assert ("at output.dataset.version (existing '1', new '2'); output.grid.sharded "
-            "(existing True, new False).") in message
+    assert (
+        "at output.dataset.version (existing '1', new '2'); output.grid.sharded "
+        "(existing True, new False)."
+    ) in message
 
 
 def test_packaging_keys_are_not_differences(tmp_path, photons):
@@ -132,14 +136,18 @@ def test_an_unreadable_record_keeps_the_refusal(tmp_path, photons, monkeypatch):
         return real(self, key)
 
     monkeypatch.setattr(hive.StoreRoot, "read_bytes", denied)
-    with pytest.raises(hive.ManifestConflictError,
-                       match="The semantic hash covers the config's data_source"):
+    with pytest.raises(
+        hive.ManifestConflictError, match="The semantic hash covers the config's data_source"
+    ):
         to_hive(zagg.aggregate(photons, _changed()), store)
 
 
 def test_differences_walks_nested_settings():
-    old = {"aggregation": {"variables": {"a": {"function": "max"}, "b": {"function": "sum"}}},
-           "dataset": {"short_name": "X", "version": "1"}, "grid": {"sharded": True}}
+    old = {
+        "aggregation": {"variables": {"a": {"function": "max"}, "b": {"function": "sum"}}},
+        "dataset": {"short_name": "X", "version": "1"},
+        "grid": {"sharded": True},
+    }
     new = copy.deepcopy(old)
     new["aggregation"]["variables"]["a"]["function"] = "min"
     del new["aggregation"]["variables"]["b"]
@@ -161,8 +169,7 @@ def test_a_refusal_lists_at_most_five_settings(tmp_path, photons):
     store = tmp_path / "s"
     to_hive(zagg.aggregate(photons, config()), store)
     cfg = config()
-    cfg["aggregation"]["variables"] = {
-        f"n{i}": {"function": "count"} for i in range(6)}
+    cfg["aggregation"]["variables"] = {f"n{i}": {"function": "count"} for i in range(6)}
     with pytest.raises(hive.ManifestConflictError) as err:
         to_hive(zagg.aggregate(photons, cfg), store)
     message = str(err.value)

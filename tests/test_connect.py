@@ -25,23 +25,31 @@ def test_an_adaptive_local_cluster_starts_workers_for_its_work():
 def test_a_scheduler_address_gives_a_client_that_leaves_the_cluster_running():
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
-                      host="127.0.0.1") as cluster:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None, host="127.0.0.1"
+    ) as cluster:
         client = connect(cluster.scheduler_address)
         assert client.submit(len, "abc").result() == 3
         client.close()
         assert cluster.status.name == "running"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"scheduler": "tcp://127.0.0.1:1", "gateway": "http://127.0.0.1:1"},
-     "give a scheduler address or a gateway URL, not both"),
-    ({"adaptive": (3, 2)}, r"adaptive=\(3, 2\): need 0 <= minimum <= maximum"),
-    ({"adaptive": "lots"}, "adaptive must be \\(minimum, maximum\\) workers"),
-    ({"scheduler": "tcp://127.0.0.1:1", "adaptive": (1, 2)},
-     "adaptive and dashboard are settings of a cluster zagg starts"),
-    ({"gateway": "http://127.0.0.1:1", "workers": 0}, "workers must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"scheduler": "tcp://127.0.0.1:1", "gateway": "http://127.0.0.1:1"},
+            "give a scheduler address or a gateway URL, not both",
+        ),
+        ({"adaptive": (3, 2)}, r"adaptive=\(3, 2\): need 0 <= minimum <= maximum"),
+        ({"adaptive": "lots"}, "adaptive must be \\(minimum, maximum\\) workers"),
+        (
+            {"scheduler": "tcp://127.0.0.1:1", "adaptive": (1, 2)},
+            "adaptive and dashboard are settings of a cluster zagg starts",
+        ),
+        ({"gateway": "http://127.0.0.1:1", "workers": 0}, "workers must be a whole number >= 1"),
+    ],
+)
 def test_settings_that_cannot_work_are_refused_before_anything_starts(kwargs, message):
     with pytest.raises(ClusterError, match=message):
         connect(**kwargs)

@@ -13,25 +13,40 @@ SECRET = "s3cr3t-value-0123"
 
 
 def _config(secret=SECRET, source=None):
-    src = {"coordinates": {"latitude": "lat", "longitude": "lon"}, "variables": ["h"],
-           "input": "s3://bucket/points.zarr",
-           "storage_options": {"key": "AKIDEXAMPLE", "secret": secret,
-                               "endpoint_url": "http://127.0.0.1:9000"}}
+    src = {
+        "coordinates": {"latitude": "lat", "longitude": "lon"},
+        "variables": ["h"],
+        "input": "s3://bucket/points.zarr",
+        "storage_options": {
+            "key": "AKIDEXAMPLE",
+            "secret": secret,
+            "endpoint_url": "http://127.0.0.1:9000",
+        },
+    }
     src.update(source or {})
-    return {"data_source": src,
-            "aggregation": {"variables": {"n": {"function": "count"},
-                                          "hm": {"function": "mean", "source": "h"}}},
-            "output": {"store": "s3://bucket/store", "dataset": {"short_name": "X",
-                                                                 "version": "1"},
-                       "grid": {"parent_order": 6, "child_order": 10},
-                       "storage_options": {"key": "AKIDEXAMPLE", "secret": secret}}}
+    return {
+        "data_source": src,
+        "aggregation": {
+            "variables": {"n": {"function": "count"}, "hm": {"function": "mean", "source": "h"}}
+        },
+        "output": {
+            "store": "s3://bucket/store",
+            "dataset": {"short_name": "X", "version": "1"},
+            "grid": {"parent_order": 6, "child_order": 10},
+            "storage_options": {"key": "AKIDEXAMPLE", "secret": secret},
+        },
+    }
 
 
 def _points():
     rng = np.random.default_rng(0)
-    return xr.Dataset({"lat": ("obs", rng.uniform(-60, -59.9, 500)),
-                       "lon": ("obs", rng.uniform(10, 10.1, 500)),
-                       "h": ("obs", rng.normal(size=500))})
+    return xr.Dataset(
+        {
+            "lat": ("obs", rng.uniform(-60, -59.9, 500)),
+            "lon": ("obs", rng.uniform(10, 10.1, 500)),
+            "h": ("obs", rng.normal(size=500)),
+        }
+    )
 
 
 def test_secrets_are_masked_in_reprs_and_in_the_attrs_a_notebook_shows():
@@ -49,13 +64,17 @@ def test_secrets_are_masked_in_reprs_and_in_the_attrs_a_notebook_shows():
 def test_where_and_how_points_are_fetched_is_not_part_of_the_store_identity():
     def hash_of(raw):
         cfg = zagg.load_config(raw)
-        return manifest_for({"grid": cfg.grid.as_dict(), "config": cfg.raw,
-                             "dataset": {"short_name": "X", "version": "1"}})["semantic_hash"]
+        return manifest_for(
+            {
+                "grid": cfg.grid.as_dict(),
+                "config": cfg.raw,
+                "dataset": {"short_name": "X", "version": "1"},
+            }
+        )["semantic_hash"]
 
     base = hash_of(_config())
     assert hash_of(_config(secret="rotated-key-456")) == base
-    assert hash_of(_config(source={"input": "/data/points.zarr",
-                                   "storage_options": None})) == base
+    assert hash_of(_config(source={"input": "/data/points.zarr", "storage_options": None})) == base
     changed = copy.deepcopy(_config())
     changed["data_source"]["filters"] = [{"variable": "h", "op": "gt", "value": 0}]
     assert hash_of(changed) != base  # what is read still counts
@@ -64,8 +83,11 @@ def test_where_and_how_points_are_fetched_is_not_part_of_the_store_identity():
 def test_output_storage_options_are_validated_without_showing_secrets():
     raw = _config()
     raw["output"]["storage_options"]["secret_key"] = SECRET
-    with pytest.raises(zagg.ConfigError, match=r"output.storage_options.secret_key': unknown "
-                                               r"key") as err:
+    with pytest.raises(
+        zagg.ConfigError,
+        match=r"output.storage_options.secret_key': unknown "
+        r"key",
+    ) as err:
         zagg.load_config(raw)
     assert SECRET not in str(err.value)
 

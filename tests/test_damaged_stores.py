@@ -21,16 +21,24 @@ CONFIG = {
         "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
         "variables": ["h_ph"],
         # four chunks = four short tracks, which land in two order-8 shards
-        "synthetic": {"points": 20_000, "seed": 1, "chunk_size": 4_000,
-                      "region": [-100.2, -75.6, -99.8, -75.4]},
+        "synthetic": {
+            "points": 20_000,
+            "seed": 1,
+            "chunk_size": 4_000,
+            "region": [-100.2, -75.6, -99.8, -75.4],
+        },
     },
-    "aggregation": {"variables": {
-        "count": {"function": "count"},
-        "h_mean": {"function": "mean", "source": "h_ph"},
-        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-    }},
-    "output": {"dataset": {"short_name": "TEST", "version": "1"},
-               "grid": {"parent_order": 8, "child_order": 12}},
+    "aggregation": {
+        "variables": {
+            "count": {"function": "count"},
+            "h_mean": {"function": "mean", "source": "h_ph"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+        }
+    },
+    "output": {
+        "dataset": {"short_name": "TEST", "version": "1"},
+        "grid": {"parent_order": 8, "child_order": 12},
+    },
 }
 CLI = ["--workers", "1", "--threads", "1", "--quiet"]
 
@@ -95,8 +103,12 @@ DAMAGES = {
     "flipped shard index": ("12/count/c/0", lambda p: flip(p, -10), "12/count", CRC),
     "truncated dense object": ("12/count/c/0", truncate, "12/count", CRC),
     "truncated t-digest object": ("12/h_tdigest/c/0", truncate, "12/h_tdigest", CRC),
-    "truncated array zarr.json": ("12/count/zarr.json", truncate, "12/count",
-                                  "zarr.json does not parse (JSONDecodeError"),
+    "truncated array zarr.json": (
+        "12/count/zarr.json",
+        truncate,
+        "12/count",
+        "zarr.json does not parse (JSONDecodeError",
+    ),
 }
 
 
@@ -191,8 +203,11 @@ def test_the_writer_does_not_clear_a_torn_leaf_that_holds_versions(built, tmp_pa
     truncate(store / torn / "zarr.json")
     _check_clearable(root, torn)  # debris may be cleared
     (store / torn / "run-20260101T000000Z").mkdir()
-    with pytest.raises(ValueError, match=r"is not valid JSON.*version prefixes "
-                                         r"\['run-20260101T000000Z'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"is not valid JSON.*version prefixes "
+        r"\['run-20260101T000000Z'\]",
+    ):
         _check_clearable(root, torn)
     versioned = hive.StoreRoot(built[1])
     with pytest.raises(ValueError, match="is a versioned leaf"):
@@ -214,13 +229,16 @@ def test_verify_and_inspect_name_a_truncated_manifest(store, capsys):
     code, lines, _ = run_cli(capsys, "verify", store)
     assert code == 1
     line = line_with(lines, "manifest", "UNREADABLE")
-    assert line.startswith(f"  manifest       UNREADABLE: {store}/morton_hive.json is not "
-                           "valid JSON")
+    assert line.startswith(
+        f"  manifest       UNREADABLE: {store}/morton_hive.json is not valid JSON"
+    )
     assert lines[-1] == "verification FAILED: the manifest is unreadable"
     code, out, err = run_cli(capsys, "inspect", store)
     assert code == 2 and out == []
-    assert err.startswith(f"zagg: error: cannot inspect {store}: its manifest is unusable: "
-                          f"{store}/morton_hive.json is not valid JSON")
+    assert err.startswith(
+        f"zagg: error: cannot inspect {store}: its manifest is unusable: "
+        f"{store}/morton_hive.json is not valid JSON"
+    )
 
 
 def test_a_store_with_only_its_manifest_has_no_leaves_yet(store, capsys, tmp_path):
@@ -252,8 +270,9 @@ def test_verify_warns_when_the_root_coverage_is_missing(store, capsys):
     assert code == 3
     assert lines[-1].startswith("incomplete: the last run did not finish")
     verdict = lines.index("verified: all stamped leaves intact")
-    assert lines[verdict + 1] == ("WARNING: the root coverage.moc is missing, although 2 "
-                                  "leaves are stamped;")
+    assert lines[verdict + 1] == (
+        "WARNING: the root coverage.moc is missing, although 2 leaves are stamped;"
+    )
     assert "probably did not finish" in lines[verdict + 2] and "rerun" in lines[verdict + 2]
     code, lines, _ = run_cli(capsys, "inspect", store)
     assert code == 0 and line_with(lines, "WARNING: the root coverage.moc is missing")
@@ -266,13 +285,18 @@ def test_verify_warns_when_the_root_coverage_misses_a_stamped_leaf(store, capsys
     assert code == 3 and "verified: all stamped leaves intact" in lines
     sid = hive.walk_leaves(store)[0][1]
     line = line_with(lines, "WARNING")
-    assert line == (f"WARNING: the root coverage.moc does not list 1 of the 2 leaves stamped "
-                    f"(e.g. shard {sid});")
+    assert line == (
+        f"WARNING: the root coverage.moc does not list 1 of the 2 leaves stamped "
+        f"(e.g. shard {sid});"
+    )
     assert first.endswith(f"{sid}.zarr")
 
 
 def test_an_intact_store_has_no_warning(store, capsys):
     code, lines, _ = run_cli(capsys, "verify", store)
-    assert code == 0 and lines == [f"verify {store}: 2 leaves", "  2 ok",
-                                   "verified: all stamped leaves intact"]
+    assert code == 0 and lines == [
+        f"verify {store}: 2 leaves",
+        "  2 ok",
+        "verified: all stamped leaves intact",
+    ]
     assert json.loads((store / "morton_hive.json").read_text())["shard_order"] == 8

@@ -48,8 +48,9 @@ def truth():
     ds = synthetic_photons(POINTS, tuple(DEFAULT_REGION), chunk_size=CHUNK, seed=SEED)
     lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
     ok = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90)
-    cells, counts = np.unique(mortie.geo2mort(lat[ok], lon[ok], order=CELL_ORDER),
-                              return_counts=True)
+    cells, counts = np.unique(
+        mortie.geo2mort(lat[ok], lon[ok], order=CELL_ORDER), return_counts=True
+    )
     return dict(zip(cells.tolist(), counts.tolist(), strict=True))
 
 
@@ -82,18 +83,42 @@ def test_a_run_on_two_gateway_workers_writes_the_store_moczarr_reads(gateway, tr
         info = client.scheduler_info(n_workers=-1)["workers"].values()
         assert sorted((w["nthreads"], w["memory_limit"]) for w in info) == [(1, 2**30)] * 2
         # the deployment profile reached the workers through the gateway's options
-        env = client.run(lambda: ({k: os.environ.get(k) for k in (
-            "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "RAYON_NUM_THREADS",
-            "OMP_NUM_THREADS")}, "zagg.preload" in sys.modules))
-        assert list(env.values()) == [({"MALLOC_ARENA_MAX": "1",
-                                        "MALLOC_MMAP_THRESHOLD_": "16777216",
-                                        "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-                                       True)] * 2
-        summary = zagg.run(cfg, store=str(tmp_path / "store"), scheduler=client,
-                           progress=False, timings=True)
+        env = client.run(
+            lambda: (
+                {
+                    k: os.environ.get(k)
+                    for k in (
+                        "MALLOC_ARENA_MAX",
+                        "MALLOC_MMAP_THRESHOLD_",
+                        "RAYON_NUM_THREADS",
+                        "OMP_NUM_THREADS",
+                    )
+                },
+                "zagg.preload" in sys.modules,
+            )
+        )
+        assert (
+            list(env.values())
+            == [
+                (
+                    {
+                        "MALLOC_ARENA_MAX": "1",
+                        "MALLOC_MMAP_THRESHOLD_": "16777216",
+                        "RAYON_NUM_THREADS": "1",
+                        "OMP_NUM_THREADS": "1",
+                    },
+                    True,
+                )
+            ]
+            * 2
+        )
+        summary = zagg.run(
+            cfg, store=str(tmp_path / "store"), scheduler=client, progress=False, timings=True
+        )
         # both workers took part: each ran some of the chunk reductions
-        ran = client.run(lambda dask_worker: sum(
-            1 for k in dask_worker.state.log if "reduce-chunk" in str(k)))
+        ran = client.run(
+            lambda dask_worker: sum(1 for k in dask_worker.state.log if "reduce-chunk" in str(k))
+        )
         assert all(n > 0 for n in ran.values()), ran
         # the gateway, its proxy, scheduler and workers listen on 127.0.0.1 only
         assert {ip for ip, _ in listening(server.pid)} == {"127.0.0.1"}
@@ -114,10 +139,29 @@ def test_the_cli_runs_on_a_gateway(gateway, truth, tmp_path):
     url, _ = gateway
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(CONFIG_TEXT)
-    out = subprocess.run([sys.executable, "-m", "zagg", "run", str(cfg), "--store",
-                          str(tmp_path / "store"), "--gateway", url, "--workers", "2",
-                          "--threads", "1", "--memory-limit", "1GiB", "--quiet"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zagg",
+            "run",
+            str(cfg),
+            "--store",
+            str(tmp_path / "store"),
+            "--gateway",
+            url,
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+            "--memory-limit",
+            "1GiB",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     leaves = int(re.search(r"\((\d+) leaves written\)", out.stdout).group(1))
     assert re.search(r"^time in tasks .* on 2 threads", out.stdout, re.M), out.stdout
@@ -126,9 +170,12 @@ def test_the_cli_runs_on_a_gateway(gateway, truth, tmp_path):
 
 def test_options_the_gateway_does_not_offer_are_refused_by_name(gateway):
     url, _ = gateway
-    with pytest.raises(ClusterError, match=r"offers no cluster option 'image' \(for image\); "
-                                           r"it offers: environment, worker_cores, "
-                                           r"worker_memory"):
+    with pytest.raises(
+        ClusterError,
+        match=r"offers no cluster option 'image' \(for image\); "
+        r"it offers: environment, worker_cores, "
+        r"worker_memory",
+    ):
         connect(gateway=url, gateway_options={"image": "org/zagg:1"})
     with pytest.raises(ClusterError, match=r"refuses worker_cores=100000"):
         connect(gateway=url, threads=100_000)
@@ -143,9 +190,22 @@ def test_an_unreachable_gateway_is_reported_with_the_fix(tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(CONFIG_TEXT)
     url = f"http://127.0.0.1:{free_port()}"
-    out = subprocess.run([sys.executable, "-m", "zagg", "run", str(cfg), "--store",
-                          str(tmp_path / "s"), "--gateway", url], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zagg",
+            "run",
+            str(cfg),
+            "--store",
+            str(tmp_path / "s"),
+            "--gateway",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"zagg: error: cannot reach a dask-gateway at '{url}'")
     assert "Traceback" not in out.stderr and not (tmp_path / "s").exists()

@@ -35,11 +35,14 @@ def block(location, **extra):
     return {
         "granules": str(location),
         "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                        "longitude": "/{group}/heights/lon_ph"},
-        "variables": {"h_ph": "/{group}/heights/h_ph",
-                      "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph",
-                                        "column": 3}},
+        "coordinates": {
+            "latitude": "/{group}/heights/lat_ph",
+            "longitude": "/{group}/heights/lon_ph",
+        },
+        "variables": {
+            "h_ph": "/{group}/heights/h_ph",
+            "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
+        },
         "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
         "delta_time": "/{group}/heights/delta_time",
         **extra,
@@ -49,15 +52,22 @@ def block(location, **extra):
 def config(location, store=None, **extra):
     return {
         "data_source": block(location, **extra),
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            # a delta this large keeps every height as its own centroid
-            "h_tdigest": {"function": "tdigest", "source": "h_ph",
-                          "params": {"delta": 100_000}},
-        }},
-        "output": {"store": None if store is None else str(store),
-                   "dataset": {"short_name": "ATL03", "version": "006"},
-                   "grid": {"parent_order": P, "child_order": C}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                # a delta this large keeps every height as its own centroid
+                "h_tdigest": {
+                    "function": "tdigest",
+                    "source": "h_ph",
+                    "params": {"delta": 100_000},
+                },
+            }
+        },
+        "output": {
+            "store": None if store is None else str(store),
+            "dataset": {"short_name": "ATL03", "version": "006"},
+            "grid": {"parent_order": P, "child_order": C},
+        },
     }
 
 
@@ -65,8 +75,7 @@ def config(location, store=None, **extra):
 def granules(tmp_path_factory):
     """Three granules whose beams span several storage chunks (10 000 rows each)."""
     d = tmp_path_factory.mktemp("long-granules")
-    return write_granules(d, 3, product="ATL03", points_per_granule=200_000, region=REGION,
-                          seed=3)
+    return write_granules(d, 3, product="ATL03", points_per_granule=200_000, region=REGION, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +100,11 @@ def truth(paths, shards):
                 lat = _fill_as_nan(f[f"{beam}/heights/lat_ph"])
                 lon = _fill_as_nan(f[f"{beam}/heights/lon_ph"])
                 h = _fill_as_nan(f[f"{beam}/heights/h_ph"])
-                ok = (f[f"{beam}/heights/signal_conf_ph"][:, 3] >= 2) & np.isfinite(lat) \
+                ok = (
+                    (f[f"{beam}/heights/signal_conf_ph"][:, 3] >= 2)
+                    & np.isfinite(lat)
                     & np.isfinite(lon)
+                )
                 cells.append(mortie.geo2mort(lat[ok], lon[ok], order=C))
                 heights.append(h[ok])
     cells, heights = np.concatenate(cells), np.concatenate(heights)
@@ -130,14 +142,20 @@ class PreadCounter:
 # --------------------------------------------------------------------------- read plans
 
 
-def test_read_plan_gives_identical_cells_and_digests_reading_less(granules, shards, tmp_path,
-                                                                   monkeypatch):
+def test_read_plan_gives_identical_cells_and_digests_reading_less(
+    granules, shards, tmp_path, monkeypatch
+):
     counter = PreadCounter(monkeypatch)
     sizes = {}
     for plan in (False, "atl03"):
         counter.bytes = 0
-        summary = run(config(granules[0].parent, tmp_path / str(plan), read_plan=plan),
-                      shards=shards, workers=1, threads=2, progress=False)
+        summary = run(
+            config(granules[0].parent, tmp_path / str(plan), read_plan=plan),
+            shards=shards,
+            workers=1,
+            threads=2,
+            progress=False,
+        )
         sizes[plan] = (counter.bytes, summary.points)
     off, on = stored(tmp_path / "False"), stored(tmp_path / "atl03")
     counts, cells, heights = truth(granules, shards)
@@ -165,42 +183,63 @@ def test_read_plan_reads_only_rows_whose_segments_reach_the_shards(granules, sha
     with dask.config.set(scheduler="threads"):
         lat, lon = part.latitude.values, part.longitude.values
     ok = np.isfinite(lat) & np.isfinite(lon)
-    inside = np.isin(mortie.clip2order(P, mortie.geo2mort(lat[ok], lon[ok], order=P)),
-                     zagg.grid.from_decimal(shards))
+    inside = np.isin(
+        mortie.clip2order(P, mortie.geo2mort(lat[ok], lon[ok], order=P)),
+        zagg.grid.from_decimal(shards),
+    )
     assert 0.05 < inside.mean() < 1  # mostly rows of other shards are left unread ...
     counts, _, _ = truth(granules, shards)
     with dask.config.set(scheduler="threads"):  # ... and every row of the shards is read
-        got = zagg.aggregate(part, load_config(config(granules[0].parent)),
-                             shards=shards).compute()
+        got = zagg.aggregate(part, load_config(config(granules[0].parent)), shards=shards).compute()
     n = got["count"].values
-    assert dict(zip(got["morton"].values[n > 0].tolist(), n[n > 0].tolist(),
-                    strict=True)) == counts
+    assert dict(zip(got["morton"].values[n > 0].tolist(), n[n > 0].tolist(), strict=True)) == counts
 
 
 def test_coordinates_plan_for_atl06_rows(tmp_path):
     # ~1000 km tracks (50 000 rows of 20 m a beam, five storage chunks) in a box that
     # does not wrap them
-    paths = write_granules(tmp_path, 1, product="ATL06", points_per_granule=300_000,
-                           region=(-100.2, -80.0, -99.8, -70.0), seed=4)
+    paths = write_granules(
+        tmp_path,
+        1,
+        product="ATL06",
+        points_per_granule=300_000,
+        region=(-100.2, -80.0, -99.8, -70.0),
+        seed=4,
+    )
     raw = {
-        "granules": str(tmp_path), "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/land_ice_segments/latitude",
-                        "longitude": "/{group}/land_ice_segments/longitude"},
+        "granules": str(tmp_path),
+        "groups": list(BEAMS),
+        "coordinates": {
+            "latitude": "/{group}/land_ice_segments/latitude",
+            "longitude": "/{group}/land_ice_segments/longitude",
+        },
         "variables": {"h_li": "/{group}/land_ice_segments/h_li"},
     }
     shards = region_shards(bbox=BBOX, order=P)
-    cfg = load_config({"data_source": raw, "aggregation": {"variables": {
-        "count": {"function": "count"}, "h_max": {"function": "max", "source": "h_li"}}},
-        "output": {"dataset": {"short_name": "ATL06", "version": "006"},
-                   "grid": {"parent_order": P, "child_order": 17}}})
+    cfg = load_config(
+        {
+            "data_source": raw,
+            "aggregation": {
+                "variables": {
+                    "count": {"function": "count"},
+                    "h_max": {"function": "max", "source": "h_li"},
+                }
+            },
+            "output": {
+                "dataset": {"short_name": "ATL06", "version": "006"},
+                "grid": {"parent_order": P, "child_order": 17},
+            },
+        }
+    )
     results = []
     for plan in (None, "coordinates"):
         src = parse_granule_source({**raw, **({"read_plan": plan} if plan else {})})
         ds = open_granules(src, shards=shards if plan else None, shard_order=P)
         with dask.config.set(scheduler="sync"):
             out = zagg.aggregate(ds, cfg, shards=shards).compute()
-        results.append((ds.sizes["obs"], out["count"].values, out["h_max"].values,
-                        out["morton"].values))
+        results.append(
+            (ds.sizes["obs"], out["count"].values, out["h_max"].values, out["morton"].values)
+        )
     (n_off, c_off, h_off, w_off), (n_on, c_on, h_on, w_on) = results
     assert n_on <= 0.5 * n_off and c_on.sum() > 0
     np.testing.assert_array_equal(w_on, w_off)
@@ -209,14 +248,20 @@ def test_coordinates_plan_for_atl06_rows(tmp_path):
     assert len(paths) == 1
 
 
-@pytest.mark.parametrize("value, key, hint", [
-    ("atl08", "read_plan", "is not a read plan; use 'atl03'"),
-    ({"latitude": "/{group}/geolocation/reference_photon_lat"}, "read_plan.longitude",
-     "is required with the other segment-index paths"),
-    ({"pad": -1}, "read_plan.pad", "expected a whole number of segments"),
-    ({"margin": "far"}, "read_plan.margin", "expected metres"),
-    ({"bogus": 1}, "read_plan.bogus", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "value, key, hint",
+    [
+        ("atl08", "read_plan", "is not a read plan; use 'atl03'"),
+        (
+            {"latitude": "/{group}/geolocation/reference_photon_lat"},
+            "read_plan.longitude",
+            "is required with the other segment-index paths",
+        ),
+        ({"pad": -1}, "read_plan.pad", "expected a whole number of segments"),
+        ({"margin": "far"}, "read_plan.margin", "expected metres"),
+        ({"bogus": 1}, "read_plan.bogus", "unknown key"),
+    ],
+)
 def test_bad_read_plans_are_refused_naming_the_key(value, key, hint):
     with pytest.raises(ConfigError, match=rf"'data_source.{key}'.*{hint}"):
         parse_granule_source(block("/d", read_plan=value))
@@ -229,26 +274,47 @@ def test_read_plan_index_missing_is_named(granules, shards, tmp_path):
     with h5py.File(d / granules[0].name, "r+") as f:
         del f["gt1l/geolocation/ph_index_beg"]
     src = parse_granule_source(block(d, read_plan="atl03"))
-    with pytest.raises(GranuleError, match=r"'/gt1l/geolocation/ph_index_beg' "
-                                           r"\(data_source.read_plan ph_index_beg\)"):
+    with pytest.raises(
+        GranuleError,
+        match=r"'/gt1l/geolocation/ph_index_beg' "
+        r"\(data_source.read_plan ph_index_beg\)",
+    ):
         open_granules(src, shards=shards, shard_order=P)
     open_granules(src)  # a run over every shard needs no index
 
 
-@pytest.mark.parametrize("value, key", [
-    ({"concurrency": 0}, "concurrency"), ({"max_gap": "lots"}, "max_gap"),
-    ({"metadata_block_size": -5}, "metadata_block_size"), ({"blocksize": 1}, "blocksize"),
-])
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"max_gap": "lots"}, "max_gap"),
+        ({"metadata_block_size": -5}, "metadata_block_size"),
+        ({"blocksize": 1}, "blocksize"),
+    ],
+)
 def test_bad_read_settings_are_refused(value, key):
     with pytest.raises(ConfigError, match=rf"'data_source.reads.{key}'"):
         parse_granule_source(block("/d", reads=value))
 
 
 def test_read_settings_parse():
-    src = parse_granule_source(block("/d", reads={"metadata_block_size": "4MiB", "max_gap": 0,
-                                                 "request_size": "2MiB", "concurrency": 4}))
-    assert (src.reads.metadata_block_size, src.reads.max_gap, src.reads.request_size,
-            src.reads.concurrency) == (4 << 20, 0, 2 << 20, 4)
+    src = parse_granule_source(
+        block(
+            "/d",
+            reads={
+                "metadata_block_size": "4MiB",
+                "max_gap": 0,
+                "request_size": "2MiB",
+                "concurrency": 4,
+            },
+        )
+    )
+    assert (
+        src.reads.metadata_block_size,
+        src.reads.max_gap,
+        src.reads.request_size,
+        src.reads.concurrency,
+    ) == (4 << 20, 0, 2 << 20, 4)
 
 
 # --------------------------------------------------------------------------- S3
@@ -266,18 +332,24 @@ def s3(granules, moto_s3):
 def test_read_plan_on_s3_matches_local_and_plan_off(granules, shards, s3, tmp_path):
     reads = {"request_size": "256KiB", "concurrency": 4}
     for plan in (False, "atl03"):
-        cfg = config("s3://plan-granules/atl03/", tmp_path / f"s3-{plan}", read_plan=plan,
-                     storage_options=s3, reads=reads)
+        cfg = config(
+            "s3://plan-granules/atl03/",
+            tmp_path / f"s3-{plan}",
+            read_plan=plan,
+            storage_options=s3,
+            reads=reads,
+        )
         run(cfg, shards=shards, workers=1, threads=2, progress=False)
     on, off = stored(tmp_path / "s3-atl03"), stored(tmp_path / "s3-False")
     counts, _, _ = truth(granules, shards)
     assert on == off and {w: v[0] for w, v in on.items()} == counts
-    src = parse_granule_source(block("s3://plan-granules/atl03/", read_plan="atl03",
-                                     storage_options=s3))
+    src = parse_granule_source(
+        block("s3://plan-granules/atl03/", read_plan="atl03", storage_options=s3)
+    )
     ds = open_granules(src, shards=shards, shard_order=P)
     planned = ds.attrs["index_bytes_read"] + sum(
-        ds[v].attrs["stored_bytes_read"] for v in ("latitude", "longitude", "h_ph",
-                                                   "land_ice_conf"))
+        ds[v].attrs["stored_bytes_read"] for v in ("latitude", "longitude", "h_ph", "land_ice_conf")
+    )
     assert planned < 0.5 * sum(p.stat().st_size for p in granules)  # never whole granules
 
 
@@ -319,8 +391,7 @@ def test_a_damaged_chunk_is_skipped_and_recorded_under_skip(granules, tmp_path):
     _damage_chunk(bad, "gt2l/heights/h_ph")
     store = tmp_path / "skip"
     with pytest.warns(UserWarning, match="damaged and left out"):
-        summary = run(config(d, store, on_error="skip"), workers=1, threads=2,
-                      progress=False)
+        summary = run(config(d, store, on_error="skip"), workers=1, threads=2, progress=False)
     [failed] = summary.failed_granules
     assert failed["granule"] == bad.name and "cannot be decoded" in failed["error"]
     good = [p for p in granules if p.name != bad.name]
@@ -350,8 +421,9 @@ def _layouts_file(path):
         g.create_dataset("lon", data=lon)  # contiguous
         g.create_dataset("be", data=lat.astype(">f8"), chunks=(5000,), compression="gzip")
         g.create_dataset("conf", data=conf, chunks=(3000, 2), compression="gzip", shuffle=True)
-        sparse = g.create_dataset("sparse", shape=(n,), dtype="f4", chunks=(1000,),
-                                  fillvalue=-7.0, compression="gzip")
+        sparse = g.create_dataset(
+            "sparse", shape=(n,), dtype="f4", chunks=(1000,), fillvalue=-7.0, compression="gzip"
+        )
         sparse[2000:2500] = 1.5  # other chunks never written: they read as the fill value
         g.create_dataset("fletcher", data=lat, chunks=(4096,), fletcher32=True)
         g.create_dataset("lzf", data=lon, chunks=(4096,), compression="lzf")
@@ -360,11 +432,18 @@ def _layouts_file(path):
 
 def test_every_layout_reads_as_h5py_does(tmp_path):
     lat, lon, conf = _layouts_file(tmp_path / "layouts.h5")
-    raw = {"granules": str(tmp_path / "layouts.h5"),
-           "coordinates": {"latitude": "/g/lat", "longitude": "/g/lon"},
-           "variables": {"be": "/g/be", "conf": "/g/conf", "col": {"path": "/g/conf",
-                                                                   "column": 4},
-                         "sparse": "/g/sparse", "fletcher": "/g/fletcher", "lzf": "/g/lzf"}}
+    raw = {
+        "granules": str(tmp_path / "layouts.h5"),
+        "coordinates": {"latitude": "/g/lat", "longitude": "/g/lon"},
+        "variables": {
+            "be": "/g/be",
+            "conf": "/g/conf",
+            "col": {"path": "/g/conf", "column": 4},
+            "sparse": "/g/sparse",
+            "fletcher": "/g/fletcher",
+            "lzf": "/g/lzf",
+        },
+    }
     with pytest.warns(UserWarning, match="read through h5py"):
         ds = open_granules(raw, chunk_size=9000)
     assert ds.conf.dims == ("obs", "conf_column") and ds.conf.shape == conf.shape
@@ -391,11 +470,18 @@ def test_a_three_dimensional_variable_is_refused(tmp_path):
         f["lat"] = np.zeros(10)
         f["lon"] = np.zeros(10)
         f["cube"] = np.zeros((10, 2, 2))
-    with pytest.raises(GranuleError, match=r"'/cube' has shape \(10, 2, 2\).*2-D \(rows x "
-                                           r"columns, read whole"):
-        open_granules({"granules": str(tmp_path / "x.h5"),
-                       "coordinates": {"latitude": "/lat", "longitude": "/lon"},
-                       "variables": {"cube": "/cube"}})
+    with pytest.raises(
+        GranuleError,
+        match=r"'/cube' has shape \(10, 2, 2\).*2-D \(rows x "
+        r"columns, read whole",
+    ):
+        open_granules(
+            {
+                "granules": str(tmp_path / "x.h5"),
+                "coordinates": {"latitude": "/lat", "longitude": "/lon"},
+                "variables": {"cube": "/cube"},
+            }
+        )
 
 
 # --------------------------------------------------------------------------- strata
@@ -430,8 +516,9 @@ def test_strata_granule_config_end_to_end_with_moczarr(granules, tmp_path):
     starts = np.searchsorted(cells[signal][order], words_s)
     lane_counts = np.add.reduceat(rows[order].astype(np.int64), starts, axis=0)
     n_signal = np.diff(np.r_[starts, order.size])
-    expected = {int(w): (lc, int(n)) for w, lc, n in zip(words_s, lane_counts, n_signal,
-                                                          strict=True)}
+    expected = {
+        int(w): (lc, int(n)) for w, lc, n in zip(words_s, lane_counts, n_signal, strict=True)
+    }
     root = str(store)
     mz = moczarr.open_hive(root)
     import zarr
@@ -449,7 +536,7 @@ def test_strata_granule_config_end_to_end_with_moczarr(granules, tmp_path):
             assert (int(lanes["land_ice"][j]) > 0) == (expect[3] > 0)
             assert composition.compose(expect[None, :], np.array([n]))[0] == words[filled][j]
             if n <= 254:  # the lanes recover the counts exactly
-                got = moczarr.counts_from_composition(words[filled][j:j + 1], np.array([n]))
+                got = moczarr.counts_from_composition(words[filled][j : j + 1], np.array([n]))
                 np.testing.assert_array_equal(np.asarray(got).ravel(), expect)
                 exact += 1
             checked += 1

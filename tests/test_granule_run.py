@@ -26,23 +26,31 @@ def atl03_config(granules, store=None, **extra):
     src = {
         "granules": str(granules),
         "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                        "longitude": "/{group}/heights/lon_ph"},
-        "variables": {"h_ph": "/{group}/heights/h_ph",
-                      "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3}},
+        "coordinates": {
+            "latitude": "/{group}/heights/lat_ph",
+            "longitude": "/{group}/heights/lon_ph",
+        },
+        "variables": {
+            "h_ph": "/{group}/heights/h_ph",
+            "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
+        },
         "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3}],
         "delta_time": "/{group}/heights/delta_time",
         **extra,
     }
     return {
         "data_source": src,
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"store": str(store) if store else None,
-                   "dataset": {"short_name": "ATL03", "version": "006"},
-                   "grid": {"parent_order": P, "child_order": C}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "store": str(store) if store else None,
+            "dataset": {"short_name": "ATL03", "version": "006"},
+            "grid": {"parent_order": P, "child_order": C},
+        },
     }
 
 
@@ -85,8 +93,7 @@ def recount(paths, keep_shards=None):
 @pytest.fixture(scope="module")
 def granules(tmp_path_factory):
     d = tmp_path_factory.mktemp("granules")
-    return write_granules(d, 4, product="ATL03", points_per_granule=30_000, region=REGION,
-                          seed=3)
+    return write_granules(d, 4, product="ATL03", points_per_granule=30_000, region=REGION, seed=3)
 
 
 def store_counts(store, storage_options=None):
@@ -97,8 +104,7 @@ def store_counts(store, storage_options=None):
 
 def test_local_granules_counts_match_recount(tmp_path, granules):
     store = tmp_path / "s"
-    summary = run(atl03_config(granules[0].parent, store), workers=1, threads=2,
-                  progress=False)
+    summary = run(atl03_config(granules[0].parent, store), workers=1, threads=2, progress=False)
     truth, per_shard = recount(granules)
     assert store_counts(store) == truth
     assert summary.points == sum(truth.values()) and summary.granules == len(granules)
@@ -114,8 +120,14 @@ def test_catalog_and_region_restrict_the_run(tmp_path, granules):
     catalog = build_catalog(source, order=P)
     write_catalog(catalog, tmp_path / "cat.parquet")
     shards = region_shards(geojson="regions/test_box.geojson", order=P)
-    summary = run(cfg, catalog=str(tmp_path / "cat.parquet"), region="regions/test_box.geojson",
-                  workers=1, threads=2, progress=False)
+    summary = run(
+        cfg,
+        catalog=str(tmp_path / "cat.parquet"),
+        region="regions/test_box.geojson",
+        workers=1,
+        threads=2,
+        progress=False,
+    )
     written = {sid for _, sid in hive.walk_leaves(tmp_path / "s")}
     assert written and written <= set(shards)
     truth, _ = recount(granules, keep_shards=shards)
@@ -134,8 +146,7 @@ def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
         run(atl03_config(d, tmp_path / "fail"), workers=1, threads=1, progress=False)
     assert not (tmp_path / "fail").exists() or not hive.walk_leaves(tmp_path / "fail")
     store = tmp_path / "skip"
-    summary = run(atl03_config(d, store, on_error="skip"), workers=1, threads=2,
-                  progress=False)
+    summary = run(atl03_config(d, store, on_error="skip"), workers=1, threads=2, progress=False)
     assert [f["granule"] for f in summary.failed_granules] == [granules[1].name]
     good = [p for p in granules if p.name != granules[1].name]
     truth, per_shard = recount(good)
@@ -175,8 +186,10 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
         # the sidecars went up from the client after the leaves, in one batch
         assert hive.read_stats(root, sid)["content_hashes"] == stamp["content_hashes"]
         sibling = json.loads((local / leaf).parent.joinpath("granules.json").read_text())
-        assert sibling["ids"] and hive.read_stats(root, sid)["granules_sha256"] == \
-            sibling["granules_sha256"]
+        assert (
+            sibling["ids"]
+            and hive.read_stats(root, sid)["granules_sha256"] == sibling["granules_sha256"]
+        )
     mz = moczarr.open_hive(root)
     assert int(mz["count"].values.sum()) == sum(truth.values())
 

@@ -31,8 +31,10 @@ def atl03_block(location, **extra):
     return {
         "granules": str(location),
         "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                        "longitude": "/{group}/heights/lon_ph"},
+        "coordinates": {
+            "latitude": "/{group}/heights/lat_ph",
+            "longitude": "/{group}/heights/lon_ph",
+        },
         "variables": dict(ATL03_VARS),
         "delta_time": "/{group}/heights/delta_time",
         **extra,
@@ -43,10 +45,14 @@ def atl06_block(location, **extra):
     return {
         "granules": str(location),
         "groups": list(BEAMS),
-        "coordinates": {"latitude": "/{group}/land_ice_segments/latitude",
-                        "longitude": "/{group}/land_ice_segments/longitude"},
-        "variables": {"h_li": "/{group}/land_ice_segments/h_li",
-                      "quality": "/{group}/land_ice_segments/atl06_quality_summary"},
+        "coordinates": {
+            "latitude": "/{group}/land_ice_segments/latitude",
+            "longitude": "/{group}/land_ice_segments/longitude",
+        },
+        "variables": {
+            "h_li": "/{group}/land_ice_segments/h_li",
+            "quality": "/{group}/land_ice_segments/atl06_quality_summary",
+        },
         "delta_time": "/{group}/land_ice_segments/delta_time",
         **extra,
     }
@@ -126,8 +132,9 @@ def test_written_layout_matches_the_products(atl03, atl06):
         # a segment is 20 m: ~28.6 shots of 0.7 m, photons of one segment share its span
         t = h["delta_time"][:]
         seg_of_photon = np.repeat(np.arange(cnt.size), cnt)
-        span = np.array([np.ptp(t[seg_of_photon == s]) for s in range(0, cnt.size, 7)
-                         if cnt[s] > 1])
+        span = np.array(
+            [np.ptp(t[seg_of_photon == s]) for s in range(0, cnt.size, 7) if cnt[s] > 1]
+        )
         assert span.max() < 20 / 0.7 * 1e-4 + 1e-9
     # one beam of granule index 2 is empty (zero-length) in ATL03, absent in ATL06
     rows = [h5_rows(p) for p in atl03]
@@ -156,18 +163,24 @@ def test_writer_is_deterministic(tmp_path, atl03):
 
 def test_values_equal_h5py_in_granule_group_order(atl03, atl03_ds):
     ds, c = atl03_ds
-    assert set(ds.data_vars) == {"latitude", "longitude", "h_ph", "land_ice_conf", "time",
-                                 "granule"}
+    assert set(ds.data_vars) == {
+        "latitude",
+        "longitude",
+        "h_ph",
+        "land_ice_conf",
+        "time",
+        "granule",
+    }
     assert ds.latitude.dims == ("obs",)
     assert ds.attrs["granules"] == [p.name for p in atl03]
     assert ds.attrs["failed_granules"] == []
     np.testing.assert_array_equal(c.latitude.values, h5_concat(atl03, "/{group}/heights/lat_ph"))
-    np.testing.assert_array_equal(c.longitude.values,
-                                  h5_concat(atl03, "/{group}/heights/lon_ph"))
+    np.testing.assert_array_equal(c.longitude.values, h5_concat(atl03, "/{group}/heights/lon_ph"))
     np.testing.assert_array_equal(c.h_ph.values, h5_concat(atl03, "/{group}/heights/h_ph"))
     assert c.h_ph.dtype == np.float32 and c.land_ice_conf.dtype == np.int8
-    np.testing.assert_array_equal(c.land_ice_conf.values,
-                                  h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3))
+    np.testing.assert_array_equal(
+        c.land_ice_conf.values, h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3)
+    )
     np.testing.assert_array_equal(c.time.values, h5_concat(atl03, "/{group}/heights/delta_time"))
     per_granule = [sum(h5_rows(p)) for p in atl03]
     np.testing.assert_array_equal(c.granule.values, np.repeat(np.arange(4), per_granule))
@@ -203,8 +216,9 @@ def test_open_reads_no_data_and_reads_bypass_h5py(atl03, atl03_ds, monkeypatch):
         c = ds.compute()
     assert reads == []
     np.testing.assert_array_equal(c.h_ph.values, atl03_ds[1].h_ph.values)
-    np.testing.assert_array_equal(c.land_ice_conf.values,
-                                  h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3))
+    np.testing.assert_array_equal(
+        c.land_ice_conf.values, h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3)
+    )
 
 
 def test_time_is_delta_time_seconds(atl03_ds):
@@ -224,25 +238,30 @@ def test_atl06_fill_becomes_nan_and_absent_beam_is_skipped(atl06):
     np.testing.assert_array_equal(c.h_li.values, raw)
     assert np.isnan(c.h_li.values).any()
     assert c.h_li.dtype == np.float32 and c.quality.dtype == np.int8
-    np.testing.assert_array_equal(c.quality.values,
-                                  h5_concat(atl06, "/{group}/land_ice_segments/"
-                                                   "atl06_quality_summary"))
+    np.testing.assert_array_equal(
+        c.quality.values, h5_concat(atl06, "/{group}/land_ice_segments/atl06_quality_summary")
+    )
     assert len(ds.latitude.chunks[0]) == 3 * 6 - 1
 
 
 def granule_view(block):
     """The DataSource a config with this granule block hands to aggregation."""
-    return load_config({
-        "data_source": block,
-        "aggregation": {"variables": {"count": {"function": "count"}}},
-        "output": {"dataset": {"short_name": "T", "version": "1"},
-                   "grid": {"parent_order": 8, "child_order": 14}},
-    }).data_source
+    return load_config(
+        {
+            "data_source": block,
+            "aggregation": {"variables": {"count": {"function": "count"}}},
+            "output": {
+                "dataset": {"short_name": "T", "version": "1"},
+                "grid": {"parent_order": 8, "child_order": 14},
+            },
+        }
+    ).data_source
 
 
 def test_filters_on_a_column_and_aggregate_counts(atl03, atl03_ds):
-    block = atl03_block(atl03[0].parent, filters=[
-        {"variable": "land_ice_conf", "op": "ge", "value": 3}])
+    block = atl03_block(
+        atl03[0].parent, filters=[{"variable": "land_ice_conf", "op": "ge", "value": 3}]
+    )
     src = parse_granule_source(block)
     ds = open_granules(src)
     cfg = {
@@ -252,10 +271,16 @@ def test_filters_on_a_column_and_aggregate_counts(atl03, atl03_ds):
             "time": "time",
             "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3}],
         },
-        "aggregation": {"variables": {"count": {"function": "count"},
-                                      "h_max": {"function": "max", "source": "h_ph"}}},
-        "output": {"dataset": {"short_name": "ATL03", "version": "006"},
-                   "grid": {"parent_order": 8, "child_order": 14}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_max": {"function": "max", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "ATL03", "version": "006"},
+            "grid": {"parent_order": 8, "child_order": 14},
+        },
     }
     config = load_config(cfg)
     # the granule block's view of the Dataset is what config.py hands to aggregation
@@ -281,7 +306,8 @@ def test_filters_on_a_column_and_aggregate_counts(atl03, atl03_ds):
     maxima = np.maximum.reduceat(h[keep][order], np.r_[0, np.cumsum(counts)[:-1]])
     np.testing.assert_array_equal(leaves["h_max"].values[got], maxima)
     assert leaves.attrs["zagg"]["points"]["filtered"] == int(
-        (h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3) < 3).sum())
+        (h5_concat(atl03, "/{group}/heights/signal_conf_ph", 3) < 3).sum()
+    )
 
 
 # --------------------------------------------------------------------------- bad granules
@@ -313,8 +339,10 @@ def test_corrupt_chunk_named_at_read(atl03, tmp_path):
         fh.seek(info.byte_offset)
         fh.write(b"\xff" * min(64, info.size))
     ds = open_granules(atl03_block(tmp_path))  # metadata is intact: opens fine
-    with pytest.raises(GranuleError, match="/gt2l/heights/h_ph") as err, \
-            dask.config.set(scheduler="sync"):
+    with (
+        pytest.raises(GranuleError, match="/gt2l/heights/h_ph") as err,
+        dask.config.set(scheduler="sync"),
+    ):
         ds.h_ph.compute()
     assert path.name in str(err.value)
 
@@ -332,8 +360,9 @@ def test_missing_dataset_path_names_granule_and_path(atl03, tmp_path):
     with pytest.raises(GranuleError, match="'/gt1l/heights/nope'"):
         open_granules(atl03_block(tmp_path, variables={"x": "/{group}/heights/nope"}))
     with pytest.raises(GranuleError, match="none of the 2 granule"):
-        open_granules(atl03_block(tmp_path, variables={"x": "/{group}/heights/nope"},
-                                  on_error="skip"))
+        open_granules(
+            atl03_block(tmp_path, variables={"x": "/{group}/heights/nope"}, on_error="skip")
+        )
 
 
 def test_all_nan_coordinates_refused(atl03, tmp_path):
@@ -342,8 +371,10 @@ def test_all_nan_coordinates_refused(atl03, tmp_path):
         lat = f["gt3l/heights/lat_ph"]
         lat[:] = np.full(lat.shape, FILL_F8)
     ds = open_granules(atl03_block(tmp_path))
-    with pytest.raises(GranuleError, match="all NaN or fill") as err, \
-            dask.config.set(scheduler="sync"):
+    with (
+        pytest.raises(GranuleError, match="all NaN or fill") as err,
+        dask.config.set(scheduler="sync"),
+    ):
         ds.compute()
     assert path.name in str(err.value) and "/gt3l/heights/lat_ph" in str(err.value)
     skip = open_granules(atl03_block(tmp_path, on_error="skip"))
@@ -360,8 +391,9 @@ def test_empty_and_missing_groups(atl03, tmp_path):
         del f["gt1r"]  # an absent beam, as real granules have
     ds = open_granules(atl03_block(tmp_path))
     rows = h5_rows(atl03[0])
-    assert ds.latitude.chunks == (tuple(r for g, r in zip(BEAMS, rows, strict=True)
-                                        if g != "gt1r"),)
+    assert ds.latitude.chunks == (
+        tuple(r for g, r in zip(BEAMS, rows, strict=True) if g != "gt1r"),
+    )
     with pytest.raises(ConfigError, match=r"data_source.groups.*none of the groups"):
         open_granules(atl03_block(tmp_path, groups=["gt1x", "gt2x"]))
     with pytest.warns(UserWarning, match="gt9l"):
@@ -381,10 +413,16 @@ def test_granules_whose_beams_are_all_empty_contribute_nothing(tmp_path):
 
 
 def test_paths_without_groups_read_one_chunk_per_granule(atl03):
-    ds = open_granules({"granules": str(atl03[0].parent),
-                        "coordinates": {"latitude": "/gt2l/heights/lat_ph",
-                                        "longitude": "/gt2l/heights/lon_ph"},
-                        "variables": {"h": "/gt2l/heights/h_ph"}})
+    ds = open_granules(
+        {
+            "granules": str(atl03[0].parent),
+            "coordinates": {
+                "latitude": "/gt2l/heights/lat_ph",
+                "longitude": "/gt2l/heights/lon_ph",
+            },
+            "variables": {"h": "/gt2l/heights/h_ph"},
+        }
+    )
     rows = [h5_rows(p)[2] for p in atl03]
     assert ds.h.chunks == (tuple(r for r in rows if r),)
     assert ds.attrs["granules"] == [p.name for p, r in zip(atl03, rows, strict=True) if r]
@@ -417,13 +455,18 @@ def test_list_of_files_glob_and_single_file(atl03):
 
 
 def test_parse_a_full_block():
-    src = parse_granule_source({
-        **atl03_block("s3://bucket/ATL03/"),
-        "filters": [{"variable": "land_ice_conf", "op": "in", "value": [3, 4]}],
-        "on_error": "skip",
-        "storage_options": {"endpoint_url": "http://localhost:9000", "key": "AKIDEXAMPLE",
-                            "secret": "wJalrXUtnFEMI/K7MDENG"},
-    })
+    src = parse_granule_source(
+        {
+            **atl03_block("s3://bucket/ATL03/"),
+            "filters": [{"variable": "land_ice_conf", "op": "in", "value": [3, 4]}],
+            "on_error": "skip",
+            "storage_options": {
+                "endpoint_url": "http://localhost:9000",
+                "key": "AKIDEXAMPLE",
+                "secret": "wJalrXUtnFEMI/K7MDENG",
+            },
+        }
+    )
     assert isinstance(src, GranuleSource)
     assert src.groups == BEAMS and src.on_error == "skip"
     assert src.names == ("latitude", "longitude", "h_ph", "land_ice_conf", "time")
@@ -432,8 +475,17 @@ def test_parse_a_full_block():
     text = repr(src) + str(src.storage_options) + repr(src.storage_options)
     assert "wJalrXUtnFEMI" not in text and "AKIDEXAMPLE" not in text
     assert src.storage_options["secret"] == "wJalrXUtnFEMI/K7MDENG"
-    nested = parse_granule_source(atl03_block("s3://b/", storage_options={
-        "client_kwargs": {"aws_secret_access_key": "NESTEDSECRET", "region_name": "us-west-2"}}))
+    nested = parse_granule_source(
+        atl03_block(
+            "s3://b/",
+            storage_options={
+                "client_kwargs": {
+                    "aws_secret_access_key": "NESTEDSECRET",
+                    "region_name": "us-west-2",
+                }
+            },
+        )
+    )
     opts = nested.storage_options
     assert "NESTEDSECRET" not in repr(opts) and "us-west-2" in repr(opts)
     assert opts.redact("failed with NESTEDSECRET inside") == "failed with *** inside"
@@ -445,44 +497,86 @@ BAD = [
     ({"groups": "gt1l"}, "data_source.groups", "list of group names"),
     ({"groups": ["gt1l", "gt1l"]}, "data_source.groups", "more than once"),
     ({"groups": ["gt/1l"]}, "data_source.groups[0]", "HDF5 group name"),
-    ({"coordinates": {"latitude": "/{group}/heights/lat_ph"}},
-     "data_source.coordinates.longitude", "required"),
-    ({"coordinates": {"lattitude": "a", "longitude": "/{group}/b"}},
-     "data_source.coordinates.lattitude", "did you mean 'latitude'"),
-    ({"coordinates": {"latitude": "/heights/lat_ph", "longitude": "/{group}/heights/lon_ph"}},
-     "data_source.coordinates.latitude", "does not contain '{group}'"),
-    ({"coordinates": {"latitude": "/{beam}/lat", "longitude": "/{group}/lon"}},
-     "data_source.coordinates.latitude", "only placeholder is '{group}'"),
-    ({"coordinates": {"latitude": "/{group/lat", "longitude": "/{group}/lon"}},
-     "data_source.coordinates.latitude", "unbalanced braces"),
-    ({"coordinates": {"latitude": "/{group}/../lat", "longitude": "/{group}/lon"}},
-     "data_source.coordinates.latitude", "'..' component"),
+    (
+        {"coordinates": {"latitude": "/{group}/heights/lat_ph"}},
+        "data_source.coordinates.longitude",
+        "required",
+    ),
+    (
+        {"coordinates": {"lattitude": "a", "longitude": "/{group}/b"}},
+        "data_source.coordinates.lattitude",
+        "did you mean 'latitude'",
+    ),
+    (
+        {"coordinates": {"latitude": "/heights/lat_ph", "longitude": "/{group}/heights/lon_ph"}},
+        "data_source.coordinates.latitude",
+        "does not contain '{group}'",
+    ),
+    (
+        {"coordinates": {"latitude": "/{beam}/lat", "longitude": "/{group}/lon"}},
+        "data_source.coordinates.latitude",
+        "only placeholder is '{group}'",
+    ),
+    (
+        {"coordinates": {"latitude": "/{group/lat", "longitude": "/{group}/lon"}},
+        "data_source.coordinates.latitude",
+        "unbalanced braces",
+    ),
+    (
+        {"coordinates": {"latitude": "/{group}/../lat", "longitude": "/{group}/lon"}},
+        "data_source.coordinates.latitude",
+        "'..' component",
+    ),
     ({"variables": ["h_ph"]}, "data_source.variables", "mapping of variable name"),
     ({"variables": {"h ph": "/{group}/h"}}, "data_source.variables.h ph", "identifiers"),
     ({"variables": {"time": "/{group}/h"}}, "data_source.variables.time", "reserved"),
-    ({"variables": {"c": {"path": "/{group}/c", "column": -1}}},
-     "data_source.variables.c.column", "non-negative column"),
-    ({"variables": {"c": {"pth": "/{group}/c"}}}, "data_source.variables.c.pth",
-     "did you mean 'path'"),
-    ({"filters": [{"variable": "nope", "op": "eq", "value": 1}]},
-     "data_source.filters[0].variable", "not declared"),
-    ({"filters": [{"variable": "h_ph", "op": "equals", "value": 1}]},
-     "data_source.filters[0].op", "valid: eq, ne"),
-    ({"filters": [{"variable": "h_ph", "op": "in", "value": 3}]},
-     "data_source.filters[0].value", "non-empty list"),
-    ({"filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3, "column": 3}]},
-     "data_source.filters[0].column", "declare the column as its own variable"),
+    (
+        {"variables": {"c": {"path": "/{group}/c", "column": -1}}},
+        "data_source.variables.c.column",
+        "non-negative column",
+    ),
+    (
+        {"variables": {"c": {"pth": "/{group}/c"}}},
+        "data_source.variables.c.pth",
+        "did you mean 'path'",
+    ),
+    (
+        {"filters": [{"variable": "nope", "op": "eq", "value": 1}]},
+        "data_source.filters[0].variable",
+        "not declared",
+    ),
+    (
+        {"filters": [{"variable": "h_ph", "op": "equals", "value": 1}]},
+        "data_source.filters[0].op",
+        "valid: eq, ne",
+    ),
+    (
+        {"filters": [{"variable": "h_ph", "op": "in", "value": 3}]},
+        "data_source.filters[0].value",
+        "non-empty list",
+    ),
+    (
+        {"filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3, "column": 3}]},
+        "data_source.filters[0].column",
+        "declare the column as its own variable",
+    ),
     ({"delta_time": 5}, "data_source.delta_time", "HDF5 dataset path"),
     ({"time": "/{group}/heights/delta_time"}, "data_source.time", "'delta_time'"),
     ({"on_error": "ignore"}, "data_source.on_error", "'fail'"),
     ({"input": "x.zarr"}, "data_source.input", "not both"),
     ({"granule": "x"}, "data_source.granule", "did you mean 'granules'"),
-    ({"storage_options": {"endpoint": "http://x"}}, "data_source.storage_options.endpoint",
-     "did you mean 'endpoint_url'"),
+    (
+        {"storage_options": {"endpoint": "http://x"}},
+        "data_source.storage_options.endpoint",
+        "did you mean 'endpoint_url'",
+    ),
     ({"storage_options": {"anon": "yes"}}, "data_source.storage_options.anon", "true or false"),
     ({"storage_options": {"key": "AKID"}}, "data_source.storage_options", "go together"),
-    ({"storage_options": {"endpoint_url": "localhost:9000"}},
-     "data_source.storage_options.endpoint_url", "http:// or https://"),
+    (
+        {"storage_options": {"endpoint_url": "localhost:9000"}},
+        "data_source.storage_options.endpoint_url",
+        "http:// or https://",
+    ),
 ]
 
 
@@ -514,10 +608,17 @@ def test_the_documented_examples_parse():
     assert {v.name: v.column for v in strata.variables}["signal_conf_ph"] is None
     for raw in configs:
         view = granule_view(raw["data_source"])
-        load_config({**raw, "data_source": {
-            "coordinates": {"latitude": view.latitude, "longitude": view.longitude},
-            "variables": list(view.variables), "time": view.time,
-            "filters": raw["data_source"]["filters"]}})
+        load_config(
+            {
+                **raw,
+                "data_source": {
+                    "coordinates": {"latitude": view.latitude, "longitude": view.longitude},
+                    "variables": list(view.variables),
+                    "time": view.time,
+                    "filters": raw["data_source"]["filters"],
+                },
+            }
+        )
 
 
 def test_secret_values_never_appear_in_refusals():
@@ -529,12 +630,14 @@ def test_secret_values_never_appear_in_refusals():
 
 
 def test_paths_without_groups():
-    src = parse_granule_source({"granules": "/d", "coordinates": {"latitude": "lat",
-                                                                    "longitude": "/lon"}})
+    src = parse_granule_source(
+        {"granules": "/d", "coordinates": {"latitude": "lat", "longitude": "/lon"}}
+    )
     assert (src.groups, src.latitude, src.longitude) == (None, "/lat", "/lon")
     with pytest.raises(ConfigError, match="data_source.groups is not set"):
-        parse_granule_source({"granules": "/d", "coordinates": {"latitude": "/{group}/lat",
-                                                                  "longitude": "/lon"}})
+        parse_granule_source(
+            {"granules": "/d", "coordinates": {"latitude": "/{group}/lat", "longitude": "/lon"}}
+        )
 
 
 # --------------------------------------------------------------------------- s3

@@ -37,10 +37,22 @@ def test_cell_words_are_the_ancestors_of_point_words(order):
     of round coordinates, and refuses exactly the points point_words refuses."""
     rng = np.random.default_rng(order)
     z = np.degrees(np.arcsin(2 / 3))
-    lat = np.concatenate([rng.uniform(-90, 90, 200_000), np.repeat([-90, -z, 0, z, 90], 9),
-                          np.repeat(np.arange(-89.5, 90, 0.5), 8), [np.nan, 91.0, 10.0]])
-    lon = np.concatenate([rng.uniform(-180, 180, 200_000), np.tile(np.arange(-180, 181, 45), 5),
-                          np.tile(np.arange(-180, 180, 45.0), 359), [0.0, 0.0, np.inf]])
+    lat = np.concatenate(
+        [
+            rng.uniform(-90, 90, 200_000),
+            np.repeat([-90, -z, 0, z, 90], 9),
+            np.repeat(np.arange(-89.5, 90, 0.5), 8),
+            [np.nan, 91.0, 10.0],
+        ]
+    )
+    lon = np.concatenate(
+        [
+            rng.uniform(-180, 180, 200_000),
+            np.tile(np.arange(-180, 181, 45), 5),
+            np.tile(np.arange(-180, 180, 45.0), 359),
+            [0.0, 0.0, np.inf],
+        ]
+    )
     w, ok = G.point_words(lat, lon)
     c, c_ok = G.cell_words(lat, lon, order)
     np.testing.assert_array_equal(c_ok, ok)
@@ -71,7 +83,7 @@ def test_stride_at_order_6_is_2_to_48():
 
 def test_cell_rank_inverts_the_law():
     words = G.shard_cell_words(SOUTH_9, 9, 14)
-    np.testing.assert_array_equal(G.cell_rank(words, SOUTH_9, 9, 14), np.arange(4 ** 5))
+    np.testing.assert_array_equal(G.cell_rank(words, SOUTH_9, 9, 14), np.arange(4**5))
 
 
 def test_decimal_roundtrip_and_prefix_ancestry():
@@ -92,8 +104,9 @@ def test_hive_paths_and_leaf_names():
     assert G.id_order("-5121141141") == 9
 
 
-@pytest.mark.parametrize("bad", ["", "7", "-0", "15", "1/2", "..", "-5112333p", "11a", "1 2",
-                                 "1" + "1" * 30])
+@pytest.mark.parametrize(
+    "bad", ["", "7", "-0", "15", "1/2", "..", "-5112333p", "11a", "1 2", "1" + "1" * 30]
+)
 def test_bad_ids_are_refused(bad):
     with pytest.raises(ValueError, match="morton decimal area id|deeper than order"):
         G.hive_path(bad)

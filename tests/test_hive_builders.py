@@ -39,8 +39,15 @@ ATTRS = {
 def new_store(root, short_name: str = "T", version: str = "1") -> str:
     """A fresh store root holding only the manifest of the test geometry (p = 4, c = 6)."""
     root = str(root)
-    write_manifest(root, build_manifest(dataset={"short_name": short_name, "version": version},
-                                        semantic_hash="s", cell_order=6, shard_order=4))
+    write_manifest(
+        root,
+        build_manifest(
+            dataset={"short_name": short_name, "version": version},
+            semantic_hash="s",
+            cell_order=6,
+            shard_order=4,
+        ),
+    )
     return root
 
 

@@ -9,13 +9,13 @@ from zagg import hive
 from zagg.hive import cells, encode
 from zagg.hive.layout import RAGGED_SPEC
 
-GRID = {"type": "healpix", "parent_order": 2, "chunk_inner": 4, "child_order": 6,
-        "sharded": True}
+GRID = {"type": "healpix", "parent_order": 2, "chunk_inner": 4, "child_order": 6, "sharded": True}
 SHARD = "121"  # order 2: one digit per order after the base-cell digit
-N = 4 ** 4
-RAGGED_ATTRS = {"ragged": {"spec": RAGGED_SPEC,
-                           "element": {"dtype": "float32", "shape": [-1, 2]}},
-                "weights": "counts"}
+N = 4**4
+RAGGED_ATTRS = {
+    "ragged": {"spec": RAGGED_SPEC, "element": {"dtype": "float32", "shape": [-1, 2]}},
+    "weights": "counts",
+}
 FIELDS = {
     "count": {"kind": "dense", "dtype": "int64", "fill_value": 0},
     "h_mean": {"kind": "dense", "dtype": "float32", "fill_value": None},
@@ -60,8 +60,10 @@ def _tree(root):
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        clocked = path.name.endswith("stats.json") or str(rel) in ("morton_hive.json",
-                                                                  "coverage.moc")
+        clocked = path.name.endswith("stats.json") or str(rel) in (
+            "morton_hive.json",
+            "coverage.moc",
+        )
         if path.is_file() and not clocked:
             data = path.read_bytes()
             if path.name == "zarr.json" and b"morton_hive_commit" in data:
@@ -77,42 +79,59 @@ def test_cells_path_writes_the_dense_path_bytes(tmp_path, monkeypatch, batch, di
         monkeypatch.setattr(encode, "BATCH_BYTES", batch)
     arrays = _arrays(np.random.default_rng(3), unit=digest_rows == "unit")
     dense = hive.write_leaf(tmp_path / "a", SHARD, arrays, FIELDS, GRID, attrs=ATTRS)
-    sparse = hive.write_leaf_cells(tmp_path / "b", SHARD, _cells_of(arrays, digest_rows),
-                                   FIELDS, GRID, attrs=ATTRS)
+    sparse = hive.write_leaf_cells(
+        tmp_path / "b", SHARD, _cells_of(arrays, digest_rows), FIELDS, GRID, attrs=ATTRS
+    )
     assert dense["content_hashes"] == sparse["content_hashes"]
-    assert dense["cells_with_data"] == sparse["cells_with_data"] == int(
-        (arrays["count"] > 0).sum())
+    assert dense["cells_with_data"] == sparse["cells_with_data"] == int((arrays["count"] > 0).sum())
     assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
     # the streamed digests equal §5 over the full decoded arrays
     group = str(GRID["child_order"])
     assert sparse["content_hashes"]["arrays"][f"{group}/count"] == hive.array_digest(
-        arrays["count"])
+        arrays["count"]
+    )
     assert sparse["content_hashes"]["arrays"][f"{group}/h_tdigest"] == hive.array_digest(
-        arrays["h_tdigest"])
+        arrays["h_tdigest"]
+    )
 
 
 def test_cells_round_trip_to_dense_and_objects():
     arrays = _arrays(np.random.default_rng(4))
     c = _cells_of(arrays)
-    np.testing.assert_array_equal(cells.to_dense(c["count"], N, np.dtype("int64"), 0),
-                                  arrays["count"])
     np.testing.assert_array_equal(
-        cells.to_dense(c["h_mean"], N, np.dtype("float32"), np.nan), arrays["h_mean"])
+        cells.to_dense(c["count"], N, np.dtype("int64"), 0), arrays["count"]
+    )
+    np.testing.assert_array_equal(
+        cells.to_dense(c["h_mean"], N, np.dtype("float32"), np.nan), arrays["h_mean"]
+    )
     assert list(cells.to_objects(c["h_tdigest"], N)) == list(arrays["h_tdigest"])
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda c: c.update(count=cells.DenseCells(np.array([5, 3]), np.array([1, 2]))),
-     "strictly ascending"),
-    (lambda c: c.update(count=cells.DenseCells(np.array([N]), np.array([1]))), "in \\[0, 256\\)"),
-    (lambda c: c.update(count=cells.DenseCells(np.array([1]), np.array([1], np.int32))),
-     "values are int32, declared int64"),
-    (lambda c: c.update(h_tdigest=cells.RaggedCells(np.array([2]), np.array([0, 5]),
-                                                    np.zeros(5, np.uint8))),
-     "not a whole number of 8-byte rows"),
-    (lambda c: c.update(h_mean=c["h_tdigest"]), "needs DenseCells"),
-    (lambda c: c.pop("count"), "missing \\['count'\\]"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            lambda c: c.update(count=cells.DenseCells(np.array([5, 3]), np.array([1, 2]))),
+            "strictly ascending",
+        ),
+        (
+            lambda c: c.update(count=cells.DenseCells(np.array([N]), np.array([1]))),
+            "in \\[0, 256\\)",
+        ),
+        (
+            lambda c: c.update(count=cells.DenseCells(np.array([1]), np.array([1], np.int32))),
+            "values are int32, declared int64",
+        ),
+        (
+            lambda c: c.update(
+                h_tdigest=cells.RaggedCells(np.array([2]), np.array([0, 5]), np.zeros(5, np.uint8))
+            ),
+            "not a whole number of 8-byte rows",
+        ),
+        (lambda c: c.update(h_mean=c["h_tdigest"]), "needs DenseCells"),
+        (lambda c: c.pop("count"), "missing \\['count'\\]"),
+    ],
+)
 def test_malformed_cells_refused_before_any_write(tmp_path, bad, message):
     contents = _cells_of(_arrays(np.random.default_rng(5)))
     bad(contents)
@@ -131,22 +150,31 @@ def test_every_shape_of_the_result_writes_the_same_leaves(tmp_path):
     from zagg.write import to_hive
 
     cfg = {
-        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                        "variables": ["h_ph"]},
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"dataset": {"short_name": "T", "version": "1"},
-                   "grid": {"parent_order": 6, "child_order": 12}},
+        "data_source": {
+            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+            "variables": ["h_ph"],
+        },
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "T", "version": "1"},
+            "grid": {"parent_order": 6, "child_order": 12},
+        },
     }
     ds = synthetic_photons(60_000, chunk_size=20_000, seed=2)
     with dask.config.set(scheduler="sync"):
         lazy = zagg.aggregate(ds, cfg)
-        shapes = {"lazy": lazy, "computed": lazy.compute(),
-                  "edited": lazy.assign(count=lazy["count"] + 0),
-                  "dense": zagg.aggregate(ds, cfg, dense=True)}
+        shapes = {
+            "lazy": lazy,
+            "computed": lazy.compute(),
+            "edited": lazy.assign(count=lazy["count"] + 0),
+            "dense": zagg.aggregate(ds, cfg, dense=True),
+        }
         written = {name: to_hive(d, tmp_path / name) for name, d in shapes.items()}
     hashes = {name: [r["content_hashes"] for r in s.records] for name, s in written.items()}
     assert written["lazy"].leaves_written > 1
@@ -194,8 +222,7 @@ def test_a_shard_object_is_stored_from_its_parts_never_joined(tmp_path):
     objects.fill(b"")
     objects[[3, N // 2, N - 1]] = [b"abcd", b"efghijkl", b"mnop"]
     ragged = cells.ragged_from_objects(objects, lambda i, c: bytes(c))
-    [(index, parts)] = encode.encode_ragged(ragged.ranks, ragged.offsets, ragged.data, N,
-                                            4).objects
+    [(index, parts)] = encode.encode_ragged(ragged.ranks, ragged.offsets, ragged.data, N, 4).objects
     assert index == 0 and isinstance(parts, Parts) and len(parts) == 3 + 2  # chunks, index, crc
     whole = b"".join(parts)
     assert bytes(parts) == object_bytes(parts) == whole
@@ -215,8 +242,9 @@ def test_payload_objects_are_the_cells_bytes(kind):
     if kind == "bytes":
         sizes = np.array([0, 1, 255, 256, 300, 70_000, 0, 8, *rng.integers(0, 600, 300)])
         offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        c = cells.RaggedCells(np.arange(sizes.size), offsets,
-                              rng.integers(0, 256, offsets[-1]).astype(np.uint8))
+        c = cells.RaggedCells(
+            np.arange(sizes.size), offsets, rng.integers(0, 256, offsets[-1]).astype(np.uint8)
+        )
     else:
         rows = np.array([0, 1, 31, 32, 33, 9000, *rng.integers(0, 60, 300)])
         offsets = np.concatenate(([0], np.cumsum(rows))).astype(np.int64)

@@ -155,7 +155,6 @@ def test_update_root_coverage_unions_and_is_fail_open(tmp_path, monkeypatch):
 def test_refresh_rebuilds_from_stamped_leaves(tmp_path):
     from test_hive_builders import NORTH, SOUTH, new_store, write_shard
 
-
     root = str(tmp_path)
     new_store(root, "T", "1")
     write_shard(root, NORTH)

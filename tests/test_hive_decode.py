@@ -26,10 +26,12 @@ def store(request, tmp_path_factory):
     """A strata store (count, t-digests with located siblings, composition) plus dense
     float fields, over a few order-9 shards."""
     cfg = strata_config(located=True)
-    cfg["aggregation"]["variables"].update({
-        "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-        "h_min": {"function": "min", "source": "h_ph"},
-    })
+    cfg["aggregation"]["variables"].update(
+        {
+            "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
+            "h_min": {"function": "min", "source": "h_ph"},
+        }
+    )
     cfg["output"]["grid"].update(chunk_inner=12, sharded=request.param)
     photons = synthetic_photons(40_000, REGION, chunk_size=20_000, seed=3)
     root = str(tmp_path_factory.mktemp("decode") / "s")
@@ -62,8 +64,16 @@ def test_every_array_decodes_like_zarr(store):
             np.testing.assert_array_equal(got, want)
         seen.add(path.split("/")[1])
     # dense int/float fields, the morton coordinate, t-digests and their location words
-    assert {"count", "h_mean", "h_min", "morton", "h_tdigest", "composition",
-            "h_tdigest_signal", "h_tdigest_signal_locations"} <= seen
+    assert {
+        "count",
+        "h_mean",
+        "h_min",
+        "morton",
+        "h_tdigest",
+        "composition",
+        "h_tdigest_signal",
+        "h_tdigest_signal_locations",
+    } <= seen
 
 
 def test_chosen_cells_decode_like_zarr(store):
@@ -103,17 +113,16 @@ def test_open_hive_values_are_zarrs(store):
         np.testing.assert_array_equal(sparse["morton"].values[in_sparse], bitmap)
         at = np.flatnonzero(np.isin(dense["morton"].values[rows], bitmap))
         for name in dense.data_vars:
-            want = zarr.open_array(root.zarr_store(data, read_only=True), path=f"{group}/{name}",
-                                   mode="r")[...]
+            want = zarr.open_array(
+                root.zarr_store(data, read_only=True), path=f"{group}/{name}", mode="r"
+            )[...]
             got_dense, got_sparse = dense[name].values[rows], sparse[name].values[in_sparse]
             if want.dtype == object:
                 want = [b"" if v is None else bytes(v) for v in want]
                 if name.endswith("_locations"):  # word siblings: one uint64 array per cell
                     want = [np.frombuffer(v, "<u8") for v in want]
-                    assert all(np.array_equal(a, b) for a, b in zip(got_dense, want,
-                                                                     strict=True))
-                    assert all(np.array_equal(got_sparse[j], want[k])
-                               for j, k in enumerate(at))
+                    assert all(np.array_equal(a, b) for a, b in zip(got_dense, want, strict=True))
+                    assert all(np.array_equal(got_sparse[j], want[k]) for j, k in enumerate(at))
                 else:
                     assert list(got_dense) == want
                     assert list(got_sparse) == [want[k] for k in at]
@@ -133,12 +142,18 @@ def test_unknown_layouts_are_left_to_zarr(store, tmp_path):
     assert decode.layout(meta) is not None
     changes = [
         ("two dimensions", lambda m: m.update(shape=[2, m["shape"][0] // 2])),
-        ("a compressor on a dense chain", lambda m: _inner(m).append(
-            {"name": "zstd", "configuration": {"level": 3, "checksum": False}})),
+        (
+            "a compressor on a dense chain",
+            lambda m: _inner(m).append(
+                {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
+            ),
+        ),
         ("big-endian bytes", lambda m: _inner(m)[0]["configuration"].update(endian="big")),
         ("a hex-encoded NaN fill", lambda m: m.update(fill_value="0x7fc00000")),
-        ("dotted chunk keys", lambda m: m["chunk_key_encoding"]["configuration"].update(
-            separator=".")),
+        (
+            "dotted chunk keys",
+            lambda m: m["chunk_key_encoding"]["configuration"].update(separator="."),
+        ),
         ("a storage transformer", lambda m: m.update(storage_transformers=[{"name": "x"}])),
     ]
     for what, change in changes:

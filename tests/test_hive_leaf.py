@@ -39,8 +39,6 @@ from zagg.read import open_hive, open_leaf
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
 
-
-
 def decoded(root: str, shard_id: str) -> dict[str, np.ndarray]:
     group = zarr.open_group(f"{root}/{leaf_path(shard_id)}/6", mode="r")
     return {name: arr[...] for name, arr in group.arrays()}
@@ -96,8 +94,7 @@ def test_stamped_root_metadata_is_what_zarr_itself_writes(tmp_path):
     zarr.open_group(store, mode="w", zarr_format=3)
     zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({COMMIT_ATTR: seal})
     assert written == bytes(store._store_dict["zarr.json"].to_bytes())
-    assert moczarr.read_commit(root, record["path"])["content_hashes"] == \
-        record["content_hashes"]
+    assert moczarr.read_commit(root, record["path"])["content_hashes"] == record["content_hashes"]
 
 
 def test_rewrite_is_idempotent_on_decoded_values(tmp_path):
@@ -245,8 +242,11 @@ def test_stamp_is_the_last_write_under_the_leaf_prefix(tmp_path, monkeypatch):
     prefix = record["path"]
     node = prefix.rsplit("/", 1)[0]
     keys = [key for key, _ in log]
-    stamps = [i for i, (k, v) in enumerate(log)
-              if k == f"{prefix}/zarr.json" and b"morton_hive_commit" in v]
+    stamps = [
+        i
+        for i, (k, v) in enumerate(log)
+        if k == f"{prefix}/zarr.json" and b"morton_hive_commit" in v
+    ]
     assert len(stamps) == 1
     stamp_at = stamps[0]
     assert [i for i, k in enumerate(keys) if k.startswith(f"{prefix}/")][-1] == stamp_at
@@ -273,8 +273,7 @@ def test_field_declarations_are_validated(tmp_path):
     assert not (tmp_path / "1").exists()
 
 
-def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, moto_s3,
-                                                                     monkeypatch):
+def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, moto_s3, monkeypatch):
     """On an object store a leaf's objects are sent together (concurrent PUTs), and its
     stamp only after all of them: the same objects as a local write, in two steps."""
     options, fs = moto_s3
@@ -309,8 +308,11 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     assert remote_record["content_hashes"] == local_record["content_hashes"]
 
     leaf = remote_record["path"]
-    local = {str(p.relative_to(tmp_path / "local")): p.read_bytes()
-             for p in (tmp_path / "local").rglob("*") if p.is_file()}
+    local = {
+        str(p.relative_to(tmp_path / "local")): p.read_bytes()
+        for p in (tmp_path / "local").rglob("*")
+        if p.is_file()
+    }
     remote = {p.split("/store/", 1)[1]: fs.cat_file(p) for p in fs.find("leafbatch/store")}
     assert sorted(remote) == sorted(local)
     node = leaf.rsplit("/", 1)[0]
@@ -319,7 +321,8 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
         assert remote[key] == local[key], key
     # the batch counts what it sends: the record's bytes are the leaf's objects' sizes
     assert remote_record["bytes_written"] == sum(
-        len(v) for k, v in remote.items() if k.startswith(leaf + "/"))
+        len(v) for k, v in remote.items() if k.startswith(leaf + "/")
+    )
     assert remote_record["timings"]["upload_s"] > 0
     batches = [c for c in calls if c[0] == "batch"]
     assert len(batches) == 2  # the leaf's objects, then its sidecars after the stamp
@@ -327,7 +330,7 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     assert sorted(k for k in local if "/c/" in k) == [k for k in sent if "/c/" in k]
     assert f"{leaf}/zarr.json" in sent  # the unstamped template, overwritten by the stamp
     assert batches[1][1] == [f"{node}/stats.json"]
-    before, after = calls[: calls.index(batches[0])], calls[calls.index(batches[0]) + 1:]
+    before, after = calls[: calls.index(batches[0])], calls[calls.index(batches[0]) + 1 :]
     # a fresh leaf: nothing to read or clear, only the writer's claim taken first
     assert before == [("one", f"{leaf}.claim.json")]
     assert after[0] == ("one", f"{leaf}/zarr.json")  # the stamp follows the batch
@@ -344,8 +347,7 @@ def test_an_object_store_leaf_goes_up_in_one_batch_before_its_stamp(tmp_path, mo
     assert {p.split("/store/", 1)[1] for p in fs.find("leafbatch/store")} == set(local)
 
 
-def test_an_object_store_rewrite_clears_the_previous_attempt_while_it_encodes(moto_s3,
-                                                                             monkeypatch):
+def test_an_object_store_rewrite_clears_the_previous_attempt_while_it_encodes(moto_s3, monkeypatch):
     """A leaf written again on an object store lists its prefix in a background thread
     while it encodes, and clears what an earlier attempt left before its first object."""
     options, fs = moto_s3

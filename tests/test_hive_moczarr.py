@@ -108,5 +108,6 @@ def test_open_hive_agrees_with_ours(store):
     assert at.size == sparse.sizes["cells"] == len(OCCUPIED) + len(SOUTH_OCCUPIED)
     for name in ("count", "h_mean", "quality", "h_tdigest"):
         assert list(theirs[name].values[at]) == list(sparse[name].values), name
-    np.testing.assert_array_equal(np.asarray(theirs["cell_ids"].values)[at],
-                                  sparse["cell_ids"].values)
+    np.testing.assert_array_equal(
+        np.asarray(theirs["cell_ids"].values)[at], sparse["cell_ids"].values
+    )

@@ -20,13 +20,17 @@ def config(path=None):
             "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
             "variables": ["h_ph"],
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"},
-                   "grid": {"parent_order": 6, "child_order": 12, "chunk_inner": 6}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "TEST", "version": "1"},
+            "grid": {"parent_order": 6, "child_order": 12, "chunk_inner": 6},
+        },
     }
     if path is not None:
         cfg["data_source"]["input"] = str(path)
@@ -46,8 +50,10 @@ def points(tmp_path_factory):
 
 
 def _hashes(root):
-    return {sid: hive.read_stamp(hive.StoreRoot(root), leaf)["content_hashes"]
-            for leaf, sid in hive.walk_leaves(root)}
+    return {
+        sid: hive.read_stamp(hive.StoreRoot(root), leaf)["content_hashes"]
+        for leaf, sid in hive.walk_leaves(root)
+    }
 
 
 def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points):
@@ -56,8 +62,7 @@ def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points)
     hashes, counts = {}, {}
     for name in ("points.zarr", "points4.nc", "points3.nc"):
         store = tmp_path / name.replace(".", "_")
-        summary = run(config(points / name), store=str(store), workers=1, threads=1,
-                      progress=False)
+        summary = run(config(points / name), store=str(store), workers=1, threads=1, progress=False)
         hashes[name], counts[name] = _hashes(store), summary.points
     assert counts["points.zarr"] > 3_000 and len(set(counts.values())) == 1
     assert hashes["points.zarr"] and hashes["points4.nc"] == hashes["points.zarr"]
@@ -80,15 +85,18 @@ def _damaged(points, tmp_path):
     return files
 
 
-@pytest.mark.parametrize("name, what", [
-    ("cut4.nc", "reading it as netCDF4/HDF5 (h5netcdf) failed (OSError: "),
-    ("cut3.nc", "reading it as netCDF3 (scipy) failed (ValueError: "),
-    ("header3.nc", "reading it as netCDF3 (scipy) failed (IndexError: "),
-    ("empty.nc", "there is nothing to read (ValueError: the file is empty)"),
-    ("text.nc", "it is neither netCDF3 nor netCDF4/HDF5 (it begins b'lat,lon,')"),
-    ("text.h5", "it is neither netCDF3 nor netCDF4/HDF5 (it begins b'not an H')"),
-    ("cdf5.nc", "format byte b'\\x05' is not supported"),
-])
+@pytest.mark.parametrize(
+    "name, what",
+    [
+        ("cut4.nc", "reading it as netCDF4/HDF5 (h5netcdf) failed (OSError: "),
+        ("cut3.nc", "reading it as netCDF3 (scipy) failed (ValueError: "),
+        ("header3.nc", "reading it as netCDF3 (scipy) failed (IndexError: "),
+        ("empty.nc", "there is nothing to read (ValueError: the file is empty)"),
+        ("text.nc", "it is neither netCDF3 nor netCDF4/HDF5 (it begins b'lat,lon,')"),
+        ("text.h5", "it is neither netCDF3 nor netCDF4/HDF5 (it begins b'not an H')"),
+        ("cdf5.nc", "format byte b'\\x05' is not supported"),
+    ],
+)
 def test_damaged_or_foreign_files_are_refused_naming_the_key(tmp_path, points, name, what):
     _damaged(points, tmp_path)
     path = tmp_path / name
@@ -103,18 +111,29 @@ def test_damaged_or_foreign_files_are_refused_naming_the_key(tmp_path, points, n
 def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(tmp_path, points):
     data = (points / "points3.nc").read_bytes()
     (tmp_path / "cut.nc").write_bytes(data[: len(data) - 1000])
-    with pytest.raises(zagg.ConfigError, match=r"'data_source.input': cannot open .*cut\.nc.*"
-                                               r"reading it as netCDF3 \(scipy\) failed"):
-        run(config(tmp_path / "cut.nc"), store=str(tmp_path / "s"), workers=1, threads=1,
-            progress=False)
+    with pytest.raises(
+        zagg.ConfigError,
+        match=r"'data_source.input': cannot open .*cut\.nc.*"
+        r"reading it as netCDF3 \(scipy\) failed",
+    ):
+        run(
+            config(tmp_path / "cut.nc"),
+            store=str(tmp_path / "s"),
+            workers=1,
+            threads=1,
+            progress=False,
+        )
     assert not (tmp_path / "s").exists() or not hive.walk_leaves(tmp_path / "s")
 
 
 def test_a_missing_reader_package_is_named(tmp_path, points, monkeypatch):
     monkeypatch.setitem(sys.modules, "h5netcdf", None)  # as if it were not installed
-    with pytest.raises(zagg.ConfigError, match=r"'data_source.input': cannot open .*points4\.nc"
-                                               r".*h5netcdf package is not installed\); "
-                                               r"pip install h5netcdf"):
+    with pytest.raises(
+        zagg.ConfigError,
+        match=r"'data_source.input': cannot open .*points4\.nc"
+        r".*h5netcdf package is not installed\); "
+        r"pip install h5netcdf",
+    ):
         open_source(load_config(config(points / "points4.nc")))
 
 
@@ -122,6 +141,9 @@ def test_missing_and_non_zarr_inputs_say_what_is_wrong(tmp_path):
     with pytest.raises(zagg.ConfigError, match=r"cannot open .*gone\.nc.*: it does not exist"):
         open_source(load_config(config(tmp_path / "gone.nc")))
     (tmp_path / "folder").mkdir()
-    with pytest.raises(zagg.ConfigError, match=r"cannot open .*folder.*reading it as a zarr "
-                                               r"store failed .*; give a zarr store"):
+    with pytest.raises(
+        zagg.ConfigError,
+        match=r"cannot open .*folder.*reading it as a zarr "
+        r"store failed .*; give a zarr store",
+    ):
         open_source(load_config(config(tmp_path / "folder")))

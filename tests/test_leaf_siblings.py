@@ -34,9 +34,13 @@ def test_racing_writers_publish_a_leaf_and_its_siblings_one_at_a_time(tmp_path):
     records: dict[str, dict] = {}
 
     def writer(name: str, seed: int) -> None:
-        records[name], _ = write_shard(root, NORTH, seed=seed,
-                                       version=new_version(new_run_id()),
-                                       derived=lambda rec: derived.append(rec["version"]))
+        records[name], _ = write_shard(
+            root,
+            NORTH,
+            seed=seed,
+            version=new_version(new_run_id()),
+            derived=lambda rec: derived.append(rec["version"]),
+        )
 
     threads = [threading.Thread(target=writer, args=(n, s)) for n, s in (("a", 1), ("b", 2))]
     with claims.holding(root, leaf, "the-test"):
@@ -58,8 +62,11 @@ def test_racing_writers_publish_a_leaf_and_its_siblings_one_at_a_time(tmp_path):
 
 
 def _stamped_versions(root, leaf):
-    return sum(read_stamp(root, f"{leaf}/{d}") is not None
-               for d in root.list_dir(leaf)[0] if d.startswith("run-"))
+    return sum(
+        read_stamp(root, f"{leaf}/{d}") is not None
+        for d in root.list_dir(leaf)[0]
+        if d.startswith("run-")
+    )
 
 
 def _current(root, leaf):
@@ -70,8 +77,13 @@ def _current(root, leaf):
 def test_a_claim_past_its_ttl_is_taken_over_and_a_live_one_is_waited_for(tmp_path):
     root = StoreRoot(str(tmp_path / "s"))
     leaf = "0/1/2.zarr"
-    dead = {"spec": claims.CLAIM_SPEC, "run_id": "dead", "token": "x",
-            "claimed_at": time.time() - 10, "ttl_s": 5.0}
+    dead = {
+        "spec": claims.CLAIM_SPEC,
+        "run_id": "dead",
+        "token": "x",
+        "claimed_at": time.time() - 10,
+        "ttl_s": 5.0,
+    }
     root.write_bytes(claims.claim_key(leaf), json.dumps(dead).encode())
     t0 = time.monotonic()
     with claims.holding(root, leaf, "mine", ttl_s=5.0) as held:
@@ -119,5 +131,4 @@ def test_a_local_object_is_replaced_whole(tmp_path):
     assert sorted(p.name for p in (tmp_path / "s" / "k").iterdir()) == ["zarr.json"]
     assert root.create("k/claim.json", b"x") and not root.create("k/claim.json", b"y")
     assert root.read_bytes("k/claim.json") == b"x"
-    assert sorted(p.name for p in (tmp_path / "s" / "k").iterdir()) == ["claim.json",
-                                                                         "zarr.json"]
+    assert sorted(p.name for p in (tmp_path / "s" / "k").iterdir()) == ["claim.json", "zarr.json"]

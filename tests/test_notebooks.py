@@ -28,9 +28,13 @@ def test_every_notebook_is_listed_and_stored_without_outputs():
 
 
 def _outputs(nb, mime: str) -> list[str]:
-    return [o.get("data", {}).get(mime, "") for c in nb.cells if c.cell_type == "code"
-            for o in c.outputs if o.get("output_type") in ("display_data", "update_display_data",
-                                                            "execute_result")]
+    return [
+        o.get("data", {}).get(mime, "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.get("output_type") in ("display_data", "update_display_data", "execute_result")
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
@@ -43,8 +47,9 @@ def test_a_notebook_runs_and_saves_its_figures(name, tmp_path, monkeypatch):
     work.mkdir()
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", work)
     nb = nbformat.read(work / f"{name}.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(work)}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
+    ).execute()
     for png in FIGURES[name]:
         data = (work / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", png

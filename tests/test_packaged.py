@@ -42,6 +42,13 @@ def test_a_shipped_region_covers_like_its_file(tmp_path, monkeypatch):
 def test_configs_command_lists_every_shipped_config_and_region(capsys):
     assert main(["configs"]) == 0
     out = capsys.readouterr().out
-    for name in ("atl03_synthetic", "atl03_tdigest", "atl03_strata", "atl06_elevation",
-                 "pine_island", "thwaites", "test_box"):
+    for name in (
+        "atl03_synthetic",
+        "atl03_tdigest",
+        "atl03_strata",
+        "atl06_elevation",
+        "pine_island",
+        "thwaites",
+        "test_box",
+    ):
         assert f"  {name} " in out

@@ -33,9 +33,14 @@ def manifest_of(raw):
     from zagg.manifests import manifest_for
 
     cfg = zagg.load_config(raw)
-    return manifest_for({"grid": cfg.grid.as_dict(), "fields": fields_block(cfg),
-                         "dataset": {"short_name": cfg.output.short_name, "version": "007"},
-                         "config": cfg.raw})
+    return manifest_for(
+        {
+            "grid": cfg.grid.as_dict(),
+            "fields": fields_block(cfg),
+            "dataset": {"short_name": cfg.output.short_name, "version": "007"},
+            "config": cfg.raw,
+        }
+    )
 
 
 # -- the ladder ----------------------------------------------------------------------------
@@ -43,7 +48,8 @@ def test_reference_geometry_expands_every_order_to_zero():
     block = manifest_of(strata({"overviews": [13]}))["pyramid"]
     assert block["spec"] == "zagg-pyramid/2"
     assert block["overviews"] == [{"node": 9, "cells": [13]}] + [
-        {"node": k, "cells": [k + 4]} for k in range(8, -1, -1)]
+        {"node": k, "cells": [k + 4]} for k in range(8, -1, -1)
+    ]
 
 
 def test_default_is_the_chunk_order_and_scalar_is_sugar():
@@ -53,19 +59,22 @@ def test_default_is_the_chunk_order_and_scalar_is_sugar():
     assert resolutions({"overviews": [16, 15, 14, 13]}, 9, 13, 19) == (16, 15, 14, 13)
 
 
-@pytest.mark.parametrize("value, words", [
-    ({"overviews": [12, 10]}, "missing [11]"),
-    ({"overviews": [10, 12]}, "strictly descending"),
-    ({"overviews": [9]}, "not strictly between parent_order 9"),
-    ({"overviews": 19}, "not strictly between"),
-    ({"overviews": [True]}, "integer"),
-    ({"overviews": []}, "non-empty list"),
-    ({"orders": [7, 5]}, "zagg-pyramid/1 schedule"),
-    ({"overviews": [13], "spacing": 2}, "zagg-pyramid/1 schedule"),
-    ({"overview": [13]}, "did you mean 'overviews'"),
-    ({"overviews": [13], "overview_delta": 3}, "overview_delta"),
-    ("yes", "expected false, true or a mapping"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ({"overviews": [12, 10]}, "missing [11]"),
+        ({"overviews": [10, 12]}, "strictly descending"),
+        ({"overviews": [9]}, "not strictly between parent_order 9"),
+        ({"overviews": 19}, "not strictly between"),
+        ({"overviews": [True]}, "integer"),
+        ({"overviews": []}, "non-empty list"),
+        ({"orders": [7, 5]}, "zagg-pyramid/1 schedule"),
+        ({"overviews": [13], "spacing": 2}, "zagg-pyramid/1 schedule"),
+        ({"overview": [13]}, "did you mean 'overviews'"),
+        ({"overviews": [13], "overview_delta": 3}, "overview_delta"),
+        ("yes", "expected false, true or a mapping"),
+    ],
+)
 def test_declaration_refusals_name_the_key_and_gap(value, words):
     with pytest.raises(ConfigError, match="output.pyramid") as info:
         zagg.load_config(strata(value))
@@ -96,16 +105,33 @@ def test_sweep_key():
 # -- the composability map -----------------------------------------------------------------
 def test_field_map_of_the_strata_product():
     fields = manifest_of(strata())["pyramid"]["overview"]["fields"]
-    assert fields["count"] == {"class": "exact", "method": "sum", "nan_policy": "skip",
-                               "dtype": "int64", "fill_value": 0, "function": "count"}
-    assert fields["h_tdigest"] == {"class": "approximate", "method": "tdigest_kway",
-                                   "dtype": "float32", "inner_shape": [2], "delta": 512,
-                                   "overview_delta": 512, "function": "tdigest"}
+    assert fields["count"] == {
+        "class": "exact",
+        "method": "sum",
+        "nan_policy": "skip",
+        "dtype": "int64",
+        "fill_value": 0,
+        "function": "count",
+    }
+    assert fields["h_tdigest"] == {
+        "class": "approximate",
+        "method": "tdigest_kway",
+        "dtype": "float32",
+        "inner_shape": [2],
+        "delta": 512,
+        "overview_delta": 512,
+        "function": "tdigest",
+    }
     assert fields["h_tdigest_signal"]["location"] == "coordinates"
-    assert fields["composition"] == {"class": "packed", "method": "composition_kway",
-                                     "dtype": "uint64", "fill_value": 0,
-                                     "of": "h_tdigest_signal", "threshold": 2,
-                                     "function": "composition"}
+    assert fields["composition"] == {
+        "class": "packed",
+        "method": "composition_kway",
+        "dtype": "uint64",
+        "fill_value": 0,
+        "of": "h_tdigest_signal",
+        "threshold": 2,
+        "function": "composition",
+    }
     assert "h_tdigest_signal_locations" not in fields
 
 
@@ -119,10 +145,19 @@ def test_none_fields_carry_class_only_and_overview_delta_splits():
 
 def test_packed_over_a_flux_divisor_is_declared_none():
     fields = {
-        "sig": {"function": "tdigest", "kind": "ragged", "dtype": "float32",
-                "params": {"delta": 64, "weights": "flux", "gain": {"name": "g", "version": 1}}},
-        "comp": {"function": "composition", "kind": "dense", "dtype": "uint64",
-                 "fill_value": 0, "params": {"of": "sig", "threshold": 2}},
+        "sig": {
+            "function": "tdigest",
+            "kind": "ragged",
+            "dtype": "float32",
+            "params": {"delta": 64, "weights": "flux", "gain": {"name": "g", "version": 1}},
+        },
+        "comp": {
+            "function": "composition",
+            "kind": "dense",
+            "dtype": "uint64",
+            "fill_value": 0,
+            "params": {"of": "sig", "threshold": 2},
+        },
     }
     out = declare.field_map(fields)
     assert out["sig"]["class"] == "approximate" and out["sig"]["weights"] == "flux"
@@ -136,7 +171,8 @@ def test_multiscales_mirror_is_derived_from_the_block():
     assert ms["base"] == {"order": 9, "cells": [19]}
     entries = m["pyramid"]["overviews"]
     assert [(d["order"], d["cells"]) for d in ms["datasets"]] == [
-        (e["node"], e["cells"]) for e in entries]
+        (e["node"], e["cells"]) for e in entries
+    ]
     assert [d["artifact"] for d in ms["datasets"]] == ["column"] + ["overview"] * 9
     assert ms["order2res"] == {str(e["node"]): e["cells"] for e in entries}
     fields = m["pyramid"]["overview"]["fields"]
@@ -153,7 +189,8 @@ def test_moczarr_reads_the_declaration():
     assert table[19]["artifact"] == "source"
     assert {r for r, e in table.items() if e["artifact"] == "column"} == {14, 13}
     assert {r: e["order"] for r, e in table.items() if e["artifact"] == "overview"} == {
-        k + 4: k for k in range(9)}
+        k + 4: k for k in range(9)
+    }
 
 
 def test_merges_from_raw_on_the_reference_geometry():
@@ -176,16 +213,16 @@ def test_exact_laws_fold_through_the_state_combines():
     vals = [np.array([0.1, 0.2]), np.array([1e16, 1.0, -1e16])]
     got = reducers.get("sum").pyramid_fold.combine(vals, g, {})
     assert got.tolist() == [0.1 + 0.2, 1.0]  # double-double: the large terms cancel exactly
-    vmin = reducers.get("min").pyramid_fold.combine([np.array([2.0, np.nan, 3.0, 1.0, 5.0])],
-                                                    g, {})
+    vmin = reducers.get("min").pyramid_fold.combine([np.array([2.0, np.nan, 3.0, 1.0, 5.0])], g, {})
     assert vmin.tolist() == [2.0, 1.0]  # NaN is skipped
 
 
 def test_composition_law_is_the_kway_form_weighted_by_its_digest():
     from zagg.kernels import composition
 
-    words = composition.pack(np.array([[255, 0, 0, 0, 0, 0, 0, 255],
-                                       [0, 0, 0, 255, 0, 0, 0, 255]], np.uint8))
+    words = composition.pack(
+        np.array([[255, 0, 0, 0, 0, 0, 0, 255], [0, 0, 0, 255, 0, 0, 0, 255]], np.uint8)
+    )
     fold = reducers.get("composition").pyramid_fold
     assert fold.needs_divisor
     got = fold.combine([words], _groups([0, 0]), {}, [np.array([3, 1])])
@@ -205,14 +242,27 @@ def test_outside_reducers_get_their_declared_class():
         Reducer("lohi", (state,), lambda s, p: None, "float64", "exact")
     none = Reducer("lohi_none", (state,), lambda s, p: None, "float64", "none")
     assert none.pyramid_fold is None
-    exact = Reducer("lohi_exact", (reducers.MAX,), lambda s, p: s["max"], "float64", "exact",
-                    fold=Fold.of_state(reducers.MAX, "max"))
+    exact = Reducer(
+        "lohi_exact",
+        (reducers.MAX,),
+        lambda s, p: s["max"],
+        "float64",
+        "exact",
+        fold=Fold.of_state(reducers.MAX, "max"),
+    )
     g = _groups([0, 0, 1])
     assert exact.pyramid_fold.combine([np.array([1.0, 4.0, 2.0])], g, {}).tolist() == [4.0, 2.0]
     reducers.register(none)
     try:
-        fields = {"r": {"function": "lohi_none", "kind": "dense", "dtype": "float64",
-                        "fill_value": np.nan, "params": {}}}
+        fields = {
+            "r": {
+                "function": "lohi_none",
+                "kind": "dense",
+                "dtype": "float64",
+                "fill_value": np.nan,
+                "params": {},
+            }
+        }
         assert declare.field_map(fields) == {"r": {"class": "none"}}
     finally:
         reducers.unregister("lohi_none")

@@ -18,15 +18,22 @@ REGION = (-101.0, -76.0, -99.0, -75.0)
 
 def config(store=None, **output):
     cfg = {
-        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                        "variables": ["h_ph"]},
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_max": {"function": "max", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 64}},
-        }},
-        "output": {"dataset": {"short_name": "PYR", "version": "1"},
-                   "grid": {"parent_order": 5, "chunk_inner": 7, "child_order": 10}, **output},
+        "data_source": {
+            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+            "variables": ["h_ph"],
+        },
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_max": {"function": "max", "source": "h_ph"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 64}},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "PYR", "version": "1"},
+            "grid": {"parent_order": 5, "chunk_inner": 7, "child_order": 10},
+            **output,
+        },
     }
     if store:
         cfg["output"]["store"] = str(store)
@@ -40,8 +47,9 @@ def photons():
 
 def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons):
     store = tmp_path / "store"
-    summary = run(config(store, sweep="stages"), source=photons, workers=1, threads=1,
-                  progress=False)
+    summary = run(
+        config(store, sweep="stages"), source=photons, workers=1, threads=1, progress=False
+    )
     assert summary.sweep is not None and summary.sweep.folded == summary.sweep.nodes > 0
     assert any(line.startswith("pyramid sweep:") for line in summary.lines())
     total = int(photons["lat_ph"].notnull().sum())
@@ -110,15 +118,17 @@ def test_columns_and_the_ladder_on_s3_equal_the_local_store(tmp_path, photons, m
         b = open_level(str(local), r).compute()
         assert a["morton"].values.tobytes() == b["morton"].values.tobytes()
         assert a["count"].values.tobytes() == b["count"].values.tobytes()
-        assert [bytes(x) for x in a["h_tdigest"].values] == [bytes(x) for x in
-                                                              b["h_tdigest"].values]
+        assert [bytes(x) for x in a["h_tdigest"].values] == [
+            bytes(x) for x in b["h_tdigest"].values
+        ]
     root = zagg.hive.StoreRoot(url, options)
     assert not root.exists("sweep.lease.json")
     assert zagg.sweep(url, storage_options=options).objects_written == 0
     rel = artifact.column_path(ds.attrs["zagg"]["shards"][0])
     assert artifact.stamped_attrs(root, rel, "column") is not None
-    assert np.isfinite(zagg.quantile(open_level(url, 3, storage_options=options),
-                                     "h_tdigest", 0.5).values).all()
+    assert np.isfinite(
+        zagg.quantile(open_level(url, 3, storage_options=options), "h_tdigest", 0.5).values
+    ).all()
 
 
 def test_the_pyramid_docs_examples_run_on_the_reference_grid(tmp_path, monkeypatch):
@@ -154,8 +164,12 @@ def test_wide_column_groups_are_sharded_and_read_back(tmp_path, photons):
     for r in (8, 7, 6):
         meta = json.loads((col / str(r) / "h_tdigest" / "zarr.json").read_text())
         codec = meta["codecs"][0]
-        layout[r] = (meta["shape"][0], codec["name"], codec.get("configuration", {}).get(
-            "chunk_shape"), codec.get("configuration", {}).get("index_location"))
+        layout[r] = (
+            meta["shape"][0],
+            codec["name"],
+            codec.get("configuration", {}).get("chunk_shape"),
+            codec.get("configuration", {}).get("index_location"),
+        )
     assert layout[8] == (4**6, "sharding_indexed", [1024], "end")
     assert layout[7] == (4**5, "sharding_indexed", [256], "end")
     assert layout[6][1] != "sharding_indexed" and layout[6][0] == 4**4
@@ -169,7 +183,8 @@ def test_wide_column_groups_are_sharded_and_read_back(tmp_path, photons):
     keep = theirs["count"].values > 0
     assert theirs["count"].values[keep].tobytes() == ours["count"].values.tobytes()
     assert [bytes(v) for v in theirs["h_tdigest"].values[keep]] == [
-        bytes(v) for v in ours["h_tdigest"].values]
+        bytes(v) for v in ours["h_tdigest"].values
+    ]
     assert int(ours["count"].sum()) == int(photons["lat_ph"].notnull().sum())
 
 
@@ -188,8 +203,9 @@ def assert_columns_are_the_direct_fold_of_their_leaves(store):
     laws = laws_of(decl.fields)
     compared = 0
     for rel, sid in walk_leaves(root):
-        leaf = group_level(root, data_prefix(rel, read_stamp(root, rel)), sid,
-                           decl.cell_order, laws)
+        leaf = group_level(
+            root, data_prefix(rel, read_stamp(root, rel)), sid, decl.cell_order, laws
+        )
         want = {}
         for r in decl.column_groups():
             src = decl.group_source(r)
@@ -208,16 +224,19 @@ def assert_columns_are_the_direct_fold_of_their_leaves(store):
                     if a.locs is not None:
                         assert a.locs.tobytes() == b.locs.tobytes(), (sid, r, name)
                 else:
-                    assert np.asarray(fc.values).tobytes() == np.asarray(
-                        other.values).tobytes(), (sid, r, name)
+                    assert np.asarray(fc.values).tobytes() == np.asarray(other.values).tobytes(), (
+                        sid,
+                        r,
+                        name,
+                    )
                 compared += 1
     return compared
 
 
 @pytest.mark.parametrize("block_rows", [2_000_000, 300])  # one block per leaf, or many
-def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path, photons,
-                                                                         monkeypatch,
-                                                                         block_rows):
+def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(
+    tmp_path, photons, monkeypatch, block_rows
+):
     from zagg.pyramid import column
 
     monkeypatch.setattr(column, "BLOCK_ROWS", block_rows)
@@ -229,21 +248,33 @@ def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(tmp_path
     assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0
 
 
-def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons,
-                                                                 monkeypatch):
+def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons, monkeypatch):
     from zagg.pyramid import column
 
     monkeypatch.setattr(column, "BLOCK_ROWS", 200)
     raw = config(pyramid={"overviews": [8, 7]})
     photons = photons.assign(flux=photons["h_ph"] * 0 + 2.5)
     raw["data_source"]["variables"] = ["h_ph", "flux"]
-    raw["aggregation"]["variables"].update({
-        "h_located": {"function": "tdigest", "source": "h_ph", "located": True,
-                      "params": {"delta": 32}},
-        "h_flux": {"function": "tdigest", "source": "h_ph",
-                   "params": {"delta": 32, "weights": "flux", "weight_source": "flux",
-                              "gain": {"name": "unit", "version": "1"}}},
-    })
+    raw["aggregation"]["variables"].update(
+        {
+            "h_located": {
+                "function": "tdigest",
+                "source": "h_ph",
+                "located": True,
+                "params": {"delta": 32},
+            },
+            "h_flux": {
+                "function": "tdigest",
+                "source": "h_ph",
+                "params": {
+                    "delta": 32,
+                    "weights": "flux",
+                    "weight_source": "flux",
+                    "gain": {"name": "unit", "version": "1"},
+                },
+            },
+        }
+    )
     store = tmp_path / "store"
     zagg.to_hive(zagg.aggregate(photons, zagg.load_config(raw)), str(store))
     assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0

@@ -24,12 +24,14 @@ STRATA = yaml.safe_load(open("configs/atl03_strata.yaml"))
 
 def config(p=P, ci=CI, c=C, pyramid=None):
     raw = copy.deepcopy(STRATA)
-    raw["aggregation"]["variables"].update({
-        "h_sum": {"function": "sum", "source": "h_ph"},
-        "h_min": {"function": "min", "source": "h_ph"},
-        "h_max": {"function": "max", "source": "h_ph"},
-        "h_mean": {"function": "mean", "source": "h_ph"},
-    })
+    raw["aggregation"]["variables"].update(
+        {
+            "h_sum": {"function": "sum", "source": "h_ph"},
+            "h_min": {"function": "min", "source": "h_ph"},
+            "h_max": {"function": "max", "source": "h_ph"},
+            "h_mean": {"function": "mean", "source": "h_ph"},
+        }
+    )
     raw["output"]["grid"] = {"parent_order": p, "chunk_inner": ci, "child_order": c}
     if pyramid is not None:
         raw["output"]["pyramid"] = pyramid
@@ -86,8 +88,11 @@ def listing(store):
 
 
 def overviews(store):
-    return sorted(os.path.relpath(os.path.join(d, "all.zarr"), store)
-                  for d, dirs, _ in os.walk(store) if "all.zarr" in dirs)
+    return sorted(
+        os.path.relpath(os.path.join(d, "all.zarr"), store)
+        for d, dirs, _ in os.walk(store)
+        if "all.zarr" in dirs
+    )
 
 
 # -- values --------------------------------------------------------------------------------
@@ -99,7 +104,8 @@ def test_the_manifest_lists_every_order_down_to_zero(store):
     assert actual[P] == {"regime": "leaf-column", "merges_from_raw": 1}
     assert [actual[k]["merges_from_raw"] for k in range(P - 1, -1, -1)] == [2, 2, 3, 4, 5, 6]
     assert [actual[k]["regime"] for k in range(P - 1, -1, -1)] == ["stage-gather"] * 2 + [
-        "stage-merge"] * 4
+        "stage-merge"
+    ] * 4
 
 
 @pytest.mark.parametrize("r", [8, 7, 6, 5, 4, 3, 2])
@@ -156,8 +162,10 @@ def test_composition_presence_is_exact_and_lanes_within_the_kway_bound(store, po
 
 def test_signal_digest_weights_are_the_composition_divisor(store):
     ours = open_level(store, 5).compute()
-    n = [np.frombuffer(p, "<f4").reshape(-1, 2)[:, 1].sum() if p else 0
-         for p in ours["h_tdigest_signal"].values]
+    n = [
+        np.frombuffer(p, "<f4").reshape(-1, 2)[:, 1].sum() if p else 0
+        for p in ours["h_tdigest_signal"].values
+    ]
     has_word = ours["composition"].values != 0
     np.testing.assert_array_equal(has_word, np.asarray(n) > 0)
     locs = ours["h_tdigest_signal_locations"].values
@@ -254,8 +262,9 @@ def test_tuple_width_changes_no_bytes(store, unswept, tmp_path):
     for rel in overviews(store):
         a = artifact.stamped_attrs(zagg.hive.StoreRoot(store), rel, "overview")
         b = artifact.stamped_attrs(zagg.hive.StoreRoot(other), rel, "overview")
-        assert a["morton_hive_commit"]["content_hashes"] == b["morton_hive_commit"][
-            "content_hashes"], rel
+        assert (
+            a["morton_hive_commit"]["content_hashes"] == b["morton_hive_commit"]["content_hashes"]
+        ), rel
     assert overviews(store) == overviews(other)
 
 
@@ -315,9 +324,15 @@ def test_a_crash_leaves_debris_readers_skip_and_the_next_sweep_heals(store, tmp_
         json.dump(doc, f)
     partial = open_level(path, 5).compute()
     assert partial.sizes["cells"] < good.sizes["cells"]
-    stale = {"spec": lease.LEASE_SPEC, "run_id": "stage-dead", "scope": None,
-             "acquired_at": "2020-01-01T00:00:00+00:00",
-             "heartbeat_at": "2020-01-01T00:00:00+00:00", "ttl_s": 900, "claimed_from": None}
+    stale = {
+        "spec": lease.LEASE_SPEC,
+        "run_id": "stage-dead",
+        "scope": None,
+        "acquired_at": "2020-01-01T00:00:00+00:00",
+        "heartbeat_at": "2020-01-01T00:00:00+00:00",
+        "ttl_s": 900,
+        "claimed_from": None,
+    }
     zagg.hive.StoreRoot(path).write_json(lease.LEASE_KEY, stale)
     summary = sweep(path)  # claims the crashed sweep's lease, refolds the debris node
     assert summary.claimed_from == "stage-dead"
@@ -335,6 +350,7 @@ def test_deleting_every_overview_leaves_leaf_reads_unchanged(store, tmp_path):
         shutil.rmtree(os.path.join(path, rel))
         os.remove(os.path.join(path, artifact.sidecar_key(rel)))
     after = zagg.open_hive(path).compute()
+
     def attrs(ds):  # NaN fills compare as text
         return json.dumps(ds.attrs, sort_keys=True, default=repr)
 
@@ -365,19 +381,26 @@ def test_scope_limits_the_refolded_nodes(store, tmp_path):
 def test_a_missing_word_is_demoted_and_recorded(unswept, tmp_path):
     path = str(tmp_path / "demoted")
     shutil.copytree(unswept, path)
-    col = sorted(os.path.relpath(os.path.join(d, "all.pyramid.zarr"), path)
-                 for d, dirs, _ in os.walk(path) if "all.pyramid.zarr" in dirs)[0]
+    col = sorted(
+        os.path.relpath(os.path.join(d, "all.pyramid.zarr"), path)
+        for d, dirs, _ in os.walk(path)
+        if "all.pyramid.zarr" in dirs
+    )[0]
     for r in range(P, CI + 1):
         shutil.rmtree(os.path.join(path, col, str(r), "composition"))
     sweep(path)
     parent = col.rsplit("/", 2)[0] + "/all.zarr"
     block = artifact.stamped_attrs(zagg.hive.StoreRoot(path), parent, "overview")[
-        artifact.OVERVIEW_ATTR]
+        artifact.OVERVIEW_ATTR
+    ]
     [rec] = block["demotions"]
     assert rec["field"] == "composition" and rec["reason"] == "word-missing"
     assert rec["contributors"] == 1 and rec["of"] == "h_tdigest_signal" and rec["cells"] > 0
-    others = [o for o in overviews(path) if not parent.startswith(o.rsplit("/", 1)[0] + "/")
-              and o != parent]
+    others = [
+        o
+        for o in overviews(path)
+        if not parent.startswith(o.rsplit("/", 1)[0] + "/") and o != parent
+    ]
     for rel in others:  # a level whose children all carry the word stays quiet
         attrs = artifact.stamped_attrs(zagg.hive.StoreRoot(path), rel, "overview")
         assert "demotions" not in attrs[artifact.OVERVIEW_ATTR], rel
@@ -400,8 +423,9 @@ def test_a_foreign_stamp_written_after_admission_aborts_loudly(store, tmp_path):
     doc_path = os.path.join(path, rel, "zarr.json")
     with open(doc_path) as f:
         doc = json.load(f)
-    doc["attributes"]["morton_hive_commit"].update(run_id="stage-29990101T000000Z-cccccc",
-                                                   written_at="2999-01-01T00:00:00+00:00")
+    doc["attributes"]["morton_hive_commit"].update(
+        run_id="stage-29990101T000000Z-cccccc", written_at="2999-01-01T00:00:00+00:00"
+    )
     doc["attributes"]["zagg_overview"]["generation"]["n_leaves"] = -1  # due for a refold
     with open(doc_path, "w") as f:
         json.dump(doc, f)
@@ -426,7 +450,8 @@ def test_moczarr_column_groups_equal_the_gathered_overviews(store, r):
     for name in ("count", "h_sum", "h_min", "composition"):
         assert theirs[name].values[keep].tobytes() == ours[name].values.tobytes(), name
     assert [bytes(v or b"") for v in theirs["h_tdigest"].values[keep]] == [
-        bytes(v) for v in ours["h_tdigest"].values]
+        bytes(v) for v in ours["h_tdigest"].values
+    ]
 
 
 def test_every_column_is_the_direct_fold_of_its_leaf(store):
@@ -438,7 +463,8 @@ def test_every_column_is_the_direct_fold_of_its_leaf(store):
 
 
 def test_a_child_restamped_in_the_same_second_by_another_run_forces_a_parent_refold(
-        store, tmp_path):
+    store, tmp_path
+):
     path = str(tmp_path / "runids")
     shutil.copytree(store, path)
     child = [o for o in overviews(path) if o.count("/") == 3][0]  # an order-2 overview
@@ -452,6 +478,7 @@ def test_a_child_restamped_in_the_same_second_by_another_run_forces_a_parent_ref
     summary = sweep(path)
     node = child.rsplit("/", 1)[0].replace("/", "")
     assert sorted(r["node"] for r in summary.records) == [node[:2], node[:3]]
-    parent = artifact.stamped_attrs(zagg.hive.StoreRoot(path), overviews(path)[0].split("/")[0]
-                                    + "/all.zarr", "overview")
+    parent = artifact.stamped_attrs(
+        zagg.hive.StoreRoot(path), overviews(path)[0].split("/")[0] + "/all.zarr", "overview"
+    )
     assert "stage-20200101T000000Z-dddddd" in json.dumps(parent)

@@ -39,20 +39,28 @@ def raw_config(windowed=True, pyramid=None):
             "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
             "variables": ["h_ph", "delta_time"],
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-            "h_min": {"function": "min", "source": "h_ph"},
-            "h_max": {"function": "max", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"},
-                   "pyramid": {"overviews": BASE} if pyramid is None else pyramid,
-                   "grid": {"parent_order": P, "child_order": C, "chunk_inner": 10}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
+                "h_min": {"function": "min", "source": "h_ph"},
+                "h_max": {"function": "max", "source": "h_ph"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "TEST", "version": "1"},
+            "pyramid": {"overviews": BASE} if pyramid is None else pyramid,
+            "grid": {"parent_order": P, "child_order": C, "chunk_inner": 10},
+        },
     }
     if windowed:
-        cfg["output"]["windowing"] = {"schedule": "yearly", "time_field": "delta_time",
-                                      "epoch": EPOCH, "scale": "gps"}
+        cfg["output"]["windowing"] = {
+            "schedule": "yearly",
+            "time_field": "delta_time",
+            "epoch": EPOCH,
+            "scale": "gps",
+        }
     return cfg
 
 
@@ -87,8 +95,11 @@ def window_points(photons, label):
     windowing = load_config(raw_config()).output.windowing
     idx = assign.window_index(windowing, photons["delta_time"].values)
     keep = idx == int(label)
-    return photons["lat_ph"].values[keep], photons["lon_ph"].values[keep], \
-        photons["h_ph"].values[keep].astype(np.float64)
+    return (
+        photons["lat_ph"].values[keep],
+        photons["lon_ph"].values[keep],
+        photons["h_ph"].values[keep].astype(np.float64),
+    )
 
 
 def direct(lat, lon, h, order):
@@ -110,8 +121,9 @@ def windows_of(store):
 
 
 def pyramid_orders(store):
-    return [r for r, e in levels(read_manifest(as_root(store))).items()
-            if e["artifact"] != "source"]
+    return [
+        r for r, e in levels(read_manifest(as_root(store))).items() if e["artifact"] != "source"
+    ]
 
 
 # -- the declaration -----------------------------------------------------------------------
@@ -146,8 +158,7 @@ def test_each_windowed_leaf_writes_its_windows_column(stores):
     assert not root.exists(f"{node}/{artifact.COLUMN_NAME}/zarr.json")  # no all-time column
 
 
-def test_per_window_levels_equal_a_direct_aggregation_of_the_windows_points(stores,
-                                                                           photons):
+def test_per_window_levels_equal_a_direct_aggregation_of_the_windows_points(stores, photons):
     _plain, win = stores
     for label in windows_of(win):
         lat, lon, h = window_points(photons, label)
@@ -156,10 +167,12 @@ def test_per_window_levels_equal_a_direct_aggregation_of_the_windows_points(stor
             cells, want = direct(lat, lon, h, r)
             np.testing.assert_array_equal(ds["morton"].values, cells)
             for name in EXACT:
-                np.testing.assert_array_equal(ds[name].values.astype(np.float64), want[name],
-                                              err_msg=f"{label} o{r} {name}")
+                np.testing.assert_array_equal(
+                    ds[name].values.astype(np.float64), want[name], err_msg=f"{label} o{r} {name}"
+                )
             assert ds.attrs["zagg_level"]["artifacts"][0].endswith(
-                f"/{label}.pyramid.zarr" if r == BASE else f"/{label}.zarr")
+                f"/{label}.pyramid.zarr" if r == BASE else f"/{label}.zarr"
+            )
 
 
 def test_digest_weights_are_the_counts_in_every_window_and_all_time(stores):
@@ -176,8 +189,11 @@ def test_digest_weights_are_the_counts_in_every_window_and_all_time(stores):
 # -- the all-time fold ---------------------------------------------------------------------
 def _chunks(store, rel):
     top = Path(store) / rel
-    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*"))
-            if p.is_file() and "/c/" in str(p)}
+    return {
+        str(p.relative_to(top)): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and "/c/" in str(p)
+    }
 
 
 def test_the_all_time_fold_is_the_unwindowed_ladder_byte_for_byte(stores):
@@ -195,8 +211,10 @@ def test_the_all_time_fold_is_the_unwindowed_ladder_byte_for_byte(stores):
                 theirs = _chunks(plain, f"{rel}/{r}/{name}")
                 assert ours and ours == theirs, (nid, name)
                 key = f"{r}/{name}"
-                assert b["morton_hive_commit"]["content_hashes"]["arrays"][key] == \
-                    a["morton_hive_commit"]["content_hashes"]["arrays"][key]
+                assert (
+                    b["morton_hive_commit"]["content_hashes"]["arrays"][key]
+                    == a["morton_hive_commit"]["content_hashes"]["arrays"][key]
+                )
                 checked += 1
     assert checked == len(EXACT) * sum(1 for _ in decl.ladder())
     for r in pyramid_orders(win):
@@ -215,35 +233,36 @@ def test_the_all_time_provenance_counts_the_windows(stores):
     by_node: dict[str, set] = {}
     for label, found in walk_windows(root).items():
         for _rel, sid in found:
-            by_node.setdefault(sid[: (1 if sid.startswith("-") else 0) + 1 + k],
-                               set()).add(label)
+            by_node.setdefault(sid[: (1 if sid.startswith("-") else 0) + 1 + k], set()).add(label)
     for nid, labels in by_node.items():
         block = artifact.stamped_attrs(root, artifact.overview_path(nid), "overview")[
-            artifact.OVERVIEW_ATTR]
+            artifact.OVERVIEW_ATTR
+        ]
         assert block["window"] == "all" and block["regime"] == "stage-merge"
-        assert block["source_windows"] == {"folded": len(labels), "missing": 0,
-                                           "unreadable": 0}
-        per = [artifact.stamped_attrs(root, artifact.overview_path(nid, w), "overview")[
-            artifact.OVERVIEW_ATTR] for w in sorted(labels)]
+        assert block["source_windows"] == {"folded": len(labels), "missing": 0, "unreadable": 0}
+        per = [
+            artifact.stamped_attrs(root, artifact.overview_path(nid, w), "overview")[
+                artifact.OVERVIEW_ATTR
+            ]
+            for w in sorted(labels)
+        ]
         assert all(p["window"] == w for p, w in zip(per, sorted(labels), strict=True))
         assert block["merges_from_raw"] == 1 + max(p["merges_from_raw"] for p in per)
-        assert block["generation"]["n_leaves"] == sum(p["generation"]["n_leaves"]
-                                                      for p in per)
-        assert block["source_children"]["folded"] == sum(p["source_children"]["folded"]
-                                                         for p in per)
+        assert block["generation"]["n_leaves"] == sum(p["generation"]["n_leaves"] for p in per)
+        assert block["source_children"]["folded"] == sum(
+            p["source_children"]["folded"] for p in per
+        )
 
 
 def test_a_resweep_of_an_unchanged_windowed_store_writes_nothing(stores, tmp_path):
     _plain, win = stores
     copy = tmp_path / "again"
     shutil.copytree(win, copy)
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in copy.rglob("*")
-              if p.is_file()}
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in copy.rglob("*") if p.is_file()}
     summary = zagg.sweep(str(copy))
     assert summary.folded == 0 and summary.objects_written == 0
     assert summary.skipped == summary.nodes > 0
-    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in copy.rglob("*")
-             if p.is_file()}
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in copy.rglob("*") if p.is_file()}
     assert after == before
 
 
@@ -261,8 +280,9 @@ def test_a_new_window_overview_refolds_the_all_time_fold(stores, tmp_path):
     summary = zagg.sweep(str(copy))
     assert summary.folded >= 2  # the window's overview, then the node's close
     got = artifact.stamped_attrs(root, artifact.overview_path(nid), "overview")
-    assert got["morton_hive_commit"]["content_hashes"] == want["morton_hive_commit"][
-        "content_hashes"]
+    assert (
+        got["morton_hive_commit"]["content_hashes"] == want["morton_hive_commit"]["content_hashes"]
+    )
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -294,7 +314,10 @@ def test_moczarr_reads_the_window_levels_and_the_all_time_fold(stores):
             np.testing.assert_array_equal(theirs["morton"].values[keep], ours["morton"].values)
             for name in EXACT:
                 assert theirs[name].values[keep].tobytes() == ours[name].values.tobytes(), (
-                    kw, r, name)
+                    kw,
+                    r,
+                    name,
+                )
             got = [bytes(v or b"") for v in theirs["h_tdigest"].values[keep]]
             assert got == [bytes(v) for v in ours["h_tdigest"].values], (kw, r)
 
@@ -340,8 +363,7 @@ def test_moczarr_verifies_the_window_overviews_the_folds_and_the_columns(stores)
     checked = 0
     for k, _r in decl.ladder():
         for label in [None, *sorted(windows)]:
-            ids = [sid for w, found in windows.items() if label in (None, w)
-                   for _rel, sid in found]
+            ids = [sid for w, found in windows.items() if label in (None, w) for _rel, sid in found]
             for nid in sorted({s[: (1 if s.startswith("-") else 0) + 1 + k] for s in ids}):
                 out = verify_overview_arrays(win, nid, window=label)
                 assert out["match"] is True and out["combined_match"] is True, (nid, label)
@@ -354,8 +376,7 @@ def test_moczarr_verifies_the_window_overviews_the_folds_and_the_columns(stores)
         assert moczarr.hash_arrays(win, rel) == stamp["content_hashes"]["arrays"]
 
 
-def test_a_window_without_its_overview_is_counted_missing_and_left_out(stores, photons,
-                                                                       tmp_path):
+def test_a_window_without_its_overview_is_counted_missing_and_left_out(stores, photons, tmp_path):
     _plain, win = stores
     copy = tmp_path / "missing"
     shutil.copytree(win, copy)
@@ -366,15 +387,15 @@ def test_a_window_without_its_overview_is_counted_missing_and_left_out(stores, p
         shutil.rmtree(copy / artifact.column_path(sid, label))
     for k, _r in decl.ladder():
         for _rel, sid in walk_windows(root)[label]:
-            rel = artifact.overview_path(sid[: (1 if sid.startswith("-") else 0) + 1 + k],
-                                         label)
+            rel = artifact.overview_path(sid[: (1 if sid.startswith("-") else 0) + 1 + k], label)
             shutil.rmtree(copy / rel, ignore_errors=True)
     zagg.sweep(str(copy))
     k, r = decl.ladder()[-1]
     sid = walk_windows(root)[label][0][1]
     nid = sid[: (1 if sid.startswith("-") else 0) + 1 + k]
     block = artifact.stamped_attrs(root, artifact.overview_path(nid), "overview")[
-        artifact.OVERVIEW_ATTR]
+        artifact.OVERVIEW_ATTR
+    ]
     folded = len(windows_of(str(copy))) - 1
     assert block["source_windows"] == {"folded": folded, "missing": 1, "unreadable": 0}
     others = [w for w in windows_of(str(copy)) if w != label]
@@ -410,8 +431,11 @@ def test_the_windowed_pyramid_on_s3_equals_the_local_store(stores, photons, moto
     url = "s3://windowed-pyramid/w"
     _plain, win = stores
     with dask.config.set(scheduler="sync"):
-        write_shards(shard_collection(photons, load_config(raw_config()), chunk_size=25_000),
-                     url, storage_options=options)
+        write_shards(
+            shard_collection(photons, load_config(raw_config()), chunk_size=25_000),
+            url,
+            storage_options=options,
+        )
     summary = zagg.sweep(url, storage_options=options)
     assert summary.folded > 0 and summary.skipped == 0
     label = windows_of(win)[0]
@@ -421,6 +445,7 @@ def test_the_windowed_pyramid_on_s3_equals_the_local_store(stores, photons, moto
         assert a["morton"].values.tobytes() == b["morton"].values.tobytes()
         for name in EXACT:
             assert a[name].values.tobytes() == b[name].values.tobytes(), (r, window, name)
-        assert [bytes(x) for x in a["h_tdigest"].values] == [bytes(x) for x in
-                                                              b["h_tdigest"].values]
+        assert [bytes(x) for x in a["h_tdigest"].values] == [
+            bytes(x) for x in b["h_tdigest"].values
+        ]
     assert zagg.sweep(url, storage_options=options).objects_written == 0

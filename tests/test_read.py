@@ -106,8 +106,12 @@ def test_sparse_view_holds_exactly_the_occupied_cells(two_shards):
         nested, order = mortie.mort2healpix(words)
         assert order == 6
         np.testing.assert_array_equal(ds["cell_ids"].values, nested)
-        assert ds["cell_ids"].attrs == {"grid_name": "healpix", "level": 6,
-                                        "indexing_scheme": "nested", "ellipsoid": "WGS84"}
+        assert ds["cell_ids"].attrs == {
+            "grid_name": "healpix",
+            "level": 6,
+            "indexing_scheme": "nested",
+            "ellipsoid": "WGS84",
+        }
         for name in FIELDS:
             assert ds[name].data.chunks == ((4, 4),) and ds[name].attrs == ATTRS[name]
             want = np.concatenate([shards[s][name][occupied[s]] for s in (NORTH, SOUTH)])
@@ -205,8 +209,11 @@ def test_quantile_of_the_stored_digests(two_shards):
 def test_quantile_refusals_name_the_problem_and_the_digest_fields(two_shards):
     root, _ = two_shards
     ds = open_hive(root)
-    with pytest.raises(TypeError, match=r"needs an xarray Dataset, got str '.*'; open the store "
-                                        r"with zagg.open_hive"):
+    with pytest.raises(
+        TypeError,
+        match=r"needs an xarray Dataset, got str '.*'; open the store "
+        r"with zagg.open_hive",
+    ):
         quantile(str(root), "h_tdigest", 0.5)
     with pytest.raises(TypeError, match=r"DataArray 'h_tdigest': pass the Dataset"):
         quantile(ds["h_tdigest"], "h_tdigest", 0.5)
@@ -328,8 +335,13 @@ def test_a_box_only_leaf_takes_its_occupancy_from_its_arrays(two_shards, tmp_pat
     copy = tmp_path / "s"
     shutil.copytree(root, copy)
     meta = copy / leaf_path(NORTH) / "zarr.json"
-    edit_json(meta, lambda d: [d["attributes"]["morton_hive_commit"]["coverage"].pop(k)
-                               for k in ("encoding", "sidecar", "nbytes", "raw_nbytes")])
+    edit_json(
+        meta,
+        lambda d: [
+            d["attributes"]["morton_hive_commit"]["coverage"].pop(k)
+            for k in ("encoding", "sidecar", "nbytes", "raw_nbytes")
+        ],
+    )
     (copy / leaf_path(NORTH) / "coverage.moc").unlink()
     got, want = open_hive(str(copy)), open_hive(root)
     np.testing.assert_array_equal(got["morton"].values, want["morton"].values)

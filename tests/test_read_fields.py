@@ -58,8 +58,9 @@ def test_location_words_decode_to_what_was_aggregated(store, aggregated, photons
     checked_points = 0
     for name in ("h_tdigest_signal_locations", "h_tdigest_noise_locations"):
         payload = name.removesuffix("_locations")
-        for word, words, raw in zip(ds["morton"].values, ds[name].values, ds[payload].values,
-                                    strict=True):
+        for word, words, raw in zip(
+            ds["morton"].values, ds[name].values, ds[payload].values, strict=True
+        ):
             assert words.dtype == np.uint64 and words.size == len(raw) // 8  # row-aligned
             stored = aggregated[name].values[index[int(word)]]
             np.testing.assert_array_equal(words, np.frombuffer(stored, "<u8"))
@@ -73,8 +74,12 @@ def test_location_words_decode_to_what_was_aggregated(store, aggregated, photons
     assert checked_points > 1000
     # moczarr reads the same words, by the payload's locations binding
     sid = ds.attrs["zagg"]["shards"][0]
-    theirs = {int(w): loc for w, _v, loc in mragged.read_ragged(
-        moczarr.open_leaf(store, sid), f"{C}/h_tdigest_signal", locations=True)}
+    theirs = {
+        int(w): loc
+        for w, _v, loc in mragged.read_ragged(
+            moczarr.open_leaf(store, sid), f"{C}/h_tdigest_signal", locations=True
+        )
+    }
     mine = by_word(ds)
     assert theirs
     for w, loc in theirs.items():
@@ -106,14 +111,21 @@ def add_times(root, sid: str, field: str, grammar="mortie-toc/1") -> dict[int, n
         out[int(words[i])] = toc
     name = f"{field}_times"
     times = group.create_array(
-        name, shape=raw.shape, chunks=payload.chunks, shards=payload.shards,
-        dtype="variable_length_bytes", fill_value=b"", serializer=VLenBytesCodec(),
-        compressors=[ZstdCodec(level=3, checksum=False)], dimension_names=["cells"],
-        attributes={"ragged": {"spec": "zagg-ragged/1",
-                               "element": {"dtype": "uint64", "shape": [-1]}},
-                    "temporal": {"spec": "zagg-toc/1", "shape": "per-centroid",
-                                 "grammar": grammar}},
-        config={"write_empty_chunks": False})
+        name,
+        shape=raw.shape,
+        chunks=payload.chunks,
+        shards=payload.shards,
+        dtype="variable_length_bytes",
+        fill_value=b"",
+        serializer=VLenBytesCodec(),
+        compressors=[ZstdCodec(level=3, checksum=False)],
+        dimension_names=["cells"],
+        attributes={
+            "ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "uint64", "shape": [-1]}},
+            "temporal": {"spec": "zagg-toc/1", "shape": "per-centroid", "grammar": grammar},
+        },
+        config={"write_empty_chunks": False},
+    )
     times[:] = cells
     payload.attrs["times"] = name
     return out
@@ -140,16 +152,21 @@ def test_time_words_decode_to_what_the_leaf_stores(store, tmp_path):
     assert (start[:-1] == end[:-1]).all() and (end[-1] - start[-1]) >= 3_600 * 10**9
     assert mortie.to_datetime64(start[:1])[0] >= np.datetime64("2019-06-01T12:00:00")
     # moczarr binds the same sibling by the payload's times attr
-    theirs = {int(w): t for w, _v, t in mragged.read_ragged(
-        moczarr.open_leaf(root, sids[0]), f"{C}/h_tdigest_signal", times=True)}
+    theirs = {
+        int(w): t
+        for w, _v, t in mragged.read_ragged(
+            moczarr.open_leaf(root, sids[0]), f"{C}/h_tdigest_signal", times=True
+        )
+    }
     for w, t in theirs.items():
         np.testing.assert_array_equal(got[index[w]], t)
     # a grammar this reader does not implement is refused by name
     bad = str(tmp_path / "bad")
     shutil.copytree(store, bad)
     add_times(bad, sids[0], "h_tdigest_signal", grammar="mortie-toc/9")
-    with pytest.raises(ValueError, match="h_tdigest_signal_times declares temporal grammar "
-                                         "'mortie-toc/9'"):
+    with pytest.raises(
+        ValueError, match="h_tdigest_signal_times declares temporal grammar 'mortie-toc/9'"
+    ):
         zagg.open_hive(bad)
 
 
@@ -157,8 +174,16 @@ def test_composition_lanes(store, photons):
     ds = zagg.open_hive(store)
     lanes = zagg.composition_lanes(ds, "composition")
     assert isinstance(lanes.data, da.Array) and lanes.dims == ("cells", "lane")
-    assert list(lanes["lane"].values) == ["land", "ocean", "sea_ice", "land_ice",
-                                          "inland_water", "low", "med", "high"]
+    assert list(lanes["lane"].values) == [
+        "land",
+        "ocean",
+        "sea_ice",
+        "land_ice",
+        "inland_water",
+        "low",
+        "med",
+        "high",
+    ]
     assert lanes.dtype == np.uint8
     words = ds["composition"].values
     theirs = mcomp.named_lanes(words, ds["composition"].attrs)
@@ -185,16 +210,23 @@ def test_composition_lanes(store, photons):
 
 def test_composition_golden_word():
     """Spec §3.1: 0xFF000000FF0000FF is land, land_ice and high at 255, LSB lane first."""
-    attrs = {"composition": {"spec": "zagg-composition/1",
-                             "lanes": ["land", "ocean", "sea_ice", "land_ice", "inland_water",
-                                       "low", "med", "high"],
-                             "of": "h_tdigest_signal", "threshold": 2}}
-    ds = xr.Dataset({"composition": (("cells",), np.array([0xFF000000FF0000FF, 0], np.uint64),
-                                     attrs)})
+    attrs = {
+        "composition": {
+            "spec": "zagg-composition/1",
+            "lanes": ["land", "ocean", "sea_ice", "land_ice", "inland_water", "low", "med", "high"],
+            "of": "h_tdigest_signal",
+            "threshold": 2,
+        }
+    }
+    ds = xr.Dataset(
+        {"composition": (("cells",), np.array([0xFF000000FF0000FF, 0], np.uint64), attrs)}
+    )
     lanes = zagg.composition_lanes(ds, "composition").values
     assert list(lanes[0]) == [255, 0, 0, 255, 0, 0, 0, 255] and not lanes[1].any()
     bad = ds.copy()
-    bad["composition"].attrs = {"composition": dict(attrs["composition"], spec="zagg-composition/2")}
+    bad["composition"].attrs = {
+        "composition": dict(attrs["composition"], spec="zagg-composition/2")
+    }
     with pytest.raises(ValueError, match="'zagg-composition/2'"):
         zagg.composition_lanes(bad, "composition")
 
@@ -216,8 +248,10 @@ def test_quantiles_are_numpys_hazen_on_loss_free_cells(store, photons):
     keep = signal & np.isfinite(h)
     order = np.argsort(cells[keep], kind="stable")
     cw, hv = cells[keep][order], h[keep][order].astype(np.float32).astype(np.float64)
-    bounds = np.searchsorted(cw, ds["morton"].values, side="left"), \
-        np.searchsorted(cw, ds["morton"].values, side="right")
+    bounds = (
+        np.searchsorted(cw, ds["morton"].values, side="left"),
+        np.searchsorted(cw, ds["morton"].values, side="right"),
+    )
     checked = 0
     for i, (a, b) in enumerate(zip(*bounds, strict=True)):
         if b == a:

@@ -15,8 +15,10 @@ from zagg.hive.coverage import box_of_ranks, encode_bitmap_ranks, leaf_envelope
 from zagg.read import IntegrityError
 
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
-US = np.array(["2021-03-14T12:00:31", "2021-03-20T12:00:31", "2021-03-26T12:00:31",
-               "2021-04-01T12:00:31"], dtype="datetime64[us]")
+US = np.array(
+    ["2021-03-14T12:00:31", "2021-03-20T12:00:31", "2021-03-26T12:00:31", "2021-04-01T12:00:31"],
+    dtype="datetime64[us]",
+)
 OCC = {NORTH: np.array([0, 3, 4, 13]), SOUTH: np.array([2, 5, 9, 15])}
 ROWS = {NORTH: [0, 1, 2], SOUTH: [1, 2, 3]}  # each leaf's own acquisitions
 
@@ -46,40 +48,69 @@ def write_raster_leaf(root: str, sid: str, toc: bool) -> None:
         words = np.asarray(mortie.time2toc(np.asarray(ns, np.int64)), np.uint64)
         if rows[-1] == 3:  # the last acquisition is a 10 min scene: a range word
             words[-1] = mortie.span2toc(int(ns[-1]), int(ns[-1]) + 600 * 10**9)
-        time = cells.create_array("time", shape=(len(rows),), dtype="uint64", fill_value=0,
-                                  dimension_names=["time"],
-                                  attributes={"temporal": {"spec": "zagg-toc/1",
-                                                           "shape": "coordinate",
-                                                           "grammar": "mortie-toc/1"}})
+        time = cells.create_array(
+            "time",
+            shape=(len(rows),),
+            dtype="uint64",
+            fill_value=0,
+            dimension_names=["time"],
+            attributes={
+                "temporal": {"spec": "zagg-toc/1", "shape": "coordinate", "grammar": "mortie-toc/1"}
+            },
+        )
         time[:] = words
     else:
-        time = cells.create_array("time", shape=(len(rows),), dtype="int64", fill_value=0,
-                                  dimension_names=["time"],
-                                  attributes={"units": "microseconds since 1970-01-01",
-                                              "calendar": "proleptic_gregorian"})
+        time = cells.create_array(
+            "time",
+            shape=(len(rows),),
+            dtype="int64",
+            fill_value=0,
+            dimension_names=["time"],
+            attributes={
+                "units": "microseconds since 1970-01-01",
+                "calendar": "proleptic_gregorian",
+            },
+        )
         time[:] = US[rows].astype(np.int64)
-    morton = cells.create_array("morton", shape=(16,), chunks=(4,), dtype="uint64",
-                                fill_value=0, dimension_names=["cells"],
-                                config={"write_empty_chunks": False})
+    morton = cells.create_array(
+        "morton",
+        shape=(16,),
+        chunks=(4,),
+        dtype="uint64",
+        fill_value=0,
+        dimension_names=["cells"],
+        config={"write_empty_chunks": False},
+    )
     words = np.zeros(16, np.uint64)
     for k in np.unique(OCC[sid] // 4):
-        words[4 * k:4 * k + 4] = law(sid)[4 * k:4 * k + 4]
+        words[4 * k : 4 * k + 4] = law(sid)[4 * k : 4 * k + 4]
     morton[:] = words
     for name, dtype, fill in (("B04", "uint16", 0), ("B08", "float32", np.nan)):
-        arr = cells.create_array(name, shape=(len(rows), 16), chunks=(1, 4), dtype=dtype,
-                                 fill_value=fill, dimension_names=["time", "cells"],
-                                 attributes={"long_name": f"band {name}"}, compressors=None,
-                                 config={"write_empty_chunks": False})
+        arr = cells.create_array(
+            name,
+            shape=(len(rows), 16),
+            chunks=(1, 4),
+            dtype=dtype,
+            fill_value=fill,
+            dimension_names=["time", "cells"],
+            attributes={"long_name": f"band {name}"},
+            compressors=None,
+            config={"write_empty_chunks": False},
+        )
         arr[:] = band_values(sid, name)
     hashes = content_hashes({f"6/{n}": np.asarray(a[...]) for n, a in cells.arrays()})
     payload, raw = encode_bitmap_ranks(OCC[sid], 2)
     with open(f"{leaf}/coverage.moc", "wb") as f:
         f.write(payload)
     top.attrs["morton_hive_commit"] = {
-        "spec": "morton-hive/1", "complete": True, "cells_with_data": int(OCC[sid].size),
-        "granule_count": 0, "written_at": "2026-01-01T00:00:00+00:00",
-        "coverage": leaf_envelope(box_of_ranks(sid, OCC[sid], 2), 6, bitmap_nbytes=len(payload),
-                                  raw_nbytes=raw),
+        "spec": "morton-hive/1",
+        "complete": True,
+        "cells_with_data": int(OCC[sid].size),
+        "granule_count": 0,
+        "written_at": "2026-01-01T00:00:00+00:00",
+        "coverage": leaf_envelope(
+            box_of_ranks(sid, OCC[sid], 2), 6, bitmap_nbytes=len(payload), raw_nbytes=raw
+        ),
         "content_hashes": hashes,
     }
 
@@ -97,7 +128,7 @@ def expected(name: str, fill) -> np.ndarray:
     """The joined (4 times, 8 occupied cells) band."""
     out = np.full((4, 8), fill, dtype=band_values(NORTH, name).dtype)
     for j, sid in enumerate((NORTH, SOUTH)):
-        out[ROWS[sid], 4 * j:4 * j + 4] = band_values(sid, name)[:, OCC[sid]]
+        out[ROWS[sid], 4 * j : 4 * j + 4] = band_values(sid, name)[:, OCC[sid]]
     return out
 
 
@@ -109,11 +140,13 @@ def test_a_raster_store_opens_on_time_and_cells(raster):
     assert ds["B04"].dtype == np.uint16 and ds["B04"].attrs == {"long_name": "band B04"}
     np.testing.assert_array_equal(ds["B04"].values, expected("B04", 0))
     np.testing.assert_array_equal(ds["B08"].values, expected("B08", np.nan))
-    np.testing.assert_array_equal(ds["morton"].values,
-                                  np.concatenate([law(s)[OCC[s]] for s in (NORTH, SOUTH)]))
+    np.testing.assert_array_equal(
+        ds["morton"].values, np.concatenate([law(s)[OCC[s]] for s in (NORTH, SOUTH)])
+    )
     if toc:
-        assert ds["time"].dtype == np.uint64 and ds["time"].attrs["temporal"]["spec"] == \
-            "zagg-toc/1"
+        assert (
+            ds["time"].dtype == np.uint64 and ds["time"].attrs["temporal"]["spec"] == "zagg-toc/1"
+        )
         start, end = ds["time_start"].values, ds["time_end"].values
         true = US.astype("datetime64[ns]")
         np.testing.assert_array_equal(start[:3], true[:3])  # timestamps: exact instants
@@ -135,8 +168,9 @@ def test_dense_and_verified_raster_reads(raster, tmp_path):
     np.testing.assert_array_equal(b04[ROWS[NORTH], :16], band_values(NORTH, "B04"))
     np.testing.assert_array_equal(b04[ROWS[SOUTH], 16:], band_values(SOUTH, "B04"))
     assert (b04[3, :16] == 0).all()  # the north leaf has no fourth acquisition
-    np.testing.assert_array_equal(zagg.open_hive(root, verify=True)["B04"].values,
-                                  expected("B04", 0))
+    np.testing.assert_array_equal(
+        zagg.open_hive(root, verify=True)["B04"].values, expected("B04", 0)
+    )
     chunk = tmp_path / leaf_path(NORTH) / "6" / "B04" / "c" / "0" / "0"  # time 0, cells 0-3
     blob = bytearray(chunk.read_bytes())
     blob[0] ^= 0x01  # cell 0's low byte

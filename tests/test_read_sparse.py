@@ -24,15 +24,21 @@ pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificati
 BOX = (-100.1, -75.55, -99.9, -75.45)  # ~5 x 11 km: a handful of order-10 shards
 P, K, C = 10, 12, 15  # shard, inner chunk and cell orders
 CONFIG = {
-    "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                    "variables": ["h_ph"]},
-    "aggregation": {"variables": {
-        "count": {"function": "count"},
-        "h_mean": {"function": "mean", "source": "h_ph"},
-        "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-    }},
-    "output": {"dataset": {"short_name": "SPARSE", "version": "1"},
-               "grid": {"parent_order": P, "chunk_inner": K, "child_order": C}},
+    "data_source": {
+        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+        "variables": ["h_ph"],
+    },
+    "aggregation": {
+        "variables": {
+            "count": {"function": "count"},
+            "h_mean": {"function": "mean", "source": "h_ph"},
+            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+        }
+    },
+    "output": {
+        "dataset": {"short_name": "SPARSE", "version": "1"},
+        "grid": {"parent_order": P, "chunk_inner": K, "child_order": C},
+    },
 }
 
 
@@ -82,7 +88,7 @@ def check_sparse_equals_dense(store, storage_options=None):
     shards = sparse.attrs["zagg"]["shards"]
     assert shards == sorted(shards, key=lambda s: int(zagg.grid.from_decimal([s])[0]))
     per_leaf = dense.sizes["cells"] // len(shards)
-    sizes = tuple(int(at[i * per_leaf:(i + 1) * per_leaf].sum()) for i in range(len(shards)))
+    sizes = tuple(int(at[i * per_leaf : (i + 1) * per_leaf].sum()) for i in range(len(shards)))
     assert sparse["count"].data.chunks == (sizes,)
     return sparse
 
@@ -107,8 +113,9 @@ def test_sparse_equals_dense_on_s3(tmp_path, photons, moto_s3):
     remote = check_sparse_equals_dense("s3://zagg-read/s", options)
     assert_same(remote, zagg.open_hive(local))
     box = (-100.05, -75.53, -99.95, -75.47)
-    assert_same(zagg.open_hive("s3://zagg-read/s", options, bbox=box),
-                zagg.open_hive(local, bbox=box))
+    assert_same(
+        zagg.open_hive("s3://zagg-read/s", options, bbox=box), zagg.open_hive(local, bbox=box)
+    )
 
 
 def test_moczarr_gives_the_same_values_cell_for_cell(store):
@@ -118,8 +125,9 @@ def test_moczarr_gives_the_same_values_cell_for_cell(store):
     at = np.flatnonzero(np.isin(words, ours["morton"].values))
     assert at.size == ours.sizes["cells"]
     np.testing.assert_array_equal(words[at], ours["morton"].values)
-    np.testing.assert_array_equal(np.asarray(theirs["cell_ids"].values)[at],
-                                  ours["cell_ids"].values)
+    np.testing.assert_array_equal(
+        np.asarray(theirs["cell_ids"].values)[at], ours["cell_ids"].values
+    )
     np.testing.assert_array_equal(theirs["count"].values[at], ours["count"].values)
     np.testing.assert_array_equal(theirs["h_mean"].values[at], ours["h_mean"].values)
     assert list(theirs["h_tdigest"].values[at]) == list(ours["h_tdigest"].values)
@@ -136,10 +144,12 @@ def masked(full, keep: np.ndarray):
 
 def ring(lon0, lat0, lon1, lat1, n=64):
     t = np.linspace(0.0, 1.0, n, endpoint=False)
-    lons = np.concatenate([lon0 + (lon1 - lon0) * t, np.full(n, lon1), lon1 - (lon1 - lon0) * t,
-                           np.full(n, lon0)])
-    lats = np.concatenate([np.full(n, lat0), lat0 + (lat1 - lat0) * t, np.full(n, lat1),
-                           lat1 - (lat1 - lat0) * t])
+    lons = np.concatenate(
+        [lon0 + (lon1 - lon0) * t, np.full(n, lon1), lon1 - (lon1 - lon0) * t, np.full(n, lon0)]
+    )
+    lats = np.concatenate(
+        [np.full(n, lat0), lat0 + (lat1 - lat0) * t, np.full(n, lat1), lat1 - (lat1 - lat0) * t]
+    )
     return lats, lons
 
 
@@ -153,18 +163,26 @@ def test_bbox_subset_is_the_full_read_masked_to_mortie_cover(store):
     assert_same(sub, expect)
     # only the leaves holding such cells, each one chunk
     assert sub.attrs["zagg"]["shards"] == sorted(
-        {s for s in full.attrs["zagg"]["shards"]
-         if np.isin(zagg.grid.ancestor(expect["morton"].values, P),
-                    zagg.grid.from_decimal([s])).any()},
-        key=lambda s: int(zagg.grid.from_decimal([s])[0]))
+        {
+            s
+            for s in full.attrs["zagg"]["shards"]
+            if np.isin(
+                zagg.grid.ancestor(expect["morton"].values, P), zagg.grid.from_decimal([s])
+            ).any()
+        },
+        key=lambda s: int(zagg.grid.from_decimal([s])[0]),
+    )
     assert len(sub["count"].data.chunks[0]) == len(sub.attrs["zagg"]["shards"])
 
 
 def test_geojson_subset_and_its_forms(store, tmp_path):
     full = zagg.open_hive(store)
     tri = [[-100.08, -75.54], [-99.92, -75.52], [-100.0, -75.46], [-100.08, -75.54]]
-    geo = {"type": "Feature", "properties": {},
-           "geometry": {"type": "Polygon", "coordinates": [tri]}}
+    geo = {
+        "type": "Feature",
+        "properties": {},
+        "geometry": {"type": "Polygon", "coordinates": [tri]},
+    }
     lats, lons = np.array([p[1] for p in tri]), np.array([p[0] for p in tri])
     cover = mortie.morton_coverage(lats, lons, order=C)
     expect = masked(full, np.isin(full["morton"].values, cover))
@@ -181,16 +199,18 @@ def test_cells_subset_matches_moczarrs_aoi(store):
     coarse = np.unique(zagg.grid.ancestor(words, 12))[:3]  # three order-12 cells with data
     point = mortie.geo2mort(np.array([-75.5]), np.array([-100.0]))[0]  # an order-29 point
     picks = [*zagg.grid.to_decimal(coarse), int(point)]
-    keep = np.isin(zagg.grid.ancestor(words, 12), coarse) | (words == zagg.grid.ancestor(
-        np.array([point], np.uint64), C)[0])
+    keep = np.isin(zagg.grid.ancestor(words, 12), coarse) | (
+        words == zagg.grid.ancestor(np.array([point], np.uint64), C)[0]
+    )
     sub = zagg.open_hive(store, cells=picks)
     assert_same(sub, masked(full, keep))
     # moczarr's aoi= on the same cover keeps the same occupied rows
     aoi = np.concatenate([coarse, zagg.grid.ancestor(np.array([point], np.uint64), C)])
     theirs = moczarr.open_hive(store, aoi=aoi)
     had = theirs["count"].values > 0
-    np.testing.assert_array_equal(np.asarray(theirs["morton"].values)[had],
-                                  sub["morton"].values[sub["count"].values > 0])
+    np.testing.assert_array_equal(
+        np.asarray(theirs["morton"].values)[had], sub["morton"].values[sub["count"].values > 0]
+    )
 
 
 def test_a_region_without_data_gives_an_empty_dataset_of_the_schema(store):
@@ -214,9 +234,8 @@ def test_a_region_opens_only_the_leaves_and_inner_chunks_it_needs(store, tmp_pat
     n_inner = 4 ** (K - P)
 
     def stored_chunks(sid):
-        blob = (data_dir(root, hive.leaf_path(sid)) / str(C) / "h_tdigest" / "c" / "0"
-                ).read_bytes()
-        index = np.frombuffer(blob[-16 * n_inner - 4:-4], "<u8").reshape(-1, 2)
+        blob = (data_dir(root, hive.leaf_path(sid)) / str(C) / "h_tdigest" / "c" / "0").read_bytes()
+        index = np.frombuffer(blob[-16 * n_inner - 4 : -4], "<u8").reshape(-1, 2)
         return index, np.flatnonzero(index[:, 0] != np.iinfo(np.uint64).max)
 
     # inside a leaf with two stored digest chunks: keep the first one's cells, break the other
@@ -226,11 +245,11 @@ def test_a_region_opens_only_the_leaves_and_inner_chunks_it_needs(store, tmp_pat
     blob = bytearray(chunk_obj.read_bytes())
     keep_chunk, broken_chunk = int(stored[0]), int(stored[1])
     off, size = (int(v) for v in index[broken_chunk])
-    blob[off:off + size] = b"\x00" * size  # no longer a zstd frame
+    blob[off : off + size] = b"\x00" * size  # no longer a zstd frame
     chunk_obj.write_bytes(bytes(blob))
     per = 4 ** (C - K)
     first = zagg.grid.shard_cell_words(zagg.grid.from_decimal([inside])[0], P, C)
-    cells = first[keep_chunk * per:(keep_chunk + 1) * per]
+    cells = first[keep_chunk * per : (keep_chunk + 1) * per]
     ids = zagg.grid.to_decimal(np.unique(zagg.grid.ancestor(cells, K)))
     sub = zagg.open_hive(str(root), cells=ids)
     assert sub.attrs["zagg"]["shards"] == [inside]
@@ -262,8 +281,9 @@ def test_bad_regions_are_refused_naming_the_fix(store):
 def test_a_shipped_region_opens_by_name(store):
     full = zagg.open_hive(store)
     box = [[-100.2, -75.6], [-99.95, -75.6], [-99.95, -75.45], [-100.2, -75.45], [-100.2, -75.6]]
-    cover = mortie.morton_coverage(np.array([p[1] for p in box]), np.array([p[0] for p in box]),
-                                   order=C)
+    cover = mortie.morton_coverage(
+        np.array([p[1] for p in box]), np.array([p[0] for p in box]), order=C
+    )
     expect = masked(full, np.isin(full["morton"].values, cover))
     assert 0 < expect.sizes["cells"] < full.sizes["cells"]
     assert_same(zagg.open_hive(store, region="test_box"), expect)

@@ -46,16 +46,20 @@ def test_a_flipped_byte_in_a_dense_chunk_raises_under_verify(store):
     silent = open_hive(str(root))["count"].values
     assert silent[4] == shards[SOUTH]["count"][2] ^ 1  # a wrong value, and no error
     lazy = open_hive(str(root), verify=True)  # nothing is read at open
-    with pytest.raises(IntegrityError, match=rf"{SOUTH}\.zarr: array 6/count does not match its "
-                                             r"content hash.*rewrite it"):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"{SOUTH}\.zarr: array 6/count does not match its "
+        r"content hash.*rewrite it",
+    ):
         lazy["count"].load()
     with pytest.raises(IntegrityError, match=r"array 6/count does not match"):
         open_hive(str(root), dense=True, verify=True)["count"].load()
     # the other arrays and the other leaf still verify
     ok = open_hive(str(root), verify=True)
     assert list(ok["h_tdigest"].values) == list(open_hive(str(root))["h_tdigest"].values)
-    assert (ok.isel(cells=slice(0, 4))["count"].values == shards[NORTH]["count"][list(OCCUPIED)]
-            ).all()
+    assert (
+        ok.isel(cells=slice(0, 4))["count"].values == shards[NORTH]["count"][list(OCCUPIED)]
+    ).all()
 
 
 def test_a_bitmap_that_drops_a_cell_is_caught(store):
@@ -64,8 +68,11 @@ def test_a_bitmap_that_drops_a_cell_is_caught(store):
     payload, _ = encode_bitmap_ranks(np.array([0, 3, 4]), 2)  # cell 13 left out
     (leaf / "coverage.moc").write_bytes(payload)
     assert open_hive(str(root)).sizes["cells"] == 7  # the plain read trusts the index
-    with pytest.raises(IntegrityError, match=rf"{NORTH}\.zarr: array 6/\w+ holds data in cell 13, "
-                                             "which its coverage bitmap does not list"):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"{NORTH}\.zarr: array 6/\w+ holds data in cell 13, "
+        "which its coverage bitmap does not list",
+    ):
         open_hive(str(root), verify=True).compute()
 
 
@@ -77,8 +84,9 @@ def test_foreign_missing_and_unrecorded_arrays(store):
     hashes = doc["attributes"]["morton_hive_commit"]["content_hashes"]
     del hashes["arrays"]["6/quality"]
     meta.write_text(json.dumps(doc))
-    with pytest.raises(IntegrityError, match="array 6/quality is present but its stamp records "
-                                             "no hash"):
+    with pytest.raises(
+        IntegrityError, match="array 6/quality is present but its stamp records no hash"
+    ):
         open_hive(str(root), verify=True)
     hashes["arrays"]["6/quality"] = "0" * 64
     hashes["arrays"]["6/gone"] = "0" * 64

@@ -32,8 +32,7 @@ def test_xdggs_reads_the_cell_ids_view(store):
     centres = ds.dggs.cell_centers()
     lat, lon = mortie.mort2geo(ds["morton"].values)
     np.testing.assert_allclose(centres["latitude"].values, lat, atol=1e-8)
-    np.testing.assert_allclose((centres["longitude"].values - lon + 180) % 360 - 180, 0,
-                               atol=1e-8)
+    np.testing.assert_allclose((centres["longitude"].values - lon + 180) % 360 - 180, 0, atol=1e-8)
     # xdggs finds the cell of a point the way mortie keys it
     i = ds.sizes["cells"] // 2
     picked = ds.dggs.sel_latlon(np.array([lat[i]]), np.array([lon[i]]))
@@ -41,7 +40,8 @@ def test_xdggs_reads_the_cell_ids_view(store):
     assert int(picked["count"].values[0]) == int(ds["count"].values[i])
     parents = ds.dggs.zoom_to(10).values
     np.testing.assert_array_equal(
-        parents, mortie.mort2healpix(zagg.grid.ancestor(ds["morton"].values, 10))[0])
+        parents, mortie.mort2healpix(zagg.grid.ancestor(ds["morton"].values, 10))[0]
+    )
 
 
 def test_open_store_of_a_bare_store_is_a_one_child_tree(store):
@@ -96,8 +96,9 @@ def test_plot_map_draws_fields_and_quantiles_with_readable_ticks(store):
     polar = zagg.plot_map(ds, "count")  # auto: every cell is poleward of 60°S
     x, y = polar.collections[0].get_offsets().T
     lat, lon = mortie.mort2geo(ds["morton"].values)
-    np.testing.assert_allclose(np.hypot(x, y), 2 * 6371.0088 * np.tan(np.radians(45 + lat / 2)),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        np.hypot(x, y), 2 * 6371.0088 * np.tan(np.radians(45 + lat / 2)), rtol=1e-9
+    )
     assert "south pole" in polar.get_xlabel()
     with pytest.raises(ValueError, match="projection='mercator'"):
         zagg.plot_map(ds, "count", projection="mercator")

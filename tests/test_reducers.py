@@ -41,18 +41,25 @@ def points(n=30_000, seed=4):
 
 
 def config(fields):
-    return {"data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
-                            "variables": ["h"]},
-            "aggregation": {"variables": fields},
-            "output": {"dataset": {"short_name": "RANGE", "version": "1"},
-                       "grid": {"parent_order": 8, "child_order": 14}}}
+    return {
+        "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"}, "variables": ["h"]},
+        "aggregation": {"variables": fields},
+        "output": {
+            "dataset": {"short_name": "RANGE", "version": "1"},
+            "grid": {"parent_order": 8, "child_order": 14},
+        },
+    }
 
 
 def test_a_registered_reducer_aggregates_and_stores_end_to_end(with_range, tmp_path):
     ds = points()
-    cfg = config({"count": {"function": "count"},
-                  "h_range": {"function": "range", "source": "h"},
-                  "h_min": {"function": "min", "source": "h", "dtype": "float64"}})
+    cfg = config(
+        {
+            "count": {"function": "count"},
+            "h_range": {"function": "range", "source": "h"},
+            "h_min": {"function": "min", "source": "h", "dtype": "float64"},
+        }
+    )
     res = zagg.aggregate(ds, cfg, chunk_size=4_000).compute()
     # against plain numpy, cell by cell
     lat, lon, h = ds["lat"].values, ds["lon"].values, ds["h"].values

@@ -29,15 +29,13 @@ from zagg.write import RunSummary
 @pytest.fixture(scope="module")
 def granules(tmp_path_factory):
     d = tmp_path_factory.mktemp("rerun-granules")
-    return write_granules(d, 4, product="ATL03", points_per_granule=20_000, region=REGION,
-                          seed=5)
+    return write_granules(d, 4, product="ATL03", points_per_granule=20_000, region=REGION, seed=5)
 
 
 @pytest.fixture(scope="module")
 def small_granules(tmp_path_factory):
     d = tmp_path_factory.mktemp("race-granules")
-    return write_granules(d, 4, product="ATL03", points_per_granule=3_000, region=REGION,
-                          seed=6)
+    return write_granules(d, 4, product="ATL03", points_per_granule=3_000, region=REGION, seed=6)
 
 
 def catalog(paths, where):
@@ -55,9 +53,14 @@ def go(location, store, **kw) -> RunSummary:
 
 def snapshot(store) -> dict:
     """Every object of a store: relative path → (content sha256, mtime in ns)."""
-    return {str(p.relative_to(store)): (hashlib.sha256(p.read_bytes()).hexdigest(),
-                                        p.stat().st_mtime_ns)
-            for p in sorted(store.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(store)): (
+            hashlib.sha256(p.read_bytes()).hexdigest(),
+            p.stat().st_mtime_ns,
+        )
+        for p in sorted(store.rglob("*"))
+        if p.is_file()
+    }
 
 
 def contents(snap: dict) -> dict:
@@ -149,8 +152,9 @@ def test_a_new_granule_rewrites_only_the_shards_it_touches(tmp_path, granules):
 
 @pytest.mark.parametrize("source", ["catalog", "directory"])
 def test_a_killed_run_resumes_with_only_the_missing_leaves(tmp_path, granules, source):
-    location = (catalog(granules, tmp_path / "cat.json") if source == "catalog"
-                else str(granules[0].parent))
+    location = (
+        catalog(granules, tmp_path / "cat.json") if source == "catalog" else str(granules[0].parent)
+    )
     store = tmp_path / "s"
     go(location, store)
     leaves = sorted(hive.walk_leaves(store))
@@ -166,15 +170,20 @@ def test_a_killed_run_resumes_with_only_the_missing_leaves(tmp_path, granules, s
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     torn = leaves[1]
     (store / torn[0] / "zarr.json").unlink()
-    kept = {k: v for k, v in contents(snapshot(store)).items()
-            if not any(k.startswith(str((store / leaf).parent.relative_to(store)))
-                       for leaf, _ in leaves[:2])}
+    kept = {
+        k: v
+        for k, v in contents(snapshot(store)).items()
+        if not any(
+            k.startswith(str((store / leaf).parent.relative_to(store))) for leaf, _ in leaves[:2]
+        )
+    }
     resumed = go(location, store)
     assert {r["shard_id"] for r in resumed.records} == gone | {torn[1]}
     assert resumed.units["current"] == len(leaves) - 2
     now = contents(snapshot(store))
     assert {k: now[k] for k in kept if not k.startswith("coverage")} == {
-        k: v for k, v in kept.items() if not k.startswith("coverage")}
+        k: v for k, v in kept.items() if not k.startswith("coverage")
+    }
     truth, _ = recount(granules)
     assert store_counts(store) == truth
     assert int(moczarr.open_hive(str(store))["count"].values.sum()) == sum(truth.values())
@@ -194,13 +203,22 @@ def test_overwrite_rewrites_every_shard_as_a_new_version(tmp_path, granules):
 
 def test_points_the_config_names_rerun_as_current(tmp_path):
     cfg = {
-        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                        "variables": ["h_ph"], "synthetic": {"points": 30_000, "seed": 2}},
-        "aggregation": {"variables": {"count": {"function": "count"},
-                                      "h_mean": {"function": "mean", "source": "h_ph"}}},
-        "output": {"store": str(tmp_path / "s"),
-                   "dataset": {"short_name": "SYN", "version": "1"},
-                   "grid": {"parent_order": 8, "child_order": 13}},
+        "data_source": {
+            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+            "variables": ["h_ph"],
+            "synthetic": {"points": 30_000, "seed": 2},
+        },
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "store": str(tmp_path / "s"),
+            "dataset": {"short_name": "SYN", "version": "1"},
+            "grid": {"parent_order": 8, "child_order": 13},
+        },
     }
     first = run(cfg, workers=1, threads=2, progress=False)
     assert all(ids == {"synthetic"} for ids in leaf_ids(tmp_path / "s").values())
@@ -248,9 +266,24 @@ def _race(cfgs: list, stores: list[str], sync, budget: float = 540) -> list[tupl
     procs = []
     for c, me, other, (out, err) in zip(cfgs, "ab", "ba", logs, strict=True):
         with out.open("w") as o, err.open("w") as e:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", RACER, str(c), ",".join(stores), me, other,
-                 str(sync), str(budget)], stdout=o, stderr=e, text=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        RACER,
+                        str(c),
+                        ",".join(stores),
+                        me,
+                        other,
+                        str(sync),
+                        str(budget),
+                    ],
+                    stdout=o,
+                    stderr=e,
+                    text=True,
+                )
+            )
     try:
         while any(p.poll() is None for p in procs):
             if any(p.poll() not in (None, 0) for p in procs):
@@ -287,8 +320,7 @@ def test_two_runs_at_once_never_tear_a_leaf(tmp_path, small_granules, where, req
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(cfg))
         cfgs.append(path)
-    stores = [f"s3://race/{rep}" if options else str(tmp_path / f"s{rep}")
-              for rep in range(10)]
+    stores = [f"s3://race/{rep}" if options else str(tmp_path / f"s{rep}") for rep in range(10)]
     for store, ids in zip(stores, _race(cfgs, stores, tmp_path / "sync"), strict=True):
         report, status = verify_status(store, options)
         assert status == EXIT_INTACT, report
@@ -313,20 +345,26 @@ def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, 
     cli = ["run", str(cfg), "--store", str(store), "--quiet", "--workers", "1"]
     assert main(cli) == 0
     out = capsys.readouterr().out
-    refused = int(re.search(r"re-run +\d+ shards current, 0 rewritten, (\d+) refused",
-                            out).group(1))
+    refused = int(
+        re.search(r"re-run +\d+ shards current, 0 rewritten, (\d+) refused", out).group(1)
+    )
     assert refused > 0 and granules[0].name in out and "--allow-contraction" in out
     assert main([*cli, "--allow-contraction"]) == 0
-    assert re.search(rf"re-run +\d+ shards current, {refused} rewritten, 0 refused",
-                     capsys.readouterr().out)
+    assert re.search(
+        rf"re-run +\d+ shards current, {refused} rewritten, 0 refused", capsys.readouterr().out
+    )
     assert main([*cli, "--overwrite"]) == 0
     assert "re-run" not in capsys.readouterr().out  # no gate: every shard rewritten
 
 
 def yearly(location, store) -> dict:
     cfg = atl03_config(location, store)
-    cfg["output"]["windowing"] = {"schedule": "yearly", "time_field": "time",
-                                  "epoch": "2018-01-01T00:00:00Z", "scale": "gps"}
+    cfg["output"]["windowing"] = {
+        "schedule": "yearly",
+        "time_field": "time",
+        "epoch": "2018-01-01T00:00:00Z",
+        "scale": "gps",
+    }
     return cfg
 
 
@@ -349,7 +387,8 @@ def test_a_windowed_catalog_rerun_reads_only_the_new_granules_windows(tmp_path, 
     assert {r["window"] for r in grown.records} == {years[newest.name]}
     after = contents(snapshot(store))
     assert {k: after[k] for k in before if k.startswith("-")} == {
-        k: v for k, v in before.items() if k.startswith("-")}  # every older leaf untouched
+        k: v for k, v in before.items() if k.startswith("-")
+    }  # every older leaf untouched
     truth, _ = recount(granules)
     windows = zagg.open_hive(store, windows="all")
     counts = windows["count"].sum("window").values

@@ -20,20 +20,30 @@ def points(granules=("G1.h5", "G2.h5", "G3.h5"), n=6_000, seed=3):
     lat = rng.uniform(-75.7, -75.3, n)
     lon = rng.uniform(-100.3, -99.5, n)
     granule = np.arange(n) % len(granules)
-    ds = xr.Dataset({"lat": ("obs", lat), "lon": ("obs", lon),
-                     "h": ("obs", rng.normal(1500, 30, n)), "granule": ("obs", granule)})
+    ds = xr.Dataset(
+        {
+            "lat": ("obs", lat),
+            "lon": ("obs", lon),
+            "h": ("obs", rng.normal(1500, 30, n)),
+            "granule": ("obs", granule),
+        }
+    )
     ds.attrs["granules"] = list(granules)
     return ds
 
 
 def config(fields=None):
-    return {"data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"},
-                            "variables": ["h"]},
-            "aggregation": {"variables": fields or {"count": {"function": "count"},
-                                                    "h_td": {"function": "tdigest",
-                                                             "source": "h"}}},
-            "output": {"dataset": {"short_name": "RERUN", "version": "1"},
-                       "grid": {"parent_order": 8, "child_order": 13}}}
+    return {
+        "data_source": {"coordinates": {"latitude": "lat", "longitude": "lon"}, "variables": ["h"]},
+        "aggregation": {
+            "variables": fields
+            or {"count": {"function": "count"}, "h_td": {"function": "tdigest", "source": "h"}}
+        },
+        "output": {
+            "dataset": {"short_name": "RERUN", "version": "1"},
+            "grid": {"parent_order": 8, "child_order": 13},
+        },
+    }
 
 
 @pytest.fixture
@@ -46,9 +56,13 @@ def store(tmp_path):
 
 def semantic(cfg=None):
     cfg = zagg.load_config(cfg or config())
-    return manifest_for({"grid": cfg.grid.as_dict(), "config": cfg.raw,
-                         "dataset": {"short_name": cfg.output.short_name,
-                                     "version": cfg.output.version}})["semantic_hash"]
+    return manifest_for(
+        {
+            "grid": cfg.grid.as_dict(),
+            "config": cfg.raw,
+            "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version},
+        }
+    )["semantic_hash"]
 
 
 def test_an_unchanged_plan_is_current_everywhere(store):
@@ -73,8 +87,7 @@ def test_dropping_a_granule_refuses_and_adding_one_rewrites(store):
     sid, ids = next((s, i) for s, i in planned.items() if len(i) >= 2)
     root = hive.StoreRoot(path)
     dropped = reruns.classify(root, {sid: ids[1:]}, semantic())[sid]
-    assert (dropped.kind, dropped.reason, dropped.missing) == ("refused", "contraction",
-                                                               (ids[0],))
+    assert (dropped.kind, dropped.reason, dropped.missing) == ("refused", "contraction", (ids[0],))
     mixed = reruns.classify(root, {sid: [*ids[1:], "G9.h5"]}, semantic())[sid]
     assert (mixed.kind, mixed.reason, mixed.added) == ("refused", "mixed", ("G9.h5",))
     allowed = reruns.classify(root, {sid: ids[1:]}, semantic(), allow_contraction=True)[sid]
@@ -107,7 +120,8 @@ def test_damaged_records_rewrite(store):
         sibling.write_text(json.dumps(body))
         changed = {c: planned[c][:-1] or ["other.h5"]}
         assert reruns.classify(root, changed, semantic())[c].reason == (
-            "its granules are not recorded")
+            "its granules are not recorded"
+        )
 
 
 def test_the_touch_moves_times_of_pointers_and_sidecars_never_of_versions(store):
@@ -124,8 +138,11 @@ def test_the_touch_moves_times_of_pointers_and_sidecars_never_of_versions(store)
     expected = set()
     for v in verdicts:
         leaf = paths.leaf_path(v.shard_id)
-        expected |= {path / leaf / "zarr.json", path / paths.stats_key(v.shard_id),
-                     path / paths.granules_key(v.shard_id)}
+        expected |= {
+            path / leaf / "zarr.json",
+            path / paths.stats_key(v.shard_id),
+            path / paths.granules_key(v.shard_id),
+        }
     assert moved == expected
     assert all("run-" not in str(p.relative_to(path)) for p in moved)
 
@@ -133,14 +150,19 @@ def test_the_touch_moves_times_of_pointers_and_sidecars_never_of_versions(store)
 def test_a_refusal_manifest_lists_every_missing_id(store, tmp_path):
     path, planned = store
     root = hive.StoreRoot(path)
-    refused = [v for v in reruns.classify(root, {s: i[1:] for s, i in planned.items()
-                                                 if len(i) > 1}, semantic()).values()]
+    refused = [
+        v
+        for v in reruns.classify(
+            root, {s: i[1:] for s, i in planned.items() if len(i) > 1}, semantic()
+        ).values()
+    ]
     key = reruns.write_refusals(root, "a" * 32, semantic(), refused)
     assert key.startswith("refusals_") and key.endswith(f"Z_{'a' * 32}.json")
     body = json.loads((path / key).read_text())
     assert body["run_id"] == "a" * 32 and body["semantic_hash"] == semantic()
     assert {r["shard_key"]: r["missing_granules"] for r in body["refused"]} == {
-        s: [i[0]] for s, i in planned.items() if len(i) > 1}
+        s: [i[0]] for s, i in planned.items() if len(i) > 1
+    }
     assert reruns.write_refusals(root, "b" * 32, semantic(), []) is None
     assert not any(n.startswith("refusals_") and "b" * 32 in n for n in os.listdir(path))
 
@@ -152,14 +174,15 @@ def test_an_empty_unit_recorded_is_current_for_the_same_identity_only(store):
     root = hive.StoreRoot(path)
     empty = "-5121124344"  # a shard no point of the store falls in
     assert empty not in planned
-    assert reruns.write_empty(root, [empty], {empty: ["G1.h5", "G2.h5"]}, semantic(),
-                              "r1") == 1
+    assert reruns.write_empty(root, [empty], {empty: ["G1.h5", "G2.h5"]}, semantic(), "r1") == 1
     assert not (path / paths.leaf_path(empty)).exists()
     got = reruns.classify(root, {empty: ["G1.h5", "G2.h5"]}, semantic())
     assert (got[empty].kind, got[empty].reason, got[empty].empty) == ("current", "empty", True)
     assert reruns.touch_current(root, list(got.values())) == (2, 0)  # its two sidecars
-    for ids, sem in ((["G1.h5", "G2.h5", "G9.h5"], semantic()),
-                     (["G1.h5", "G2.h5"], semantic(config({"count": {"function": "count"}})))):
+    for ids, sem in (
+        (["G1.h5", "G2.h5", "G9.h5"], semantic()),
+        (["G1.h5", "G2.h5"], semantic(config({"count": {"function": "count"}}))),
+    ):
         again = reruns.classify(root, {empty: ids}, sem)[empty]
         assert (again.kind, again.reason) == ("rewrite", "no stamped leaf")
     assert {sid for _, sid in hive.walk_leaves(path)} == set(planned)  # readers see no leaf

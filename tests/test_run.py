@@ -32,21 +32,33 @@ def config(store=None, *, points=None, child=13, sharded=True):
             "variables": ["h_ph", "signal_conf_ph"],
             "filters": [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}],
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-            "h_max": {"function": "max", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"},
-                   "grid": {"parent_order": 8, "child_order": child, "chunk_inner": 10,
-                            "sharded": sharded}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
+                "h_max": {"function": "max", "source": "h_ph"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "TEST", "version": "1"},
+            "grid": {
+                "parent_order": 8,
+                "child_order": child,
+                "chunk_inner": 10,
+                "sharded": sharded,
+            },
+        },
     }
     if store:
         cfg["output"]["store"] = str(store)
     if points:
-        cfg["data_source"]["synthetic"] = {"points": points, "seed": 5,
-                                           "region": list(REGION), "chunk_size": 40_000}
+        cfg["data_source"]["synthetic"] = {
+            "points": points,
+            "seed": 5,
+            "region": list(REGION),
+            "chunk_size": 40_000,
+        }
     return cfg
 
 
@@ -110,7 +122,8 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
 
 @pytest.mark.parametrize("fan_in", [64, 2])
 def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
-        tmp_path, photons, monkeypatch, fan_in):
+    tmp_path, photons, monkeypatch, fan_in
+):
     from zagg import collection
 
     cfg = config()
@@ -120,8 +133,14 @@ def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
     runs = {}
     for label, chunk, workers in (("a", 30_000, 1), ("b", 17_000, 2), ("c", 7_000, 1)):
         store = tmp_path / label
-        run(cfg, store=str(store), source=photons.chunk({"photon": chunk}), workers=workers,
-            threads=1, progress=False)
+        run(
+            cfg,
+            store=str(store),
+            source=photons.chunk({"photon": chunk}),
+            workers=workers,
+            threads=1,
+            progress=False,
+        )
         runs[label] = _hashes(store)
     assert runs["a"] == runs["b"] == runs["c"] and len(runs["a"]) >= 2
 
@@ -140,8 +159,7 @@ def test_run_reads_a_zarr_input_quietly_and_writes_the_same_leaves(tmp_path, pho
     assert _hashes(tmp_path / "a") == _hashes(tmp_path / "b") and summary.leaves_written >= 2
 
 
-def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, photons,
-                                                                    monkeypatch):
+def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, photons, monkeypatch):
     store = tmp_path / "s"
     to_hive(zagg.aggregate(photons, config()), store)
     before = sorted(p.relative_to(store) for p in store.rglob("*"))
@@ -164,8 +182,9 @@ def test_a_run_without_points_is_refused_before_its_cluster_starts(tmp_path, mon
         run(config(tmp_path / "s"), progress=False)
     cfg = config(tmp_path / "s")
     cfg["data_source"]["input"] = str(tmp_path / "missing.zarr")
-    with pytest.raises(zagg.ConfigError, match="'data_source.input': .*missing.zarr.* does not "
-                                               "exist"):
+    with pytest.raises(
+        zagg.ConfigError, match="'data_source.input': .*missing.zarr.* does not exist"
+    ):
         run(cfg, progress=False)
     assert not (tmp_path / "s").exists()
 
@@ -180,8 +199,22 @@ def test_the_readme_example_config_runs_from_the_shell(tmp_path):
     cfg["data_source"]["synthetic"]["points"] = 50_000
     path = tmp_path / "atl03_synthetic.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    assert main(["run", str(path), "--store", str(tmp_path / "atl03-store"), "--workers", "1",
-                 "--threads", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--store",
+                str(tmp_path / "atl03-store"),
+                "--workers",
+                "1",
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert hive.walk_leaves(tmp_path / "atl03-store")
 
 
@@ -196,11 +229,40 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
     path.write_text(yaml.safe_dump(config(points=60_000)))
     box = "-100.2,-75.6,-100.05,-75.5"
     for flag, store in ((["--bbox", box], "a"), ([f"--bbox={box}"], "b")):
-        assert main(["run", str(path), "--store", str(tmp_path / store), *flag, "--workers",
-                     "1", "--threads", "1", "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(path),
+                    "--store",
+                    str(tmp_path / store),
+                    *flag,
+                    "--workers",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     everywhere = tmp_path / "all"
-    assert main(["run", str(path), "--store", str(everywhere), "--workers", "1", "--threads",
-                 "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--store",
+                str(everywhere),
+                "--workers",
+                "1",
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     inside = set(region_shards(bbox=box, order=8))
     written = {sid for _, sid in hive.walk_leaves(tmp_path / "a")}
     assert written and written <= inside
@@ -209,8 +271,11 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
 
 
 def test_wrong_arguments_get_a_type_error_that_says_what_to_pass(tmp_path, photons):
-    with pytest.raises(TypeError, match=r"zagg.aggregate needs an xarray Dataset, got str "
-                                        r"'pts.zarr'; open the points first"):
+    with pytest.raises(
+        TypeError,
+        match=r"zagg.aggregate needs an xarray Dataset, got str "
+        r"'pts.zarr'; open the points first",
+    ):
         zagg.aggregate("pts.zarr", config())
     with pytest.raises(TypeError, match=r"zagg.run\(source=...\) needs an xarray Dataset"):
         run(config(tmp_path / "r"), source=str(tmp_path), progress=False)
@@ -225,7 +290,8 @@ def test_wrong_arguments_get_a_type_error_that_says_what_to_pass(tmp_path, photo
 
 
 def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_work(
-        tmp_path, photons, monkeypatch):
+    tmp_path, photons, monkeypatch
+):
     """A file, another dataset's directory (here the input zarr itself) and a hive store
     whose manifest was removed are refused up front; nothing in them changes."""
     import yaml
@@ -241,9 +307,11 @@ def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_wo
     unmanifested = tmp_path / "unmanifested"
     to_hive(zagg.aggregate(photons, config()), unmanifested)
     (unmanifested / "morton_hive.json").unlink()
-    cases = [(afile, r"is a file, not a directory"),
-             (other, r"is not empty \(.*\) but holds no morton_hive.json"),
-             (unmanifested, r"not a hive store \(or its manifest was removed\)")]
+    cases = [
+        (afile, r"is a file, not a directory"),
+        (other, r"is not empty \(.*\) but holds no morton_hive.json"),
+        (unmanifested, r"not a hive store \(or its manifest was removed\)"),
+    ]
     for store, message in cases:
         before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
         with pytest.raises(hive.StoreRootError, match=message):
@@ -253,8 +321,11 @@ def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_wo
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config(points=1_000)))
-    code = subprocess.run([sys.executable, "-m", "zagg", "run", str(path), "--store", str(afile)],
-                          capture_output=True, text=True)
+    code = subprocess.run(
+        [sys.executable, "-m", "zagg", "run", str(path), "--store", str(afile)],
+        capture_output=True,
+        text=True,
+    )
     assert code.returncode == 2 and "Traceback" not in code.stderr
     assert "is a file, not a directory" in code.stderr
 
@@ -264,11 +335,14 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
     LocalCluster of its own) and the client is still usable afterwards."""
     from distributed import Client, LocalCluster, get_task_stream
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with get_task_stream(client) as stream:
-            summary = run(config(tmp_path / "c"), source=photons, scheduler=client,
-                          progress=False)
+            summary = run(config(tmp_path / "c"), source=photons, scheduler=client, progress=False)
         assert summary.leaves_written >= 2
         # the run's own tasks (reductions, leaf writes) ran on this client's workers
         keys = [r["key"] for r in stream.data if isinstance(r["key"], tuple)]
@@ -282,8 +356,13 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
 
 def test_region_and_bbox_together_are_refused(tmp_path, photons):
     with pytest.raises(zagg.ConfigError, match="--region or --bbox, not both"):
-        run(config(tmp_path / "s"), source=photons, region="regions/x.geojson",
-            bbox="-100,-76,-99,-75", progress=False)
+        run(
+            config(tmp_path / "s"),
+            source=photons,
+            region="regions/x.geojson",
+            bbox="-100,-76,-99,-75",
+            progress=False,
+        )
     assert not (tmp_path / "s").exists()
 
 
@@ -302,8 +381,10 @@ def test_empty_run_writes_only_the_manifest_and_config(tmp_path, photons):
     cfg["data_source"]["filters"][0]["value"] = 99
     summary = to_hive(zagg.aggregate(photons, cfg), tmp_path / "e")
     assert summary.leaves_written == 0
-    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == ["aggregation.yaml",
-                                                                   "morton_hive.json"]
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [
+        "aggregation.yaml",
+        "morton_hive.json",
+    ]
     lines = summary.lines()
     n = photons.sizes["photon"]
     assert f"  of read       {n:,}" in lines
@@ -326,21 +407,35 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
     invalid = int((kept & bad).sum())
     assert invalid >= int(kept[:1500].sum()) > 0
     filtered = int((~kept).sum())
-    assert f"  dropped       {invalid:,} with invalid coordinates (NaN or |latitude| > 90)" \
-        in lines and f"  dropped       {filtered:,} removed by data_source.filters" in lines
+    assert (
+        f"  dropped       {invalid:,} with invalid coordinates (NaN or |latitude| > 90)" in lines
+        and f"  dropped       {filtered:,} removed by data_source.filters" in lines
+    )
     assert summary.points == summary.point_counts["keyed"] > 0
     assert not any(x.startswith("warning") for x in lines)
     swapped = photons.rename({"lat_ph": "lon_ph", "lon_ph": "lat_ph"})
-    lines = run(config(tmp_path / "w"), source=swapped, workers=1, threads=1,
-                progress=False).lines()
-    assert any(x.startswith("warning: no point was aggregated") and "swapped?" in x
-               for x in lines)
-    elsewhere = run(config(tmp_path / "b"), source=photons, bbox="10,10,11,11", workers=1,
-                    threads=1, progress=False).lines()
-    assert any("the region (--region, --bbox or shards) holds none of these points" in x
-               for x in elsewhere)
-    nothing = run(config(tmp_path / "n"), source=photons.isel(photon=slice(0, 0)), workers=1,
-                  threads=1, progress=False).lines()
+    lines = run(
+        config(tmp_path / "w"), source=swapped, workers=1, threads=1, progress=False
+    ).lines()
+    assert any(x.startswith("warning: no point was aggregated") and "swapped?" in x for x in lines)
+    elsewhere = run(
+        config(tmp_path / "b"),
+        source=photons,
+        bbox="10,10,11,11",
+        workers=1,
+        threads=1,
+        progress=False,
+    ).lines()
+    assert any(
+        "the region (--region, --bbox or shards) holds none of these points" in x for x in elsewhere
+    )
+    nothing = run(
+        config(tmp_path / "n"),
+        source=photons.isel(photon=slice(0, 0)),
+        workers=1,
+        threads=1,
+        progress=False,
+    ).lines()
     assert any(x.startswith("warning: no point was read") for x in nothing)
 
 
@@ -350,13 +445,20 @@ def test_cli_run_inspect_verify(tmp_path):
 
     cfg_path.write_text(yaml.safe_dump(config(tmp_path / "cli", points=60_000)))
     assert main(["run", str(cfg_path), "--workers", "1", "--threads", "1", "--quiet"]) == 0
-    result = subprocess.run([sys.executable, "-m", "zagg", "inspect", str(tmp_path / "cli")],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "zagg", "inspect", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert '"spec": "morton-hive/1"' in result.stdout and "stamped" in result.stdout
     assert f"config: {tmp_path / 'cli' / 'aggregation.yaml'}" in result.stdout
     assert "q50=" in result.stdout
-    ok = subprocess.run([sys.executable, "-m", "zagg", "verify", str(tmp_path / "cli")],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "zagg", "verify", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and "all stamped leaves intact" in ok.stdout
     # tamper with one array value: verify reports a mismatch on that array
     store = tmp_path / "cli"
@@ -367,8 +469,9 @@ def test_cli_run_inspect_verify(tmp_path):
     vals = arr[:]
     i = int(np.flatnonzero(~np.isnan(vals))[0])
     arr[i] = vals[i] + 1
-    bad = subprocess.run([sys.executable, "-m", "zagg", "verify", str(store)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "zagg", "verify", str(store)], capture_output=True, text=True
+    )
     assert bad.returncode == 1 and "mismatch" in bad.stdout and "13/h_max" in bad.stdout
 
 
@@ -377,8 +480,9 @@ def test_cli_reports_config_errors_cleanly(tmp_path):
     cfg = config(tmp_path / "x")
     cfg["aggregation"]["variables"]["count"]["function"] = "cnt"
     bad.write_text(json.dumps(cfg))  # JSON is YAML
-    result = subprocess.run([sys.executable, "-m", "zagg", "run", str(bad)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "zagg", "run", str(bad)], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "unknown function 'cnt' (did you mean 'count'?)" in result.stderr
     assert not (tmp_path / "x").exists()
@@ -391,8 +495,9 @@ def test_demo_writes_store_summary_and_map(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "cells with data" in text and "points/s" in text
     assert out["map"] and (tmp_path / "demo-store.png").stat().st_size > 10_000
-    assert moczarr.read_manifest(str(tmp_path / "demo-store"))["dataset"]["short_name"] == \
-        "ZAGG-DEMO"
+    assert (
+        moczarr.read_manifest(str(tmp_path / "demo-store"))["dataset"]["short_name"] == "ZAGG-DEMO"
+    )
 
 
 def test_verify_reports_each_outcome_separately(tmp_path, photons):
@@ -433,16 +538,21 @@ def shutil_rmtree(path):
 
 
 #: both ways to start the command line: the installed script and the module
-ENTRY_POINTS = {"zagg": [str(Path(sys.executable).parent / "zagg")],
-                "python -m zagg": [sys.executable, "-m", "zagg"]}
+ENTRY_POINTS = {
+    "zagg": [str(Path(sys.executable).parent / "zagg")],
+    "python -m zagg": [sys.executable, "-m", "zagg"],
+}
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_cli_stops_quietly_when_its_reader_closes_the_pipe(tmp_path, photons, entry):
     """``zagg inspect STORE | head``: no BrokenPipeError traceback."""
     to_hive(zagg.aggregate(photons, config()), tmp_path / "s")
-    p = subprocess.Popen([*ENTRY_POINTS[entry], "inspect", str(tmp_path / "s")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [*ENTRY_POINTS[entry], "inspect", str(tmp_path / "s")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()  # the reader is gone before the first line
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and err == ""
@@ -460,10 +570,13 @@ def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet,
     path = tmp_path / "cfg.yaml"
     store = tmp_path / "s"
     path.write_text(json.dumps(config(store, points=3_000_000, child=18)))  # JSON is YAML
-    p = subprocess.Popen([*ENTRY_POINTS[entry], "run", str(path),
-                          *(["--quiet"] if quiet else [])],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [*ENTRY_POINTS[entry], "run", str(path), *(["--quiet"] if quiet else [])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen = []
     if quiet:  # the manifest goes up as the leaves start to be written
         deadline = time.monotonic() + 120
@@ -479,7 +592,8 @@ def test_cli_interrupted_mid_run_says_how_to_finish_in_one_line(tmp_path, quiet,
     assert p.wait(timeout=120) == 130, err
     assert err.rstrip().splitlines()[-1] == (
         "zagg: interrupted; the store keeps the leaves already stamped, and readers skip any "
-        "leaf left without its stamp: run the same command again to finish it")
+        "leaf left without its stamp: run the same command again to finish it"
+    )
     assert "Traceback" not in err and "AllExit" not in err
 
 
@@ -494,7 +608,8 @@ def test_the_morton_coordinate_keeps_its_attrs_in_the_store(tmp_path, photons):
 
 
 def test_unversioned_leaves_look_for_earlier_attempts_and_a_rerun_heals(
-        tmp_path, photons, monkeypatch):
+    tmp_path, photons, monkeypatch
+):
     """Unversioned leaves: every leaf task lists its leaf for an earlier attempt, even in
     a store the run created (another run may have written a leaf there since), and debris
     is cleared. Each leaf's stats sidecar lands with its stamp's hashes."""
@@ -511,8 +626,10 @@ def test_unversioned_leaves_look_for_earlier_attempts_and_a_rerun_heals(
     assert sorted(p for p, _ in listed if p.endswith(".zarr")) == paths
     for r in first.records:
         sidecar = hive.read_stats(store, r["shard_id"])
-        assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
-                                                            r["path"])["content_hashes"]
+        assert (
+            sidecar["content_hashes"]
+            == hive.read_stamp(hive.StoreRoot(store), r["path"])["content_hashes"]
+        )
     debris = store / paths[0] / "13" / "stale" / "c" / "0"
     debris.parent.mkdir(parents=True)
     debris.write_bytes(b"an older attempt's object")
@@ -522,11 +639,11 @@ def test_unversioned_leaves_look_for_earlier_attempts_and_a_rerun_heals(
     assert sorted(p for p, _ in listed if p.endswith(".zarr")) == paths
     assert not debris.exists()
     assert {r["shard_id"]: r["content_hashes"] for r in again.records} == {
-        r["shard_id"]: r["content_hashes"] for r in first.records}
+        r["shard_id"]: r["content_hashes"] for r in first.records
+    }
 
 
-def test_a_versioned_rewrite_adds_a_version_and_moves_the_pointer(tmp_path, photons,
-                                                                  monkeypatch):
+def test_a_versioned_rewrite_adds_a_version_and_moves_the_pointer(tmp_path, photons, monkeypatch):
     """Versioned leaves (the default) are never listed nor cleared: a rewrite writes a new
     version beside the current one, then points the leaf at it; the old version stays until
     ``zagg gc``, which keeps the one ``current`` names."""
@@ -540,12 +657,16 @@ def test_a_versioned_rewrite_adds_a_version_and_moves_the_pointer(tmp_path, phot
         first = to_hive(zagg.aggregate(photons, config()), store)
         again = to_hive(zagg.aggregate(photons, config()), store)
     assert not [p for p, _ in listed if p.endswith(".zarr")]
-    for a, b in zip(sorted(first.records, key=lambda r: r["path"]),
-                    sorted(again.records, key=lambda r: r["path"]), strict=True):
+    for a, b in zip(
+        sorted(first.records, key=lambda r: r["path"]),
+        sorted(again.records, key=lambda r: r["path"]),
+        strict=True,
+    ):
         assert a["version"] != b["version"] and a["run_id"] != b["run_id"]
         assert hive.read_stamp(root, b["path"])["current"] == b["version"]
         assert sorted(p.name for p in (store / b["path"]).glob("run-*")) == sorted(
-            [a["version"], b["version"]])
+            [a["version"], b["version"]]
+        )
         assert a["content_hashes"] == b["content_hashes"]
     assert main(["gc", str(store), "--dry-run"]) == 0
     assert all(len(list((store / r["path"]).glob("run-*"))) == 2 for r in again.records)
@@ -573,8 +694,12 @@ def test_leaves_stamped_before_a_failed_write_keep_their_sidecars(tmp_path, phot
     bad = min(first.records, key=lambda r: r["cells_with_data"])
     shutil.rmtree(store / bad["path"])
     (store / bad["path"]).write_bytes(b"a file where the leaf's directory must go")
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with pytest.raises(OSError):
             run(config(store), source=photons, scheduler=client, progress=False)
     assert (store / bad["path"]).is_file()
@@ -582,5 +707,7 @@ def test_leaves_stamped_before_a_failed_write_keep_their_sidecars(tmp_path, phot
     assert len(stamped) == len(first.records) - 1 >= 1
     for sid, leaf in stamped.items():
         sidecar = hive.read_stats(store, sid)
-        assert sidecar["content_hashes"] == hive.read_stamp(hive.StoreRoot(store),
-                                                            leaf)["content_hashes"]
+        assert (
+            sidecar["content_hashes"]
+            == hive.read_stamp(hive.StoreRoot(store), leaf)["content_hashes"]
+        )

@@ -62,7 +62,6 @@ def test_empty_and_single_point_groupings():
     assert list(grp.cells) == list(words) and list(grp.offsets) == [0, 1]
 
 
-
 def dense_states(values, starts, offsets, names):
     """The per-cell states ``names`` (count, sum, sumsq, min, max) of finite values."""
     out = {"count": segments.count_finite(values, starts, offsets)}
@@ -100,19 +99,20 @@ def test_states_and_digests_agree_between_addressing_and_gathering(revisit):
     grp = segments.group_cells(words, ORDER)
     xs = grp.contiguous(x)
     want = dense_states(xs, None, grp.offsets, ("count", "sum", "min", "max"))
-    got = dense_states(grp.addressed(x), grp.starts, grp.offsets,
-                                ("count", "sum", "min", "max"))
+    got = dense_states(grp.addressed(x), grp.starts, grp.offsets, ("count", "sum", "min", "max"))
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     np.testing.assert_array_equal(
         segments.segment_sums(grp.addressed(hits), grp.offsets, grp.starts),
-        segments.segment_sums(grp.contiguous(hits), grp.offsets))
+        segments.segment_sums(grp.contiguous(hits), grp.offsets),
+    )
     for kw in ({}, {"weights": True}, {"return_members": True}):
         w_add = grp.addressed(wts) if kw.get("weights") else None
         w_con = grp.contiguous(wts) if kw.get("weights") else None
         extra = {"return_members": True} if kw.get("return_members") else {}
-        a = tdigest.build(grp.addressed(x), grp.offsets, 8, weights=w_add,
-                          starts=grp.starts, **extra)
+        a = tdigest.build(
+            grp.addressed(x), grp.offsets, 8, weights=w_add, starts=grp.starts, **extra
+        )
         b = tdigest.build(xs, grp.offsets, 8, weights=w_con, **extra)
         for u, v in zip(a, b, strict=True):
             np.testing.assert_array_equal(u, v)
@@ -142,8 +142,9 @@ def test_combined_extremes_skip_nan_rows_and_keep_nan_for_empty_cells():
     out = combine_states({"min": x, "max": x}, perm, offsets)
     np.testing.assert_array_equal(out["min"], [-1.0, np.nan, 5.0])
     np.testing.assert_array_equal(out["max"], [2.0, np.nan, 5.0])
-    shuffled = combine_states({"min": x[::-1], "max": x[::-1]},
-                                       np.array([3, 4, 5, 1, 2, 0]), offsets)
+    shuffled = combine_states(
+        {"min": x[::-1], "max": x[::-1]}, np.array([3, 4, 5, 1, 2, 0]), offsets
+    )
     np.testing.assert_array_equal(shuffled["min"], out["min"])
     np.testing.assert_array_equal(shuffled["max"], out["max"])
 
@@ -172,8 +173,9 @@ def test_sums_are_exact_and_chunking_invariant_across_wide_magnitudes():
     assert whole["count"][0] == n - 1
     assert _exact_dd(*whole["sum"][0]) == want_sum
     assert whole["sum"][0, 0] == float(want_sum)  # normalised: hi is the rounded sum
-    y = (rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n) * 2.0 ** rng.integers(0, 11, n)
-         ).astype(np.float32)
+    y = (rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n) * 2.0 ** rng.integers(0, 11, n)).astype(
+        np.float32
+    )
     sq = dense_states(y, None, np.array([0, n]), ("sumsq",))
     want_sq = sum(Fraction(float(v)) ** 2 for v in y)
     assert _exact_dd(*sq["sumsq"][0]) == want_sq

@@ -93,8 +93,9 @@ def test_composition_lanes_match_numpy(photons, result):
         got = composition.unpack(np.array([word]))[0]
         assert all((g > 0) == (c > 0) for g, c in zip(got, lanes, strict=True))  # presence
         if n <= 254:  # exact recovery regime
-            np.testing.assert_array_equal(composition.counts(np.array([word]), np.array([n]))[0],
-                                          lanes)
+            np.testing.assert_array_equal(
+                composition.counts(np.array([word]), np.array([n]))[0], lanes
+            )
         weight = tdigest.payload_to_array(result["h_tdigest_signal"].values[idx[int(w)]])[:, 1]
         assert weight.sum() == n  # N_signal is the signal digest's weight
 
@@ -126,26 +127,41 @@ def test_store_attrs_and_moczarr_decode_composition(tmp_path, result):
 
 
 BAD = [
-    ("composition of a non-digest",
-     ("aggregation.variables.composition.params.of", "count"),
-     r"'aggregation.variables.composition.params.of': 'count' must name a t-digest field"),
-    ("composition threshold differs",
-     ("aggregation.variables.composition.params.threshold", 3),
-     r"params.threshold': 3 differs from the stratum threshold 2 of 'h_tdigest_signal'"),
-    ("composition fill",
-     ("aggregation.variables.composition.fill_value", 1),
-     r"'aggregation.variables.composition.fill_value': a composition word's fill is 0"),
-    ("stratum name",
-     ("aggregation.variables.h_tdigest_signal.stratum.name", "sig"),
-     r"stratum.name': 'sig' is not a stratum; valid: signal, noise"),
-    ("predicate unknown name",
-     ("aggregation.variables.h_tdigest_signal.where", "conf_lnd >= 2"),
-     r"h_tdigest_signal.where': .*conf_lnd.*conf_land"),
-    ("predicate injection",
-     ("aggregation.variables.h_tdigest_signal.where", "__import__('os').system('x')"),
-     r"h_tdigest_signal.where'"),
-    ("located on a dense field", ("aggregation.variables.count.located", True),
-     r"'aggregation.variables.count.located': only digest \(ragged\) fields carry locations"),
+    (
+        "composition of a non-digest",
+        ("aggregation.variables.composition.params.of", "count"),
+        r"'aggregation.variables.composition.params.of': 'count' must name a t-digest field",
+    ),
+    (
+        "composition threshold differs",
+        ("aggregation.variables.composition.params.threshold", 3),
+        r"params.threshold': 3 differs from the stratum threshold 2 of 'h_tdigest_signal'",
+    ),
+    (
+        "composition fill",
+        ("aggregation.variables.composition.fill_value", 1),
+        r"'aggregation.variables.composition.fill_value': a composition word's fill is 0",
+    ),
+    (
+        "stratum name",
+        ("aggregation.variables.h_tdigest_signal.stratum.name", "sig"),
+        r"stratum.name': 'sig' is not a stratum; valid: signal, noise",
+    ),
+    (
+        "predicate unknown name",
+        ("aggregation.variables.h_tdigest_signal.where", "conf_lnd >= 2"),
+        r"h_tdigest_signal.where': .*conf_lnd.*conf_land",
+    ),
+    (
+        "predicate injection",
+        ("aggregation.variables.h_tdigest_signal.where", "__import__('os').system('x')"),
+        r"h_tdigest_signal.where'",
+    ),
+    (
+        "located on a dense field",
+        ("aggregation.variables.count.located", True),
+        r"'aggregation.variables.count.located': only digest \(ragged\) fields carry locations",
+    ),
 ]
 
 
@@ -166,8 +182,7 @@ def located_result(photons):
     return zagg.aggregate(photons, strata_config(located=True)).compute()
 
 
-def test_location_words_are_the_photons_point_words_and_lie_in_their_cell(photons,
-                                                                           located_result):
+def test_location_words_are_the_photons_point_words_and_lie_in_their_cell(photons, located_result):
     res = located_result
     lat, lon = photons["lat_ph"].values, photons["lon_ph"].values
     ok = np.isfinite(lat) & np.isfinite(lon)
@@ -199,8 +214,12 @@ def test_merged_centroids_carry_common_ancestors_inside_the_cell(photons):
     cfg["aggregation"]["variables"]["h_tdigest_signal"]["params"] = {"delta": 16}
     res = zagg.aggregate(photons.chunk({"photon": 9_000}), cfg).compute()
     merged = 0
-    for word, payload, loc in zip(res["morton"].values, res["h_tdigest_signal"].values,
-                                  res["h_tdigest_signal_locations"].values, strict=True):
+    for word, payload, loc in zip(
+        res["morton"].values,
+        res["h_tdigest_signal"].values,
+        res["h_tdigest_signal_locations"].values,
+        strict=True,
+    ):
         if not payload:
             continue
         rows = tdigest.payload_to_array(payload)
@@ -225,13 +244,14 @@ def test_moczarr_reads_location_siblings(tmp_path, located_result):
         our_payloads = ours["h_tdigest_signal"].values
         store = moczarr.open_leaf(root, sid)
         n = 0
-        for word, values, locs in moczarr.read_ragged(store, "17/h_tdigest_signal",
-                                                      locations=True):
+        for word, values, locs in moczarr.read_ragged(store, "17/h_tdigest_signal", locations=True):
             i = by_word[int(word)]
-            np.testing.assert_array_equal(np.asarray(locs, dtype=np.uint64),
-                                          np.frombuffer(our_locs[i], dtype="<u8"))
-            np.testing.assert_array_equal(np.asarray(values),
-                                          tdigest.payload_to_array(our_payloads[i]))
+            np.testing.assert_array_equal(
+                np.asarray(locs, dtype=np.uint64), np.frombuffer(our_locs[i], dtype="<u8")
+            )
+            np.testing.assert_array_equal(
+                np.asarray(values), tdigest.payload_to_array(our_payloads[i])
+            )
             n += 1
         assert n > 0
 
@@ -241,9 +261,15 @@ def flux_config():
     cfg["data_source"]["variables"]["flux"] = "flux"
     cfg["aggregation"]["variables"] = {
         "count": {"function": "count"},
-        "h_flux": {"function": "tdigest", "source": "h_ph",
-                   "params": {"weights": "flux", "weight_source": "flux",
-                              "gain": {"name": "atlas_gain", "version": "2"}}},
+        "h_flux": {
+            "function": "tdigest",
+            "source": "h_ph",
+            "params": {
+                "weights": "flux",
+                "weight_source": "flux",
+                "gain": {"name": "atlas_gain", "version": "2"},
+            },
+        },
     }
     return cfg
 
@@ -280,8 +306,12 @@ def test_flux_weighted_digest(photons, tmp_path):
 FLUX_BAD = [
     ("h_flux.params.gain", None, r"h_flux.params.gain': a flux digest must record"),
     ("h_flux.params.weight_source", None, r"weight_source': a flux digest needs the variable"),
-    ("h_flux.params.weights", "counts", r"h_flux.params.weight_source': only a digest with "
-                                        r"weights: flux"),
+    (
+        "h_flux.params.weights",
+        "counts",
+        r"h_flux.params.weight_source': only a digest with "
+        r"weights: flux",
+    ),
 ]
 
 
@@ -303,15 +333,18 @@ def test_bad_flux_configs(key, value, message):
 def test_composition_of_a_flux_digest_is_refused():
     cfg = flux_config()
     cfg["aggregation"]["variables"]["comp"] = {
-        "function": "composition", "source": "signal_conf_ph",
-        "params": {"of": "h_flux", "threshold": 2}}
+        "function": "composition",
+        "source": "signal_conf_ph",
+        "params": {"of": "h_flux", "threshold": 2},
+    }
     with pytest.raises(ConfigError, match="'h_flux' is flux-weighted"):
         zagg.load_config(cfg)
 
 
 @pytest.mark.parametrize("located", [False, True])
 def test_strata_leaves_do_not_depend_on_the_chunking_or_the_combine_tree(
-        photons, tmp_path, monkeypatch, located):
+    photons, tmp_path, monkeypatch, located
+):
     """Composition words, where-selected digests and location siblings: a store reduced
     from other chunks and merged in a deeper tree holds the same bytes."""
     from zagg import collection

@@ -135,8 +135,7 @@ def test_dropped_unit_weights_leave_the_means_and_offsets_unchanged():
     for kw in ({}, {"starts": starts}):
         offs = scattered_offsets if kw else offsets
         full = td.build(values, offs, 512, out_dtype=np.float32, **kw)
-        m, w, o = td.build(values, offs, 512, out_dtype=np.float32, drop_unit_weights=True,
-                           **kw)
+        m, w, o = td.build(values, offs, 512, out_dtype=np.float32, drop_unit_weights=True, **kw)
         assert w is None and np.all(full[1] == 1)
         np.testing.assert_array_equal(m, full[0])
         np.testing.assert_array_equal(o, full[2])
@@ -250,13 +249,21 @@ def test_merge_runs_equals_merge_of_gathered_runs(declaration, delta):
     if cell_runs[-1] != n_runs:
         cell_runs = np.append(cell_runs, n_runs)
     r_starts, r_sizes = starts[perm], sizes[perm]
-    got = td.merge_runs(means, weights, r_starts, r_sizes, cell_runs, delta,
-                        declaration=declaration)
+    got = td.merge_runs(
+        means, weights, r_starts, r_sizes, cell_runs, delta, declaration=declaration
+    )
     gathered = np.concatenate([np.arange(a, a + k) for a, k in zip(r_starts, r_sizes, strict=True)])
-    cell_rows = [int(r_sizes[a:b].sum()) for a, b in zip(cell_runs[:-1], cell_runs[1:],
-                                                           strict=True)]
-    want = td.merge(means[gathered], weights[gathered], _offsets(cell_rows), delta,
-                    declaration=declaration, out_dtype=np.float32)
+    cell_rows = [
+        int(r_sizes[a:b].sum()) for a, b in zip(cell_runs[:-1], cell_runs[1:], strict=True)
+    ]
+    want = td.merge(
+        means[gathered],
+        weights[gathered],
+        _offsets(cell_rows),
+        delta,
+        declaration=declaration,
+        out_dtype=np.float32,
+    )
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
     assert got[0].dtype == np.float32
@@ -282,8 +289,7 @@ def test_merge_runs_of_many_short_runs_sorts_every_cell(runs_per_cell):
     values = np.round(rng.normal(size=int(sizes.sum())) * 4) / 4
     values[rng.random(values.size) < 0.05] = -0.0
     starts = _offsets(sizes)[:-1]
-    means = np.concatenate([np.sort(values[a : a + k]) for a, k in zip(starts, sizes,
-                                                                       strict=True)])
+    means = np.concatenate([np.sort(values[a : a + k]) for a, k in zip(starts, sizes, strict=True)])
     means = means.astype(np.float32)
     perm = rng.permutation(sizes.size)
     cell_runs = np.arange(0, sizes.size + 1, runs_per_cell, dtype=np.int64)

@@ -26,13 +26,17 @@ def test_warm_fills_the_cache_a_run_then_loads(tmp_path):
     """``zagg warm`` on a warm cache reports it and finishes without compiling: the cache
     the test environment's set-up made is the one runs use."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    out = subprocess.run([sys.executable, "-m", "zagg", "warm", "atl03_synthetic"],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "zagg", "warm", "atl03_synthetic"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("warm atl03_synthetic ")
     assert lines[-1].startswith("numba kernels ")
     probe = "from zagg.warm import is_cold; print(is_cold())"
-    after = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                           env=env)
+    after = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert after.stdout.strip() == "False"

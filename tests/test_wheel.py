@@ -21,16 +21,34 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(base / "dist"), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(base / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (base / "dist").glob("zagg-*.whl")
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
-                   capture_output=True)
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True
+    )
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     ours = [p for p in sys.path if p.endswith("site-packages")]
     Path(site, "zagg-test-deps.pth").write_text("\n".join(ours) + "\n")
     work = base / "work"
@@ -40,16 +58,25 @@ def installed(tmp_path_factory):
 
 def _run(bindir: Path, work: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([str(bindir / "zagg"), *args], cwd=work, capture_output=True,
-                          text=True, env=env, timeout=600)
+    return subprocess.run(
+        [str(bindir / "zagg"), *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_the_wheel_is_the_package_and_ships_its_data(installed):
     bindir, work = installed
-    probe = ("import json, zagg, zagg.packaged as p, zagg.deploy as d; print(json.dumps("
-             "[zagg.__file__, p.names('config'), p.names('region'), d.PROFILE.is_file()]))")
-    out = subprocess.run([str(bindir / "python"), "-c", probe], cwd=work, capture_output=True,
-                         text=True, check=True)
+    probe = (
+        "import json, zagg, zagg.packaged as p, zagg.deploy as d; print(json.dumps("
+        "[zagg.__file__, p.names('config'), p.names('region'), d.PROFILE.is_file()]))"
+    )
+    out = subprocess.run(
+        [str(bindir / "python"), "-c", probe], cwd=work, capture_output=True, text=True, check=True
+    )
     where, configs, regions, profile = json.loads(out.stdout)
     assert str(bindir.parent) in where  # not the source tree
     assert {"atl03_synthetic", "atl03_tdigest", "atl03_strata", "atl06_elevation"} <= set(configs)

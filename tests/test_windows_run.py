@@ -33,17 +33,26 @@ def config(windowed=True, *, child=13, inner=10, schedule="yearly", scale="gps")
             "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
             "variables": ["h_ph", "delta_time"],
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"}, "pyramid": False,
-                   "grid": {"parent_order": 8, "child_order": child, "chunk_inner": inner}},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
+        "output": {
+            "dataset": {"short_name": "TEST", "version": "1"},
+            "pyramid": False,
+            "grid": {"parent_order": 8, "child_order": child, "chunk_inner": inner},
+        },
     }
     if windowed:
-        cfg["output"]["windowing"] = {"schedule": schedule, "time_field": "delta_time",
-                                      "epoch": EPOCH, "scale": scale}
+        cfg["output"]["windowing"] = {
+            "schedule": schedule,
+            "time_field": "delta_time",
+            "epoch": EPOCH,
+            "scale": scale,
+        }
     return load_config(cfg)
 
 
@@ -72,8 +81,7 @@ def stores(tmp_path_factory, photons):
 
 def _files(root: Path, rel: str) -> dict[str, bytes]:
     top = root / rel
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(top.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(top.rglob("*")) if p.is_file()}
 
 
 def test_windows_sum_to_the_unwindowed_store(stores, photons):
@@ -83,10 +91,10 @@ def test_windows_sum_to_the_unwindowed_store(stores, photons):
     assert list(stacked["window"].values) == years_of(photons) and len(years_of(photons)) >= 4
     np.testing.assert_array_equal(stacked["morton"].values, np.sort(flat["morton"].values))
     at = np.searchsorted(stacked["morton"].values, flat["morton"].values)
-    np.testing.assert_array_equal(stacked["count"].sum("window").values[at],
-                                  flat["count"].values)
-    np.testing.assert_allclose(stacked["h_sum"].sum("window").values[at], flat["h_sum"].values,
-                               rtol=1e-12)
+    np.testing.assert_array_equal(stacked["count"].sum("window").values[at], flat["count"].values)
+    np.testing.assert_allclose(
+        stacked["h_sum"].sum("window").values[at], flat["h_sum"].values, rtol=1e-12
+    )
     # each window's digest weighs exactly its cell's count there
     for i in range(stacked.sizes["window"]):
         for j in np.flatnonzero(stacked["count"].values[i] > 0)[:20]:
@@ -115,16 +123,16 @@ def test_leaf_stamp_names_its_window_and_the_actual_time_range(stores, photons):
         stamp = hive.read_stamp(root, rel)
         assert stamp["spec"] == "morton-hive/2" and stamp["window"] == window
         mine = ok & (words == G.from_decimal([sid])[0]) & (years == int(window))
-        first, last = assign.utc_ns(w, times[mine][[np.argmin(times[mine]),
-                                                     np.argmax(times[mine])]])[0]
+        first, last = assign.utc_ns(
+            w, times[mine][[np.argmin(times[mine]), np.argmax(times[mine])]]
+        )[0]
         assert stamp["time_range"] == [assign.iso_ns(first), assign.iso_ns(last)]
         assert stamp["cells_with_data"] == record["cells_with_data"]
         # no stored morton: the coordinate is derived; the hashes have no morton key
         data = stamp.get("current")
         prefix = f"{rel}/{data}" if data else rel
         assert not (yearly / prefix / "13" / "morton").exists()
-        assert sorted(stamp["content_hashes"]["arrays"]) == [
-            "13/count", "13/h_sum", "13/h_tdigest"]
+        assert sorted(stamp["content_hashes"]["arrays"]) == ["13/count", "13/h_sum", "13/h_tdigest"]
         node = rel.rsplit("/", 1)[0]
         sidecar = json.loads((yearly / node / f"stats_{window}.json").read_text())
         assert sidecar["content_hashes"] == stamp["content_hashes"]
@@ -139,12 +147,14 @@ def test_moczarr_opens_each_window_with_our_values(stores, photons):
         ours = zagg.open_hive(yearly, window=window).load()
         theirs = moczarr.open_hive(root, window=window)
         keep = np.asarray(theirs["count"].values) > 0
-        words = np.asarray(theirs["cells"].values if "cells" in theirs.coords
-                           else theirs["morton"].values)[keep]
+        words = np.asarray(
+            theirs["cells"].values if "cells" in theirs.coords else theirs["morton"].values
+        )[keep]
         order = np.argsort(words)
         np.testing.assert_array_equal(words[order], ours["morton"].values)
-        np.testing.assert_array_equal(np.asarray(theirs["count"].values)[keep][order],
-                                      ours["count"].values)
+        np.testing.assert_array_equal(
+            np.asarray(theirs["count"].values)[keep][order], ours["count"].values
+        )
         for rel, sid in hive.walk_leaves(root, window):
             stamp = moczarr.read_commit(root, rel)
             assert stamp["window"] == window
@@ -161,7 +171,8 @@ def test_moczarr_opens_each_window_with_our_values(stores, photons):
             for i, word in zip(ranks[:10], law[:10], strict=False):
                 np.testing.assert_array_equal(
                     np.asarray(moczarr.decode_cell(raw[i], element)),
-                    tdigest.payload_to_array(mine["h_tdigest"].sel(morton=word).item()))
+                    tdigest.payload_to_array(mine["h_tdigest"].sel(morton=word).item()),
+                )
 
 
 def test_appending_a_year_adds_leaves_and_leaves_the_others_byte_identical(tmp_path, photons):
@@ -170,8 +181,9 @@ def test_appending_a_year_adds_leaves_and_leaves_the_others_byte_identical(tmp_p
     last = int(years.max())
     store = tmp_path / "s"
     write(photons.isel(photon=np.flatnonzero(years < last)), config(), store)
-    before = {label: [rel for rel, _ in leaves]
-              for label, leaves in walk_windows(str(store)).items()}
+    before = {
+        label: [rel for rel, _ in leaves] for label, leaves in walk_windows(str(store)).items()
+    }
     assert sorted(before) == years_of(photons)[:-1]
     kept = {}
     for label, rels in before.items():
@@ -196,20 +208,28 @@ def test_appending_a_year_adds_leaves_and_leaves_the_others_byte_identical(tmp_p
     # the appended year holds what a whole run writes for it
     whole = tmp_path / "whole"
     write(photons, config(), whole)
-    ours = {sid: hive.read_stamp(hive.StoreRoot(str(store)), rel)["content_hashes"]
-            for rel, sid in hive.walk_leaves(str(store), str(last))}
-    full = {sid: hive.read_stamp(hive.StoreRoot(str(whole)), rel)["content_hashes"]
-            for rel, sid in hive.walk_leaves(str(whole), str(last))}
+    ours = {
+        sid: hive.read_stamp(hive.StoreRoot(str(store)), rel)["content_hashes"]
+        for rel, sid in hive.walk_leaves(str(store), str(last))
+    }
+    full = {
+        sid: hive.read_stamp(hive.StoreRoot(str(whole)), rel)["content_hashes"]
+        for rel, sid in hive.walk_leaves(str(whole), str(last))
+    }
     assert ours == full and ours
 
 
 def test_an_instant_on_a_boundary_lands_only_in_the_later_window(tmp_path):
     # three observations of one cell: 1 ms before UTC 2019-01-01, on it, 1 ms after (GPS)
     t = np.array([YEAR_2018 + 18 - 1e-3, YEAR_2018 + 18, YEAR_2018 + 18 + 1e-3])
-    ds = xr.Dataset({"lat_ph": ("photon", np.full(3, -75.5)),
-                     "lon_ph": ("photon", np.full(3, -100.0)),
-                     "h_ph": ("photon", np.array([1.0, 2.0, 4.0], np.float32)),
-                     "delta_time": ("photon", t)})
+    ds = xr.Dataset(
+        {
+            "lat_ph": ("photon", np.full(3, -75.5)),
+            "lon_ph": ("photon", np.full(3, -100.0)),
+            "h_ph": ("photon", np.array([1.0, 2.0, 4.0], np.float32)),
+            "delta_time": ("photon", t),
+        }
+    )
     summary = write(ds, config(), tmp_path / "gps")
     got = {r["window"]: r for r in summary.records}
     assert sorted(got) == ["2018", "2019"]
@@ -218,7 +238,8 @@ def test_an_instant_on_a_boundary_lands_only_in_the_later_window(tmp_path):
     assert one["count"].values.tolist() == [1] and one["h_sum"].values.tolist() == [1.0]
     assert two["count"].values.tolist() == [2] and two["h_sum"].values.tolist() == [6.0]
     assert hive.read_stamp(hive.StoreRoot(str(tmp_path / "gps")), got["2019"]["path"])[
-        "time_range"] == ["2019-01-01T00:00:00Z", "2019-01-01T00:00:00.001Z"]
+        "time_range"
+    ] == ["2019-01-01T00:00:00Z", "2019-01-01T00:00:00.001Z"]
     # read as UTC seconds, the same numbers are 18 s later: all three fall in 2019
     summary = write(ds, config(scale="utc"), tmp_path / "utc")
     assert [r["window"] for r in summary.records] == ["2019"]
@@ -234,9 +255,14 @@ def test_a_fully_occupied_leaf_records_full_coverage_and_no_bitmap(tmp_path):
     cells = G.shard_cell_words(shard, 8, 9)
     lat, lon = mortie.mort2geo(np.concatenate([cells, cells[:2]]))
     t = np.array([YEAR_2018 + 86400.0] * 4 + [2 * YEAR_2018 + 86400.0] * 2)
-    ds = xr.Dataset({"lat_ph": ("photon", np.asarray(lat)),
-                     "lon_ph": ("photon", (np.asarray(lon) + 180) % 360 - 180),
-                     "h_ph": ("photon", np.ones(6, np.float32)), "delta_time": ("photon", t)})
+    ds = xr.Dataset(
+        {
+            "lat_ph": ("photon", np.asarray(lat)),
+            "lon_ph": ("photon", (np.asarray(lon) + 180) % 360 - 180),
+            "h_ph": ("photon", np.ones(6, np.float32)),
+            "delta_time": ("photon", t),
+        }
+    )
     summary = write(ds, config(child=9, inner=9), tmp_path / "s")
     full = [r for r in summary.records if r["coverage"].get("encoding") == "full"]
     partial = [r for r in summary.records if r["coverage"].get("encoding") == "bitmap"]
@@ -245,14 +271,20 @@ def test_a_fully_occupied_leaf_records_full_coverage_and_no_bitmap(tmp_path):
     root = hive.StoreRoot(str(tmp_path / "s"))
     for r in full:
         stamp = hive.read_stamp(root, r["path"])
-        assert stamp["coverage"] == {"spec": "morton-moc/1", "box": stamp["coverage"]["box"],
-                                     "cell_order": 9, "source": "worker", "encoding": "full"}
+        assert stamp["coverage"] == {
+            "spec": "morton-moc/1",
+            "box": stamp["coverage"]["box"],
+            "cell_order": 9,
+            "source": "worker",
+            "encoding": "full",
+        }
         prefix = f"{r['path']}/{stamp['current']}"
         assert not (tmp_path / "s" / prefix / "coverage.moc").exists()
         assert moczarr.parse_leaf_coverage(moczarr.read_commit(str(tmp_path / "s"), r["path"]))
     back = zagg.open_hive(tmp_path / "s", window=full[0]["window"]).load()
     assert int((back["count"].values > 0).sum()) == sum(
-        r["cells_with_data"] for r in summary.records if r["window"] == full[0]["window"])
+        r["cells_with_data"] for r in summary.records if r["window"] == full[0]["window"]
+    )
 
 
 def test_reading_a_windowed_store_names_the_window_argument(stores):
@@ -272,8 +304,7 @@ def test_dense_window_read_derives_the_coordinate(stores, photons):
     year = years_of(photons)[1]
     dense = zagg.open_hive(yearly, window=year, dense=True).load()
     rels = hive.walk_leaves(str(yearly), year)
-    law = np.concatenate([G.shard_cell_words(G.from_decimal([sid])[0], 8, 13)
-                          for _, sid in rels])
+    law = np.concatenate([G.shard_cell_words(G.from_decimal([sid])[0], 8, 13) for _, sid in rels])
     np.testing.assert_array_equal(dense["morton"].values, law)
     sparse = zagg.open_hive(yearly, window=year).load()
     assert int(dense["count"].sum()) == int(sparse["count"].sum()) > 0
@@ -282,9 +313,14 @@ def test_dense_window_read_derives_the_coordinate(stores, photons):
 def test_run_on_a_cluster_writes_the_same_windowed_leaves(tmp_path, photons, stores):
     _, yearly, _ = stores
     cfg = config().raw
-    summary = zagg.run(cfg, store=str(tmp_path / "r"), source=photons.chunk({"photon": 25_000}),
-                       workers=1, threads=1,
-                       progress=False)
+    summary = zagg.run(
+        cfg,
+        store=str(tmp_path / "r"),
+        source=photons.chunk({"photon": 25_000}),
+        workers=1,
+        threads=1,
+        progress=False,
+    )
     mine = {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}
     root = hive.StoreRoot(str(yearly))
     theirs = {}
@@ -301,14 +337,16 @@ def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
     text = inspect_store(str(yearly))
     lines = text.splitlines()
     at = lines.index(f"windows: {len(years_of(photons))}")
-    for label, line in zip(years_of(photons), lines[at + 1:], strict=False):
+    for label, line in zip(years_of(photons), lines[at + 1 :], strict=False):
         records = [r for r in summary.records if r["window"] == label]
         root = hive.StoreRoot(str(yearly))
         ranges = [hive.read_stamp(root, r["path"])["time_range"] for r in records]
         cells = sum(r["cells_with_data"] for r in records)
         n = len(records)
-        assert line == (f"  {label:<10} {n} {'leaf' if n == 1 else 'leaves'}, {cells:,} cells with "
-                        f"data, {min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}")
+        assert line == (
+            f"  {label:<10} {n} {'leaf' if n == 1 else 'leaves'}, {cells:,} cells with "
+            f"data, {min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}"
+        )
     assert f"leaves: {len(summary.records)} stamped, 0 debris" in lines
     assert "sample quantiles (leaf -512113221, window " in text
 
@@ -364,8 +402,10 @@ def test_gc_collects_superseded_versions_of_windowed_leaves(tmp_path, photons):
 def test_dense_windows_stack_every_cell_of_their_shards(stores):
     plain, yearly, _ = stores
     dense = zagg.open_hive(yearly, windows="all", dense=True).load()
-    shards = sorted({sid for leaves in walk_windows(str(yearly)).values() for _, sid in leaves},
-                    key=lambda s: int(G.from_decimal([s])[0]))
+    shards = sorted(
+        {sid for leaves in walk_windows(str(yearly)).values() for _, sid in leaves},
+        key=lambda s: int(G.from_decimal([s])[0]),
+    )
     law = np.concatenate([G.shard_cell_words(G.from_decimal([s])[0], 8, 13) for s in shards])
     np.testing.assert_array_equal(dense["morton"].values, law)
     flat = zagg.open_hive(plain, dense=True).load()

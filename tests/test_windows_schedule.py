@@ -67,11 +67,18 @@ def test_nan_times_are_in_no_window():
 
 
 def test_explicit_ranges_are_half_open_and_adjacent_windows_split_at_the_boundary():
-    w = explicit({"label": "a", "start": "2019-01-01", "end": "2019-02-01"},
-                 {"label": "b", "start": "2019-02-01", "end": "2019-03-01"})
+    w = explicit(
+        {"label": "a", "start": "2019-01-01", "end": "2019-02-01"},
+        {"label": "b", "start": "2019-02-01", "end": "2019-03-01"},
+    )
     feb = YEAR_2018 + 31 * 86400
     assert labels(w, [YEAR_2018 - 1, YEAR_2018, feb - 1e-3, feb, feb + 28 * 86400]) == [
-        None, "a", "a", "b", None]
+        None,
+        "a",
+        "a",
+        "b",
+        None,
+    ]
 
 
 def test_point_window_covers_its_whole_second_only():
@@ -80,15 +87,19 @@ def test_point_window_covers_its_whole_second_only():
     assert (str(win.start), str(win.end)) == ("2021-03-14T12:00:31", "2021-03-14T12:00:32")
     t31 = assign.in_units(w, np.datetime64("2021-03-14T12:00:31"))
     assert labels(w, [t31 - 1e-3, t31, t31 + 0.024, t31 + 0.999, t31 + 1]) == [
-        None, "scene-a", "scene-a", "scene-a", None]
+        None,
+        "scene-a",
+        "scene-a",
+        "scene-a",
+        None,
+    ]
     # a rounded-off timestamp matches nothing of the acquisition's own second
     rounded = explicit({"label": "scene-a", "timestamp": "2021-03-14T12:00:00Z"})
     assert labels(rounded, [t31 + 0.024]) == [None]
 
 
 def test_sub_second_range_straddling_a_second_renders_to_that_second():
-    w = explicit({"label": "x", "start": "2020-01-01T12:00:01.9Z",
-                  "end": "2020-01-01T12:00:02.1Z"})
+    w = explicit({"label": "x", "start": "2020-01-01T12:00:01.9Z", "end": "2020-01-01T12:00:02.1Z"})
     (win,) = w.windows
     assert (str(win.start), str(win.end)) == ("2020-01-01T12:00:01", "2020-01-01T12:00:02")
 
@@ -103,8 +114,11 @@ windows:
 """)
     w = parse_windowing(raw, VARS, 9)
     assert str(w.epoch) == "2018-01-01T00:00:00"
-    assert w.windows[0].as_dict() == {"label": "melt-2019", "start": "2019-06-01T00:00:00Z",
-                                      "end": "2019-09-01T00:00:00Z"}
+    assert w.windows[0].as_dict() == {
+        "label": "melt-2019",
+        "start": "2019-06-01T00:00:00Z",
+        "end": "2019-09-01T00:00:00Z",
+    }
 
 
 def test_unit_keys_round_trip_beside_shard_words():
@@ -123,11 +137,16 @@ def test_unit_keys_round_trip_beside_shard_words():
 def test_manifest_block_lists_explicit_windows():
     w = explicit({"label": "p", "timestamp": "2021-03-14T12:00:31Z"}, scale="gps")
     assert w.manifest_block() == {
-        "schedule": "explicit", "time_field": "delta_time", "epoch": "2018-01-01T00:00:00Z",
-        "scale": "gps", "units": "seconds", "calendar": "gregorian-utc",
-        "boundaries": "half-open", "append": "new-windows-add-leaves",
-        "windows": [{"label": "p", "start": "2021-03-14T12:00:31Z",
-                     "end": "2021-03-14T12:00:32Z"}]}
+        "schedule": "explicit",
+        "time_field": "delta_time",
+        "epoch": "2018-01-01T00:00:00Z",
+        "scale": "gps",
+        "units": "seconds",
+        "calendar": "gregorian-utc",
+        "boundaries": "half-open",
+        "append": "new-windows-add-leaves",
+        "windows": [{"label": "p", "start": "2021-03-14T12:00:31Z", "end": "2021-03-14T12:00:32Z"}],
+    }
     assert parse_windowing(w.as_dict(), VARS, 9) == w
 
 
@@ -148,47 +167,117 @@ REFUSALS = [
     ({"colour": "red"}, f"{R}.colour", "unknown key"),
     ({"windows": [RANGE_A]}, f"{R}.windows", "only schedule: explicit"),
     ({"schedule": "explicit"}, f"{R}.windows", "non-empty list"),
-    ({"schedule": "explicit", "windows": [RANGE_A, {**RANGE_A, "start": "2020-01-01",
-                                                    "end": "2020-02-01"}]},
-     f"{R}.windows[1].label", "already the label"),
-    ({"schedule": "explicit", "windows": [RANGE_A, {"label": "b", "start": "2019-01-31",
-                                                    "end": "2019-03-01"}]},
-     f"{R}.windows[1]", "overlaps window 'a'"),
-    ({"schedule": "explicit", "windows": [RANGE_A, {"label": "p",
-                                                    "timestamp": "2019-01-15T00:00:00Z"}]},
-     f"{R}.windows[1]", "overlaps window 'a'"),
-    ({"schedule": "explicit", "windows": [{"label": "p", "timestamp": "2019-01-15T00:00:00.2Z"},
-                                          {"label": "q", "timestamp": "2019-01-15T00:00:00.7Z"}]},
-     f"{R}.windows[1]", "overlaps window 'p'"),
-    ({"schedule": "explicit", "windows": [{"label": "a", "start": "2019-02-01",
-                                           "end": "2019-01-01"}]},
-     f"{R}.windows[0]", "not before end"),
-    ({"schedule": "explicit", "windows": [{"label": "a", "start": "2019-02-01",
-                                           "end": "2019-02-01"}]},
-     f"{R}.windows[0]", "not before end"),
-    ({"schedule": "explicit", "windows": [{"label": "a", "start": "2020-01-01T12:00:01.0Z",
-                                           "end": "2020-01-01T12:00:01.4Z"}]},
-     f"{R}.windows[0]", "would be empty"),
-    ({"schedule": "explicit", "windows": [{"label": "p", "timestamp": "2019-01-15",
-                                           "width": 60}]},
-     f"{R}.windows[0].width", "unknown key"),
-    ({"schedule": "explicit", "windows": [{"label": "p", "timestamp": "2019-01-15",
-                                           "start": "2019-01-15", "end": "2019-01-16"}]},
-     f"{R}.windows[0]", "not both"),
-    ({"schedule": "explicit", "windows": [{"label": "a", "start": "2019-01-01"}]},
-     f"{R}.windows[0].end", "required"),
-    ({"schedule": "explicit", "windows": [{**RANGE_A, "label": "all"}]},
-     f"{R}.windows[0].label", "all-time fold"),
-    ({"schedule": "explicit", "windows": [{**RANGE_A, "label": "melt_2019"}]},
-     f"{R}.windows[0].label", "not a window label"),
-    ({"schedule": "explicit", "windows": [{**RANGE_A, "label": "x" * 33}]},
-     f"{R}.windows[0].label", "not a window label"),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [RANGE_A, {**RANGE_A, "start": "2020-01-01", "end": "2020-02-01"}],
+        },
+        f"{R}.windows[1].label",
+        "already the label",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [RANGE_A, {"label": "b", "start": "2019-01-31", "end": "2019-03-01"}],
+        },
+        f"{R}.windows[1]",
+        "overlaps window 'a'",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [RANGE_A, {"label": "p", "timestamp": "2019-01-15T00:00:00Z"}],
+        },
+        f"{R}.windows[1]",
+        "overlaps window 'a'",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [
+                {"label": "p", "timestamp": "2019-01-15T00:00:00.2Z"},
+                {"label": "q", "timestamp": "2019-01-15T00:00:00.7Z"},
+            ],
+        },
+        f"{R}.windows[1]",
+        "overlaps window 'p'",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [{"label": "a", "start": "2019-02-01", "end": "2019-01-01"}],
+        },
+        f"{R}.windows[0]",
+        "not before end",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [{"label": "a", "start": "2019-02-01", "end": "2019-02-01"}],
+        },
+        f"{R}.windows[0]",
+        "not before end",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [
+                {"label": "a", "start": "2020-01-01T12:00:01.0Z", "end": "2020-01-01T12:00:01.4Z"}
+            ],
+        },
+        f"{R}.windows[0]",
+        "would be empty",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [{"label": "p", "timestamp": "2019-01-15", "width": 60}],
+        },
+        f"{R}.windows[0].width",
+        "unknown key",
+    ),
+    (
+        {
+            "schedule": "explicit",
+            "windows": [
+                {
+                    "label": "p",
+                    "timestamp": "2019-01-15",
+                    "start": "2019-01-15",
+                    "end": "2019-01-16",
+                }
+            ],
+        },
+        f"{R}.windows[0]",
+        "not both",
+    ),
+    (
+        {"schedule": "explicit", "windows": [{"label": "a", "start": "2019-01-01"}]},
+        f"{R}.windows[0].end",
+        "required",
+    ),
+    (
+        {"schedule": "explicit", "windows": [{**RANGE_A, "label": "all"}]},
+        f"{R}.windows[0].label",
+        "all-time fold",
+    ),
+    (
+        {"schedule": "explicit", "windows": [{**RANGE_A, "label": "melt_2019"}]},
+        f"{R}.windows[0].label",
+        "not a window label",
+    ),
+    (
+        {"schedule": "explicit", "windows": [{**RANGE_A, "label": "x" * 33}]},
+        f"{R}.windows[0].label",
+        "not a window label",
+    ),
     ({"schedule": "explicit", "windows": ["2019"]}, f"{R}.windows[0]", "expected {label"),
 ]
 
 
-@pytest.mark.parametrize(("change", "key", "words"), REFUSALS,
-                         ids=[f"{i}-{k}" for i, (_, k, _) in enumerate(REFUSALS)])
+@pytest.mark.parametrize(
+    ("change", "key", "words"), REFUSALS, ids=[f"{i}-{k}" for i, (_, k, _) in enumerate(REFUSALS)]
+)
 def test_refusals_name_the_key_and_the_entry(change, key, words):
     raw = {"schedule": "yearly", "time_field": "delta_time", "epoch": EPOCH}
     change = dict(change)
@@ -207,15 +296,18 @@ def test_refusals_name_the_key_and_the_entry(change, key, words):
 
 def test_daily_windows_refused_when_the_shard_order_leaves_no_room():
     with pytest.raises(ConfigError, match="parent_order 17 leave 20"):
-        parse_windowing({"schedule": "daily", "time_field": "delta_time", "epoch": EPOCH},
-                        VARS, 17)
+        parse_windowing({"schedule": "daily", "time_field": "delta_time", "epoch": EPOCH}, VARS, 17)
 
 
 def test_config_carries_the_schedule():
     raw = yaml.safe_load(open("configs/atl03_synthetic.yaml"))
     raw2 = copy.deepcopy(raw)
-    raw2["output"]["windowing"] = {"schedule": "yearly", "time_field": "delta_time",
-                                   "epoch": EPOCH, "scale": "gps"}
+    raw2["output"]["windowing"] = {
+        "schedule": "yearly",
+        "time_field": "delta_time",
+        "epoch": EPOCH,
+        "scale": "gps",
+    }
     raw2["output"]["pyramid"] = False
     cfg = load_config(raw2)
     assert cfg.output.windowing.schedule == "yearly"

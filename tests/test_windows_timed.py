@@ -19,23 +19,41 @@ from zagg.windows import assign, toc
 from zagg.write import write_shards
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
-WINDOWING = {"schedule": "yearly", "time_field": "delta_time",
-             "epoch": "2018-01-01T00:00:00Z", "scale": "gps"}
+WINDOWING = {
+    "schedule": "yearly",
+    "time_field": "delta_time",
+    "epoch": "2018-01-01T00:00:00Z",
+    "scale": "gps",
+}
 
 
 def config(delta=16, located=False):
-    return load_config({
-        "data_source": {"coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                        "variables": ["h_ph", "delta_time"]},
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph", "timed": True,
-                          "located": located, "params": {"delta": delta}},
-        }},
-        "output": {"dataset": {"short_name": "TEST", "version": "1"}, "pyramid": False,
-                   "grid": {"parent_order": 8, "child_order": 13, "chunk_inner": 10},
-                   "windowing": dict(WINDOWING)},
-    })
+    return load_config(
+        {
+            "data_source": {
+                "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+                "variables": ["h_ph", "delta_time"],
+            },
+            "aggregation": {
+                "variables": {
+                    "count": {"function": "count"},
+                    "h_tdigest": {
+                        "function": "tdigest",
+                        "source": "h_ph",
+                        "timed": True,
+                        "located": located,
+                        "params": {"delta": delta},
+                    },
+                }
+            },
+            "output": {
+                "dataset": {"short_name": "TEST", "version": "1"},
+                "pyramid": False,
+                "grid": {"parent_order": 8, "child_order": 13, "chunk_inner": 10},
+                "windowing": dict(WINDOWING),
+            },
+        }
+    )
 
 
 def write(ds, cfg, store, chunk=7_000):
@@ -63,8 +81,7 @@ def raw_by_cell(photons, cfg):
     return out
 
 
-def test_each_centroids_word_contains_its_members_checked_against_raw_points(tmp_path,
-                                                                              photons):
+def test_each_centroids_word_contains_its_members_checked_against_raw_points(tmp_path, photons):
     cfg = config(delta=16)
     write(photons, cfg, tmp_path / "s")
     raw = raw_by_cell(photons, cfg)
@@ -72,7 +89,10 @@ def test_each_centroids_word_contains_its_members_checked_against_raw_points(tmp
     for label in ("2019", "2021", "2023"):
         ds = zagg.open_hive(tmp_path / "s", window=label).load()
         assert ds["h_tdigest_times"].attrs["temporal"] == {
-            "spec": "zagg-toc/1", "shape": "per-centroid", "grammar": "mortie-toc/1"}
+            "spec": "zagg-toc/1",
+            "shape": "per-centroid",
+            "grammar": "mortie-toc/1",
+        }
         assert ds["h_tdigest"].attrs["times"] == "h_tdigest_times"
         for j, word in enumerate(ds["morton"].values):
             digest = tdigest.payload_to_array(ds["h_tdigest"].values[j])
@@ -105,8 +125,12 @@ def test_timed_digests_do_not_depend_on_chunking(tmp_path, photons):
     key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in a.records}
     assert key == {(r["shard_id"], r["window"]): r["content_hashes"] for r in b.records}
     arrays = a.records[0]["content_hashes"]["arrays"]
-    assert sorted(arrays) == ["13/count", "13/h_tdigest", "13/h_tdigest_locations",
-                              "13/h_tdigest_times"]
+    assert sorted(arrays) == [
+        "13/count",
+        "13/h_tdigest",
+        "13/h_tdigest_locations",
+        "13/h_tdigest_times",
+    ]
 
 
 def test_moczarr_reads_the_times_sibling_we_wrote(tmp_path, photons):
@@ -121,8 +145,10 @@ def test_moczarr_reads_the_times_sibling_we_wrote(tmp_path, photons):
     for i, cell in enumerate(raw):
         if cell is None or not len(cell):
             continue
-        np.testing.assert_array_equal(np.asarray(moczarr.decode_cell(cell, element)),
-                                      np.asarray(ours["h_tdigest_times"].values[i], np.uint64))
+        np.testing.assert_array_equal(
+            np.asarray(moczarr.decode_cell(cell, element)),
+            np.asarray(ours["h_tdigest_times"].values[i], np.uint64),
+        )
         checked += 1
     assert checked == int((ours["count"].values > 0).sum()) > 0
 
@@ -132,8 +158,10 @@ def test_time_words_decode_to_utc_datetimes():
     t = np.array([365 * 86400 + 18.0, 365 * 86400 + 18.5])  # GPS: 2019-01-01T00:00:00(.5) UTC
     words = toc.observation_words(w, t)
     start, end = toc.decode(words)
-    assert start.astype(str).tolist() == ["2019-01-01T00:00:00.000000000",
-                                          "2019-01-01T00:00:00.500000000"]
+    assert start.astype(str).tolist() == [
+        "2019-01-01T00:00:00.000000000",
+        "2019-01-01T00:00:00.500000000",
+    ]
     assert (start == end).all()
     joined = mortie.toc_reduce(words)
     lo, hi = toc.decode(np.array([joined], np.uint64))
@@ -143,8 +171,11 @@ def test_time_words_decode_to_utc_datetimes():
 def test_timed_needs_the_windowing_clock_and_a_digest():
     raw = config().raw
     del raw["output"]["windowing"]
-    with pytest.raises(ConfigError, match=r"'aggregation.variables.h_tdigest.timed'.*"
-                                          r"output.windowing"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'aggregation.variables.h_tdigest.timed'.*"
+        r"output.windowing",
+    ):
         load_config(raw)
     raw = config().raw
     raw["aggregation"]["variables"]["count"]["timed"] = True
@@ -176,8 +207,9 @@ def test_leaf_temporal_record_counts_every_clocked_observation(tmp_path, photons
     root = hive.StoreRoot(str(tmp_path / "s"))
     for r in summary.records:
         stamp = hive.read_stamp(root, r["path"])
-        obj = json.loads((tmp_path / "s" / r["path"] / stamp["current"] / "temporal.toc")
-                         .read_text())
+        obj = json.loads(
+            (tmp_path / "s" / r["path"] / stamp["current"] / "temporal.toc").read_text()
+        )
         mine = ok & (shards == G.from_decimal([r["shard_id"]])[0]) & (years == int(r["window"]))
         inst = ns[mine]
         assert obj["spec"] == "zagg-leaf-temporal/1" and obj["source"] == "worker"
@@ -202,14 +234,16 @@ def test_no_record_without_a_timed_field(tmp_path, photons):
     assert all(r["temporal"] is None for r in summary.records)
 
 
-def test_a_leaf_whose_temporal_record_cannot_be_written_is_left_unstamped(tmp_path, photons,
-                                                                        monkeypatch):
+def test_a_leaf_whose_temporal_record_cannot_be_written_is_left_unstamped(
+    tmp_path, photons, monkeypatch
+):
     cfg = config()
     w = cfg.output.windowing
     years = assign.window_index(w, photons["delta_time"].values)
     first = photons.isel(photon=np.flatnonzero(years == years[0]))
-    shard = G.to_decimal(G.cell_words(first["lat_ph"].values[:1], first["lon_ph"].values[:1],
-                                      8)[0])[0]
+    shard = G.to_decimal(
+        G.cell_words(first["lat_ph"].values[:1], first["lon_ph"].values[:1], 8)[0]
+    )[0]
     rel = hive.leaf_path(shard, str(years[0]))
     # the storage refuses the record's object (a full disk, a denied PUT): nothing else
     real = hive.StoreRoot.write_bytes
@@ -226,8 +260,9 @@ def test_a_leaf_whose_temporal_record_cannot_be_written_is_left_unstamped(tmp_pa
     assert hive.read_stamp(root, rel) is None  # neither a stamp nor a pointer: debris
     versions = [p for p in (tmp_path / "s" / rel).iterdir() if p.name.startswith("run-")]
     assert versions and all((v / "13" / "count").exists() for v in versions)  # arrays landed
-    assert not any((v / "zarr.json").exists() and hive.read_stamp(root, f"{rel}/{v.name}")
-                   for v in versions)
+    assert not any(
+        (v / "zarr.json").exists() and hive.read_stamp(root, f"{rel}/{v.name}") for v in versions
+    )
 
 
 def _raw_instants(photons, cfg):
@@ -269,22 +304,26 @@ def test_root_temporal_section_and_cover_equal_the_raw_points(tmp_path, photons)
     np.testing.assert_array_equal(decode_words(counts, "obs"), count)
     cover = json.loads((tmp_path / "s" / "coverage.toc").read_text())
     assert (cover["spec"], cover["order"], cover["temporal_order"], cover["cap"]) == (
-        "zagg-coverage-toc-cover/1", 8, 24, 512)
+        "zagg-coverage-toc-cover/1",
+        8,
+        24,
+        512,
+    )
     for sid, block in cover["shards"].items():
         mine = decode_words(block)
         np.testing.assert_array_equal(mine, mortie.toc_normalize(_buckets(ns[ids == sid])[0]))
         # parity with tier 1: the cover's envelope is the quantized shard word's
         assert mortie.toc_reduce(mine) == mortie.toc_reduce(
-            quantize(np.array([int(sec["shards"][sid])], np.uint64), 24))
+            quantize(np.array([int(sec["shards"][sid])], np.uint64), 24)
+        )
     # the independent reader decodes the same tier-1 words
     listed, got = moczarr.temporal_shard_words(moczarr.load_root_coverage(str(tmp_path / "s")))
-    assert {G.to_decimal(np.array([w], np.uint64))[0]: int(t)
-            for w, t in zip(listed, got, strict=True)} == {
-        k: int(v) for k, v in sec["shards"].items()}
+    assert {
+        G.to_decimal(np.array([w], np.uint64))[0]: int(t) for w, t in zip(listed, got, strict=True)
+    } == {k: int(v) for k, v in sec["shards"].items()}
 
 
-def test_appending_a_year_unions_tier_one_and_the_cover_and_drops_partial_counts(tmp_path,
-                                                                               photons):
+def test_appending_a_year_unions_tier_one_and_the_cover_and_drops_partial_counts(tmp_path, photons):
     import json
 
     cfg = config()
@@ -305,13 +344,11 @@ def test_appending_a_year_unions_tier_one_and_the_cover_and_drops_partial_counts
     assert json.loads((tmp_path / "s" / "coverage.moc").read_text())["temporal"] == got
 
 
-def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last(tmp_path,
-                                                                                photons):
+def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last(tmp_path, photons):
     from zagg.read.windows import decode_times
 
     raw = config().raw
-    raw["aggregation"]["variables"]["t_range"] = {"function": "time_range",
-                                                  "source": "delta_time"}
+    raw["aggregation"]["variables"]["t_range"] = {"function": "time_range", "source": "delta_time"}
     cfg = load_config(raw)
     write(photons, cfg, tmp_path / "s")
     w = cfg.output.windowing
@@ -322,8 +359,11 @@ def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last
     words = toc.observation_words(w, t)
     ns = toc.instants(w, t)[0]
     series = zagg.open_hive(tmp_path / "s", windows="all").load()
-    assert series["t_range"].attrs["temporal"] == {"spec": "zagg-toc/1", "shape": "per-cell",
-                                                   "grammar": "mortie-toc/1"}
+    assert series["t_range"].attrs["temporal"] == {
+        "spec": "zagg-toc/1",
+        "shape": "per-cell",
+        "grammar": "mortie-toc/1",
+    }
     start, end = decode_times(series["t_range"])
     checked = 0
     for i, label in enumerate(series["window"].values):
@@ -348,15 +388,24 @@ def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photon
 
     cfg = config(delta=100_000)
     direct = write(photons, cfg, tmp_path / "direct", chunk=25_000)
-    summary = zagg.run(cfg.raw, store=str(tmp_path / "run"),
-                       source=photons.chunk({"photon": 25_000}), workers=1, threads=1,
-                       progress=False)
+    summary = zagg.run(
+        cfg.raw,
+        store=str(tmp_path / "run"),
+        source=photons.chunk({"photon": 25_000}),
+        workers=1,
+        threads=1,
+        progress=False,
+    )
     key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in direct.records}
     assert key == {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}
 
     def records(records):
-        return {(r["shard_id"], r["window"]): {k: v for k, v in r["temporal"].items()
-                                               if k != "generated_at"} for r in records}
+        return {
+            (r["shard_id"], r["window"]): {
+                k: v for k, v in r["temporal"].items() if k != "generated_at"
+            }
+            for r in records
+        }
 
     assert records(direct.records) == records(summary.records)
     a = json.loads((tmp_path / "direct" / "coverage.moc").read_text())["temporal"]
@@ -398,14 +447,24 @@ def test_unknown_revisions_of_the_root_objects_are_kept():
     from zagg.windows.rootsection import compose_cover, compose_section
 
     future = {"spec": "zagg-coverage-toc/9", "shards": {"1": "5"}}
-    mine = {"spec": "zagg-coverage-toc/1", "fields": ["h"], "shards": {"2": "7"},
-            "cover": "zagg-coverage-toc-cover/1"}
+    mine = {
+        "spec": "zagg-coverage-toc/1",
+        "fields": ["h"],
+        "shards": {"2": "7"},
+        "cover": "zagg-coverage-toc-cover/1",
+    }
     assert compose_section(future, mine) is future
-    assert compose_cover({"spec": "zagg-coverage-toc-cover/7"}, {"fields": [], "shards": {}},
-                         8) is None
+    assert (
+        compose_cover({"spec": "zagg-coverage-toc-cover/7"}, {"fields": [], "shards": {}}, 8)
+        is None
+    )
     # a standing section at this revision unions its shards with this run's
-    standing = {"spec": "zagg-coverage-toc/1", "fields": ["g"], "shards": {"1": "5"},
-                "counts": {"obs_total": 3}}
+    standing = {
+        "spec": "zagg-coverage-toc/1",
+        "fields": ["g"],
+        "shards": {"1": "5"},
+        "counts": {"obs_total": 3},
+    }
     out = compose_section(standing, mine)
     assert out["shards"] == {"1": "5", "2": "7"} and out["fields"] == ["g", "h"]
     assert "counts" not in out  # never summed across runs

@@ -6,21 +6,24 @@ starts a run's cluster before it imports numba, dask and xarray) stays fast.
 
 from .lazy import lazy_package
 
-lazy_package(__name__, {
-    "aggregate": ".aggregate",
-    "load_config": ".config",
-    "ConfigError": ".config",
-    "cdf": ".read",
-    "composition_lanes": ".read",
-    "open_hive": ".read",
-    "open_leaf": ".read",
-    "open_store": ".read",
-    "open_level": ".read.levels",
-    "open_pyramid": ".read.levels",
-    "sweep": ".pyramid.sweep",
-    "plot_map": ".plot",
-    "quantile": ".read",
-    "run": ".run",
-    "to_hive": ".write",
-})
+lazy_package(
+    __name__,
+    {
+        "aggregate": ".aggregate",
+        "load_config": ".config",
+        "ConfigError": ".config",
+        "cdf": ".read",
+        "composition_lanes": ".read",
+        "open_hive": ".read",
+        "open_leaf": ".read",
+        "open_store": ".read",
+        "open_level": ".read.levels",
+        "open_pyramid": ".read.levels",
+        "sweep": ".pyramid.sweep",
+        "plot_map": ".plot",
+        "quantile": ".read",
+        "run": ".run",
+        "to_hive": ".write",
+    },
+)
 __version__ = "0.1.0"

@@ -10,14 +10,27 @@ import sys
 def _cmd_run(args) -> int:
     from .run import run
 
-    knobs = {"store": args.store, "progress": not args.quiet, "catalog": args.catalog,
-             "region": args.region, "bbox": args.bbox,
-             "sweep": True if args.sweep else None, "dashboard": args.dashboard,
-             "performance_report": args.performance_report, "overwrite": args.overwrite,
-             "allow_contraction": args.allow_contraction}
+    knobs = {
+        "store": args.store,
+        "progress": not args.quiet,
+        "catalog": args.catalog,
+        "region": args.region,
+        "bbox": args.bbox,
+        "sweep": True if args.sweep else None,
+        "dashboard": args.dashboard,
+        "performance_report": args.performance_report,
+        "overwrite": args.overwrite,
+        "allow_contraction": args.allow_contraction,
+    }
     if args.gateway is None and args.adaptive is None:
-        summary = run(args.config, scheduler=args.scheduler, workers=args.workers,
-                      threads=args.threads, memory_limit=args.memory_limit, **knobs)
+        summary = run(
+            args.config,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            threads=args.threads,
+            memory_limit=args.memory_limit,
+            **knobs,
+        )
     else:
         with _connected(args) as client:
             summary = run(args.config, scheduler=client, timings=True, **knobs)
@@ -34,11 +47,21 @@ def _cmd_batch(args) -> int:
     if args.gateway is not None or args.adaptive is not None:
         client = _connected(args)
     else:
-        client = connect(args.scheduler, workers=args.workers, threads=args.threads,
-                         memory_limit=args.memory_limit)
+        client = connect(
+            args.scheduler,
+            workers=args.workers,
+            threads=args.threads,
+            memory_limit=args.memory_limit,
+        )
     with client:
-        summary = batch(cfg, args.regions, store=args.store, client=client,
-                        progress=not args.quiet, timings=True)
+        summary = batch(
+            cfg,
+            args.regions,
+            store=args.store,
+            client=client,
+            progress=not args.quiet,
+            timings=True,
+        )
     print("\n".join(summary.lines()))
     return 1 if summary.failed else 0
 
@@ -53,12 +76,19 @@ def _connected(args):
     load_config(args.config)
     check_watch(args.dashboard and args.gateway is None, args.performance_report)
     if args.scheduler is not None:
-        raise ClusterError("--adaptive sizes a cluster zagg starts; an existing scheduler "
-                           "(--scheduler) keeps its own")
-    return connect(gateway=args.gateway, workers=args.workers, threads=args.threads,
-                   memory_limit=args.memory_limit, adaptive=args.adaptive,
-                   dashboard=args.dashboard and args.gateway is None,
-                   gateway_options=_gateway_options(args.gateway_option))
+        raise ClusterError(
+            "--adaptive sizes a cluster zagg starts; an existing scheduler "
+            "(--scheduler) keeps its own"
+        )
+    return connect(
+        gateway=args.gateway,
+        workers=args.workers,
+        threads=args.threads,
+        memory_limit=args.memory_limit,
+        adaptive=args.adaptive,
+        dashboard=args.dashboard and args.gateway is None,
+        gateway_options=_gateway_options(args.gateway_option),
+    )
 
 
 def _key_values(pairs, flag: str, example: str, typed) -> dict | None:
@@ -69,8 +99,7 @@ def _key_values(pairs, flag: str, example: str, typed) -> dict | None:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE, "
-                                             f"e.g. {example}")
+            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {example}")
         out[key] = typed(value)
     return out
 
@@ -91,8 +120,10 @@ def _adaptive(text: str) -> tuple[int, int]:
     except ValueError:
         bounds = None
     if bounds is None or bounds[0] < 0 or bounds[1] < max(bounds[0], 1):
-        raise argparse.ArgumentTypeError(f"--adaptive expects MIN,MAX workers with 0 <= MIN "
-                                         f"<= MAX and MAX >= 1, e.g. 1,8; got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--adaptive expects MIN,MAX workers with 0 <= MIN "
+            f"<= MAX and MAX >= 1, e.g. 1,8; got {text!r}"
+        )
     return bounds
 
 
@@ -101,16 +132,22 @@ def _cmd_warm(args) -> int:
 
     cold = is_cold()
     seconds = warm(args.configs or CONFIGS, out=sys.stdout)
-    print(f"numba kernels {'compiled and cached' if cold else 'already cached'}: "
-          f"{sum(seconds.values()):.1f} s")
+    print(
+        f"numba kernels {'compiled and cached' if cold else 'already cached'}: "
+        f"{sum(seconds.values()):.1f} s"
+    )
     return 0
 
 
 def _cmd_sweep(args) -> int:
     from .pyramid.sweep import sweep
 
-    summary = sweep(args.store, storage_options=_storage_options(args.storage_option),
-                    scope=args.scope, tuple_width=args.tuple_width)
+    summary = sweep(
+        args.store,
+        storage_options=_storage_options(args.storage_option),
+        scope=args.scope,
+        tuple_width=args.tuple_width,
+    )
     print("\n".join(summary.lines()))
     return 0
 
@@ -118,8 +155,14 @@ def _cmd_sweep(args) -> int:
 def _cmd_demo(args) -> int:
     from .demo import demo
 
-    demo(store=args.store, points=args.points, seed=args.seed, workers=args.workers,
-         map_path=args.map, product=args.product)
+    demo(
+        store=args.store,
+        points=args.points,
+        seed=args.seed,
+        workers=args.workers,
+        map_path=args.map,
+        product=args.product,
+    )
     return 0
 
 
@@ -128,8 +171,10 @@ def _cmd_catalog(args) -> int:
     from .sources.catalog import build_catalog, check_catalog_path, check_order, write_catalog
 
     if not args.config:
-        raise ConfigError("zagg catalog needs --config: its data_source says which HDF5 paths "
-                          "hold the coordinates")
+        raise ConfigError(
+            "zagg catalog needs --config: its data_source says which HDF5 paths "
+            "hold the coordinates"
+        )
     check_catalog_path(args.output)  # refuse a bad suffix or order before scanning anything
     order = check_order(args.order)
     cfg = load_config(args.config)
@@ -139,8 +184,7 @@ def _cmd_catalog(args) -> int:
     catalog = build_catalog(source, order=order)
     write_catalog(catalog, args.output, storage_options=source.storage_options)
     skipped = f", {len(catalog.failed)} skipped (unreadable)" if catalog.failed else ""
-    print(f"catalog {args.output}: {len(catalog)} granules{skipped}, footprints at order "
-          f"{order}")
+    print(f"catalog {args.output}: {len(catalog)} granules{skipped}, footprints at order {order}")
     for f in catalog.failed:
         print(f"  skipped {f['granule']}: {f['error']}")
     return 0
@@ -149,8 +193,10 @@ def _cmd_catalog(args) -> int:
 def _cmd_configs(args) -> int:
     from .packaged import find, names, summary
 
-    for kind, title in (("config", "configs (zagg run NAME)"),
-                        ("region", "regions (zagg run CONFIG --region NAME)")):
+    for kind, title in (
+        ("config", "configs (zagg run NAME)"),
+        ("region", "regions (zagg run CONFIG --region NAME)"),
+    ):
         print(f"{title}:")
         for name in names(kind):
             print(f"  {name:<28} {summary(find(kind, name))}".rstrip())
@@ -165,11 +211,14 @@ def _cmd_gc(args) -> int:
     root = StoreRoot(args.store, _storage_options(args.storage_option))
     if read_manifest(root) is None:
         raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
-    done = collect(root, [leaf for leaf, _ in all_leaves(root)], keep=args.keep,
-                   dry_run=args.dry_run)
+    done = collect(
+        root, [leaf for leaf, _ in all_leaves(root)], keep=args.keep, dry_run=args.dry_run
+    )
     verb = "would remove" if args.dry_run else "removed"
-    print(f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
-          f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)")
+    print(
+        f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
+        f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)"
+    )
     for leaf, gone in sorted(done.removed.items())[:20]:
         print(f"  {leaf}: {', '.join(gone)}")
     for leaf in done.skipped:
@@ -180,30 +229,39 @@ def _cmd_gc(args) -> int:
 def _cmd_profile(args) -> int:
     from .deploy import PROFILE
 
-    print(PROFILE if args.path else PROFILE.read_text(encoding="utf-8"), end="\n" if args.path
-          else "")
+    print(
+        PROFILE if args.path else PROFILE.read_text(encoding="utf-8"), end="\n" if args.path else ""
+    )
     return 0
 
 
 def _storage_options(pairs) -> dict | None:
     """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
-    return _key_values(pairs, "--storage-option", "endpoint_url=http://127.0.0.1:9000",
-                       lambda v: {"true": True, "false": False}.get(v.lower(), v))
+    return _key_values(
+        pairs,
+        "--storage-option",
+        "endpoint_url=http://127.0.0.1:9000",
+        lambda v: {"true": True, "false": False}.get(v.lower(), v),
+    )
 
 
 def _cmd_inspect(args) -> int:
     from .inspect import inspect_store
 
-    print(inspect_store(args.store, leaves=args.leaves,
-                        storage_options=_storage_options(args.storage_option)))
+    print(
+        inspect_store(
+            args.store, leaves=args.leaves, storage_options=_storage_options(args.storage_option)
+        )
+    )
     return 0
 
 
 def _cmd_verify(args) -> int:
     from .inspect import verify_status
 
-    report, status = verify_status(args.store,
-                                   storage_options=_storage_options(args.storage_option))
+    report, status = verify_status(
+        args.store, storage_options=_storage_options(args.storage_option)
+    )
     print(report)
     return status
 
@@ -232,51 +290,97 @@ def _memory_limit(text: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m zagg", description="Aggregate point "
-                                 "observations onto HEALPix morton cells as a morton-hive store.")
+    ap = argparse.ArgumentParser(
+        prog="python -m zagg",
+        description="Aggregate point "
+        "observations onto HEALPix morton cells as a morton-hive store.",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a pipeline config into its store")
-    r.add_argument("config", help="pipeline config: a YAML file, or the name of a shipped one "
-                                  "(python -m zagg configs lists them)")
+    r.add_argument(
+        "config",
+        help="pipeline config: a YAML file, or the name of a shipped one "
+        "(python -m zagg configs lists them)",
+    )
     r.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     r.add_argument("--scheduler", help="address of an existing dask scheduler")
-    r.add_argument("--gateway", metavar="URL", help="a new cluster of the dask-gateway at "
-                   "URL (--workers of --threads cores and --memory-limit each, the deployment "
-                   "profile as their environment); needs zagg[gateway]")
-    r.add_argument("--gateway-option", action="append", metavar="NAME=VALUE",
-                   help="another cluster option the gateway declares; repeatable")
-    r.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX",
-                   help="let the cluster adapt between MIN and MAX workers (local or gateway)")
-    r.add_argument("--dashboard", action="store_true", help="serve the local cluster's "
-                   "dashboard on 127.0.0.1 and print its link (needs zagg[dashboard])")
-    r.add_argument("--performance-report", metavar="FILE.html", help="write distributed's "
-                   "performance report of the run (needs zagg[dashboard])")
-    r.add_argument("--workers", type=_at_least_one,
-                   help="local cluster workers (default: cores / 2)")
+    r.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="a new cluster of the dask-gateway at "
+        "URL (--workers of --threads cores and --memory-limit each, the deployment "
+        "profile as their environment); needs zagg[gateway]",
+    )
+    r.add_argument(
+        "--gateway-option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="another cluster option the gateway declares; repeatable",
+    )
+    r.add_argument(
+        "--adaptive",
+        type=_adaptive,
+        metavar="MIN,MAX",
+        help="let the cluster adapt between MIN and MAX workers (local or gateway)",
+    )
+    r.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the local cluster's "
+        "dashboard on 127.0.0.1 and print its link (needs zagg[dashboard])",
+    )
+    r.add_argument(
+        "--performance-report",
+        metavar="FILE.html",
+        help="write distributed's performance report of the run (needs zagg[dashboard])",
+    )
+    r.add_argument(
+        "--workers", type=_at_least_one, help="local cluster workers (default: cores / 2)"
+    )
     r.add_argument("--threads", type=_at_least_one, help="threads per local worker (default 2)")
-    r.add_argument("--memory-limit", type=_memory_limit,
-                   help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto")
+    r.add_argument(
+        "--memory-limit",
+        type=_memory_limit,
+        help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto",
+    )
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
-    r.add_argument("--region", help="GeoJSON polygon file, or a shipped region's name: only "
-                                    "the shards it covers")
+    r.add_argument(
+        "--region",
+        help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
+    )
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--overwrite", action="store_true",
-                   help="rewrite every shard, even those already current (by default a "
-                        "re-run writes only shards whose config or granules changed)")
-    r.add_argument("--allow-contraction", action="store_true",
-                   help="rewrite shards whose leaves were built from granules this run does "
-                        "not have (refused by default, and listed in refusals_*.json)")
-    r.add_argument("--sweep", action="store_true", help="build the pyramid ladder after the "
-                   "leaves (as output.sweep: stages does)")
+    r.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="rewrite every shard, even those already current (by default a "
+        "re-run writes only shards whose config or granules changed)",
+    )
+    r.add_argument(
+        "--allow-contraction",
+        action="store_true",
+        help="rewrite shards whose leaves were built from granules this run does "
+        "not have (refused by default, and listed in refusals_*.json)",
+    )
+    r.add_argument(
+        "--sweep",
+        action="store_true",
+        help="build the pyramid ladder after the leaves (as output.sweep: stages does)",
+    )
     r.set_defaults(func=_cmd_run)
 
-    b = sub.add_parser("batch", help="run a config over regions, one after another, into one "
-                                     "store (exit status 1 when a region failed)")
+    b = sub.add_parser(
+        "batch",
+        help="run a config over regions, one after another, into one "
+        "store (exit status 1 when a region failed)",
+    )
     b.add_argument("config", help="pipeline config (YAML file or shipped name)")
-    b.add_argument("regions", nargs="+", help="GeoJSON polygon files or shipped region names, "
-                   "run in this order")
+    b.add_argument(
+        "regions",
+        nargs="+",
+        help="GeoJSON polygon files or shipped region names, run in this order",
+    )
     b.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     b.add_argument("--scheduler", help="address of an existing dask scheduler")
     b.add_argument("--gateway", metavar="URL", help="a new dask-gateway cluster for the batch")
@@ -288,14 +392,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
 
-    w = sub.add_parser("sweep", help="build or refresh a store's pyramid ladder from its leaf "
-                                     "columns (the overviews above the shard order)")
+    w = sub.add_parser(
+        "sweep",
+        help="build or refresh a store's pyramid ladder from its leaf "
+        "columns (the overviews above the shard order)",
+    )
     w.add_argument("store")
-    w.add_argument("--scope", help="comma-separated node ids (decimal, e.g. -5112,-5113): "
-                                   "refold only the ancestor nodes of and under them")
-    w.add_argument("--tuple-width", type=_at_least_one, default=3,
-                   help="orders folded per wave between lease heartbeats (default 3; the "
-                        "bytes written do not depend on it)")
+    w.add_argument(
+        "--scope",
+        help="comma-separated node ids (decimal, e.g. -5112,-5113): "
+        "refold only the ancestor nodes of and under them",
+    )
+    w.add_argument(
+        "--tuple-width",
+        type=_at_least_one,
+        default=3,
+        help="orders folded per wave between lease heartbeats (default 3; the "
+        "bytes written do not depend on it)",
+    )
     w.set_defaults(func=_cmd_sweep)
 
     d = sub.add_parser("demo", help="aggregate synthetic ATL03-like photons into ./demo-store")
@@ -304,8 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--workers", type=_at_least_one)
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
-    d.add_argument("--product", choices=("tdigest", "strata"), default="tdigest",
-                   help="tdigest (default) or strata (signal/noise digests, composition)")
+    d.add_argument(
+        "--product",
+        choices=("tdigest", "strata"),
+        default="tdigest",
+        help="tdigest (default) or strata (signal/noise digests, composition)",
+    )
     d.set_defaults(func=_cmd_demo)
 
     c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
@@ -315,24 +433,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
     c.set_defaults(func=_cmd_catalog)
 
-    m = sub.add_parser("warm", help="compile and cache zagg's numba kernels ahead of the "
-                                    "first run (image builds, set-up scripts)")
-    m.add_argument("configs", nargs="*", help="shipped configs to warm for (default: "
-                   "atl03_synthetic and atl03_strata, which use every kernel kind)")
+    m = sub.add_parser(
+        "warm",
+        help="compile and cache zagg's numba kernels ahead of the "
+        "first run (image builds, set-up scripts)",
+    )
+    m.add_argument(
+        "configs",
+        nargs="*",
+        help="shipped configs to warm for (default: "
+        "atl03_synthetic and atl03_strata, which use every kernel kind)",
+    )
     m.set_defaults(func=_cmd_warm)
 
     k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
     k.set_defaults(func=_cmd_configs)
 
-    f = sub.add_parser("profile", help="print the deployment profile for dask workers (a "
-                                       "dask config file)")
+    f = sub.add_parser(
+        "profile", help="print the deployment profile for dask workers (a dask config file)"
+    )
     f.add_argument("--path", action="store_true", help="print its path instead")
     f.set_defaults(func=_cmd_profile)
 
     g = sub.add_parser("gc", help="remove superseded versions of versioned leaves")
     g.add_argument("store")
-    g.add_argument("--keep", type=int, default=0,
-                   help="superseded versions to keep per leaf besides the current one")
+    g.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        help="superseded versions to keep per leaf besides the current one",
+    )
     g.add_argument("--dry-run", action="store_true", help="list what would be removed")
     g.set_defaults(func=_cmd_gc)
 
@@ -341,37 +471,57 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--leaves", type=int, default=10, help="leaves to list (default 10)")
     i.set_defaults(func=_cmd_inspect)
 
-    v = sub.add_parser("verify", help="recompute every leaf's content hashes (exit status 0: "
-                                      "intact, 1: damaged, 3: incomplete)")
+    v = sub.add_parser(
+        "verify",
+        help="recompute every leaf's content hashes (exit status 0: "
+        "intact, 1: damaged, 3: incomplete)",
+    )
     v.add_argument("store")
     v.set_defaults(func=_cmd_verify)
     for p in (i, v, g, w):
-        p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
-                       help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
-                            "profile=...; repeatable (credentials are better left to the "
-                            "AWS_* environment variables or a profile)")
+        p.add_argument(
+            "--storage-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
+            "profile=...; repeatable (credentials are better left to the "
+            "AWS_* environment variables or a profile)",
+        )
     return ap
 
 
 #: what an interrupted write leaves behind, and how to finish it
-INTERRUPTED_WRITE = ("; the store keeps the leaves already stamped, and readers skip any "
-                     "leaf left without its stamp: run the same command again to finish it")
+INTERRUPTED_WRITE = (
+    "; the store keeps the leaves already stamped, and readers skip any "
+    "leaf left without its stamp: run the same command again to finish it"
+)
 
 #: exceptions that report bad input (printed as one line, exit status 2), by module
-USER_ERRORS = {"zagg.validation": "ConfigError", "zagg.hive.manifest": "ManifestConflictError",
-               "zagg.hive.storage": "StoreRootError", "zagg.regions": "RegionError",
-               "zagg.sources.granules": "GranuleError", "zagg.cluster": "ClusterError",
-               "zagg.sources.catalog": "CatalogError", "zagg.pyramid.lease": "SweepRefused",
-               "zagg.pyramid.sweep": "SweepError"}
+USER_ERRORS = {
+    "zagg.validation": "ConfigError",
+    "zagg.hive.manifest": "ManifestConflictError",
+    "zagg.hive.storage": "StoreRootError",
+    "zagg.regions": "RegionError",
+    "zagg.sources.granules": "GranuleError",
+    "zagg.cluster": "ClusterError",
+    "zagg.sources.catalog": "CatalogError",
+    "zagg.pyramid.lease": "SweepRefused",
+    "zagg.pyramid.sweep": "SweepError",
+}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The input-error classes of the modules loaded so far (a command that never imported
     a module cannot raise its errors, and importing them all would cost the CLI a second)."""
-    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS.items()
-             if m in sys.modules]
-    return (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
-            PermissionError, *found)
+    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS.items() if m in sys.modules]
+    return (
+        FileNotFoundError,
+        FileExistsError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+        *found,
+    )
 
 
 def _joined_negative_values(argv: list[str]) -> list[str]:
@@ -444,9 +594,11 @@ def main(argv=None) -> int:
             sys.stdout.flush()
             return code
         except KeyboardInterrupt:
-            print("zagg: interrupted" + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo,
-                                                                          _cmd_batch)
-                                         else ""), file=sys.stderr)
+            print(
+                "zagg: interrupted"
+                + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo, _cmd_batch) else ""),
+                file=sys.stderr,
+            )
             return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
         except BrokenPipeError:
             return _reader_gone()

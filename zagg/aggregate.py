@@ -36,8 +36,15 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK = 1 << 20
 
 
-def aggregate(ds: xr.Dataset, config, *, shards=None, dense: bool = False,
-              chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> xr.Dataset:
+def aggregate(
+    ds: xr.Dataset,
+    config,
+    *,
+    shards=None,
+    dense: bool = False,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> xr.Dataset:
     """Aggregate the points of ``ds`` onto the config's cells.
 
     ``ds`` is any Dataset with one observation dimension (numpy- or dask-backed; numpy
@@ -57,26 +64,40 @@ def aggregate(ds: xr.Dataset, config, *, shards=None, dense: bool = False,
     :func:`zagg.sources.granules.open_granules` makes), each shard's contributing granules
     are tracked into ``attrs["zagg"]["shard_granules"]``.
     """
-    require_dataset(ds, "zagg.aggregate", "open the points first (e.g. xr.open_zarr(path) "
-                    "or xr.open_dataset(path)), or name them in the config's "
-                    "data_source.input and use zagg.run")
+    require_dataset(
+        ds,
+        "zagg.aggregate",
+        "open the points first (e.g. xr.open_zarr(path) "
+        "or xr.open_dataset(path)), or name them in the config's "
+        "data_source.input and use zagg.run",
+    )
     config = load_config(config)
     if config.output.windowing is not None:
-        raise ValueError("zagg.aggregate returns one Dataset over cells; this config splits "
-                         "cells by time window (output.windowing), so write it with zagg.run "
-                         "and read the windows back with zagg.open_hive(store, windows=[...])")
+        raise ValueError(
+            "zagg.aggregate returns one Dataset over cells; this config splits "
+            "cells by time window (output.windowing), so write it with zagg.run "
+            "and read the windows back with zagg.open_hive(store, windows=[...])"
+        )
     config.check_dataset(ds)
     lazy = dense and shards is not None
-    shards_ = shard_collection(ds, config, shards=shards, chunk_size=chunk_size,
-                               progress=progress, discover=not lazy)
+    shards_ = shard_collection(
+        ds, config, shards=shards, chunk_size=chunk_size, progress=progress, discover=not lazy
+    )
     if dense:
         return shards_.to_dense()
     return shards_.persist(progress=progress).to_dataset()
 
 
-def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
-                     chunk_size: int = DEFAULT_CHUNK, progress: bool = False,
-                     discover: bool = True, select=None) -> collection.Shards:
+def shard_collection(
+    ds: xr.Dataset,
+    config: Config,
+    *,
+    shards=None,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+    discover: bool = True,
+    select=None,
+) -> collection.Shards:
     """The lazy :class:`~zagg.collection.Shards` of a points Dataset.
 
     With ``discover`` the chunk reductions are computed and kept on the cluster first (a
@@ -95,24 +116,34 @@ def shard_collection(ds: xr.Dataset, config: Config, *, shards=None,
     t0 = time.perf_counter()
     found = Discovery.lazy(results, plan)
     if discover:
-        found = Discovery.run(results, progress, granule_ids if granule_var else None,
-                              unit_name=unit_namer(plan))
+        found = Discovery.run(
+            results, progress, granule_ids if granule_var else None, unit_name=unit_namer(plan)
+        )
         if select is not None:
             name = unit_namer(plan) or (lambda w: G.to_decimal(np.uint64(w))[0])
             names = [name(int(w)) for w in found.words]
             keep = set(select(names, found.shard_granules))
-            found = found.only(found.words[np.array([n in keep for n in names], dtype=bool)],
-                               keep)
-    meta = dataset_meta(config, unit_shards(plan, found.words), dim, found.counts,
-                        time.perf_counter() - t0)
+            found = found.only(found.words[np.array([n in keep for n in names], dtype=bool)], keep)
+    meta = dataset_meta(
+        config, unit_shards(plan, found.words), dim, found.counts, time.perf_counter() - t0
+    )
     if granule_var:
         meta["granules"] = granule_ids
         meta["shard_granules"] = found.shard_granules
     if ds.attrs.get("failed_granules"):
         meta["failed_granules"] = list(ds.attrs["failed_granules"])
     arrays_, attrs = stored_arrays(config)
-    return collection.build(plan, found.results, found.members, found.words, found.rows,
-                            meta, arrays_, attrs, pieces_as_tasks=not found.in_one_process)
+    return collection.build(
+        plan,
+        found.results,
+        found.members,
+        found.words,
+        found.rows,
+        meta,
+        arrays_,
+        attrs,
+        pieces_as_tasks=not found.in_one_process,
+    )
 
 
 # -- the chunk reductions ------------------------------------------------------------------
@@ -142,8 +173,7 @@ def input_arrays(ds: xr.Dataset, plan: Plan, chunk_size: int) -> tuple[str, list
                 "composition source"
             )
     if all(sub[name].chunks is None for name in plan.inputs):
-        return dim, [_in_memory(np.asarray(sub[name].values), chunk_size)
-                     for name in plan.inputs]
+        return dim, [_in_memory(np.asarray(sub[name].values), chunk_size) for name in plan.inputs]
     if any(sub[name].chunks is None for name in plan.inputs):
         # a fresh token: xarray would otherwise hash every byte of the in-memory arrays
         sub = sub.chunk({dim: chunk_size}, token=uuid.uuid4().hex)
@@ -159,9 +189,14 @@ def _in_memory(values: np.ndarray, chunk_size: int) -> da.Array:
     n = values.shape[0]
     if n == 0:
         return da.from_array(values, chunks=values.shape)
-    parts = [da.from_delayed(dask.delayed(values[a : a + chunk_size], pure=False),
-                             shape=values[a : a + chunk_size].shape, dtype=values.dtype)
-             for a in range(0, n, chunk_size)]
+    parts = [
+        da.from_delayed(
+            dask.delayed(values[a : a + chunk_size], pure=False),
+            shape=values[a : a + chunk_size].shape,
+            dtype=values.dtype,
+        )
+        for a in range(0, n, chunk_size)
+    ]
     return da.concatenate(parts)
 
 
@@ -171,9 +206,17 @@ def chunk_reductions(plan: Plan, arrays: list[da.Array]) -> da.Array:
     pairs = []
     for a in arrays:
         pairs += [a, "ij"[: a.ndim]]
-    return da.blockwise(_reduce_block, "i", *pairs, plan=plan, adjust_chunks={"i": 1},
-                        concatenate=True, dtype=object, meta=np.empty(0, object),
-                        name=f"reduce-chunk-{uuid.uuid4().hex}")
+    return da.blockwise(
+        _reduce_block,
+        "i",
+        *pairs,
+        plan=plan,
+        adjust_chunks={"i": 1},
+        concatenate=True,
+        dtype=object,
+        meta=np.empty(0, object),
+        name=f"reduce-chunk-{uuid.uuid4().hex}",
+    )
 
 
 def _reduce_block(*arrays, plan: Plan) -> np.ndarray:
@@ -214,18 +257,21 @@ class Discovery:
         return cls(results, words, {int(w): results for w in words}, in_one_process=one)
 
     @classmethod
-    def run(cls, reductions: da.Array, progress: bool, granule_ids=None,
-            unit_name=None) -> Discovery:
+    def run(
+        cls, reductions: da.Array, progress: bool, granule_ids=None, unit_name=None
+    ) -> Discovery:
         """Compute the chunk reductions (kept on the cluster) and gather their summaries;
         ``unit_name(key)`` names a unit in ``shard_granules`` (default: the shard id)."""
-        (reductions,) = progress_.persist([reductions], progress=progress,
-                                          label="keying and reducing input chunks")
+        (reductions,) = progress_.persist(
+            [reductions], progress=progress, label="keying and reducing input chunks"
+        )
         blocks = collection.block_tasks(reductions)
         take = dask.delayed(_result, pure=False)
         summarize = dask.delayed(_summary, pure=False)
         summaries = progress_.compute([summarize(b) for b in blocks])
-        words = np.unique(np.concatenate([s for s, _, _, _ in summaries]
-                                         + [np.zeros(0, np.uint64)]))
+        words = np.unique(
+            np.concatenate([s for s, _, _, _ in summaries] + [np.zeros(0, np.uint64)])
+        )
         results = [take(b) for b in blocks]
         members = {int(w): [] for w in words}
         rows = dict.fromkeys(members, 0)
@@ -233,8 +279,11 @@ class Discovery:
             for w, k in zip(ws.tolist(), n.tolist(), strict=True):
                 members[w].append(r)
                 rows[w] += k
-        counts = ({k: int(sum(c[k] for _, c, _, _ in summaries)) for k in summaries[0][1]}
-                  if summaries else {})
+        counts = (
+            {k: int(sum(c[k] for _, c, _, _ in summaries)) for k in summaries[0][1]}
+            if summaries
+            else {}
+        )
         shard_granules = None
         if granule_ids is not None:
             per_shard: dict[int, set] = {}
@@ -242,21 +291,30 @@ class Discovery:
                 for w, idx in (g or {}).items():
                     per_shard.setdefault(w, set()).update(idx)
             name = unit_name or (lambda w: G.to_decimal(np.uint64(w))[0])
-            shard_granules = {name(w): sorted(granule_ids[i] for i in idx)
-                              for w, idx in per_shard.items()}
-        return cls(results, words, members, rows, counts, shard_granules,
-                   _held_by_one_worker(reductions))
-
+            shard_granules = {
+                name(w): sorted(granule_ids[i] for i in idx) for w, idx in per_shard.items()
+            }
+        return cls(
+            results, words, members, rows, counts, shard_granules, _held_by_one_worker(reductions)
+        )
 
     def only(self, words: np.ndarray, names) -> Discovery:
         """The same discovery restricted to the units ``words`` (named ``names`` where
         granules are tracked)."""
         members = {int(w): self.members[int(w)] for w in words}
         rows = None if self.rows is None else {w: self.rows[w] for w in members}
-        granules = None if self.shard_granules is None else {
-            n: ids for n, ids in self.shard_granules.items() if n in names}
-        return dataclasses.replace(self, words=np.asarray(words, np.uint64), members=members,
-                                   rows=rows, shard_granules=granules)
+        granules = (
+            None
+            if self.shard_granules is None
+            else {n: ids for n, ids in self.shard_granules.items() if n in names}
+        )
+        return dataclasses.replace(
+            self,
+            words=np.asarray(words, np.uint64),
+            members=members,
+            rows=rows,
+            shard_granules=granules,
+        )
 
 
 def _held_by_one_worker(persisted: da.Array) -> bool:
@@ -317,19 +375,39 @@ def fields_block(config: Config) -> dict:
     """The per-array declaration the writer reads: every field, then located siblings."""
     out = {}
     for f in config.fields.values():
-        out[f.name] = {"function": f.function, "source": f.source, "kind": f.kind,
-                       "dtype": f.dtype, "fill_value": f.fill_value, "params": dict(f.params),
-                       "pyramid_class": f.reducer.pyramid_class}
+        out[f.name] = {
+            "function": f.function,
+            "source": f.source,
+            "kind": f.kind,
+            "dtype": f.dtype,
+            "fill_value": f.fill_value,
+            "params": dict(f.params),
+            "pyramid_class": f.reducer.pyramid_class,
+        }
         if f.where:
             out[f.name]["where"] = f.where
         if f.located:
-            out[f.locations_name] = {"function": None, "source": f.source, "kind": "ragged",
-                                     "dtype": "uint64", "fill_value": b"", "params": {},
-                                     "pyramid_class": "approximate", "locations_of": f.name}
+            out[f.locations_name] = {
+                "function": None,
+                "source": f.source,
+                "kind": "ragged",
+                "dtype": "uint64",
+                "fill_value": b"",
+                "params": {},
+                "pyramid_class": "approximate",
+                "locations_of": f.name,
+            }
         if f.timed:
-            out[f.times_name] = {"function": None, "source": f.source, "kind": "ragged",
-                                 "dtype": "uint64", "fill_value": b"", "params": {},
-                                 "pyramid_class": "approximate", "times_of": f.name}
+            out[f.times_name] = {
+                "function": None,
+                "source": f.source,
+                "kind": "ragged",
+                "dtype": "uint64",
+                "fill_value": b"",
+                "params": {},
+                "pyramid_class": "approximate",
+                "times_of": f.name,
+            }
     return out
 
 
@@ -346,6 +424,9 @@ def dataset_meta(config: Config, shard_words, dim: str, counts, seconds: float) 
         "points": counts,
         "discovery_seconds": round(seconds, 3),
         "config": redacted(config.raw),
-        **({"windowing": config.output.windowing.as_dict()}
-           if config.output.windowing is not None else {}),
+        **(
+            {"windowing": config.output.windowing.as_dict()}
+            if config.output.windowing is not None
+            else {}
+        ),
     }

@@ -31,9 +31,11 @@ class RegionResult:
         s = self.summary
         pts = "?" if s.points is None else f"{s.points:,}"
         current = s.units["current"] if getattr(s, "gate", None) else 0
-        return (f"region {self.region}: {s.shards:,} shards, {s.leaves_written:,} leaves "
-                f"written, {current:,} current, {s.cells_with_data:,} cells with data, "
-                f"{pts} points, {s.wall_seconds:.1f} s")
+        return (
+            f"region {self.region}: {s.shards:,} shards, {s.leaves_written:,} leaves "
+            f"written, {current:,} current, {s.cells_with_data:,} cells with data, "
+            f"{pts} points, {s.wall_seconds:.1f} s"
+        )
 
 
 @dataclass
@@ -50,9 +52,12 @@ class BatchSummary:
         done = [r.summary for r in self.results if r.summary is not None]
         return [
             f"batch           {len(self.results)} regions into {self.store}",
-            f"regions done    {len(done)}" + (f", {len(self.failed)} failed ("
-                                              f"{', '.join(r.region for r in self.failed)})"
-                                              if self.failed else ""),
+            f"regions done    {len(done)}"
+            + (
+                f", {len(self.failed)} failed ({', '.join(r.region for r in self.failed)})"
+                if self.failed
+                else ""
+            ),
             f"leaves written  {sum(s.leaves_written for s in done):,}",
             f"cells with data {sum(s.cells_with_data for s in done):,} (summed over regions)",
             f"points          {sum(s.points or 0 for s in done):,} (summed over regions)",
@@ -65,8 +70,16 @@ def region_label(region: str) -> str:
     return Path(region).stem if region.endswith((".geojson", ".json")) else region
 
 
-def batch(config, regions, *, store: str | None = None, client=None, progress: bool = True,
-          out=None, **run_knobs) -> BatchSummary:
+def batch(
+    config,
+    regions,
+    *,
+    store: str | None = None,
+    client=None,
+    progress: bool = True,
+    out=None,
+    **run_knobs,
+) -> BatchSummary:
     """Run ``config`` once per region of ``regions`` (GeoJSON files or shipped region
     names), in order, into ``store`` on ``client`` (a ``distributed.Client``: one cluster
     for every region; None lets each run start its own). Prints a line per region to
@@ -77,8 +90,9 @@ def batch(config, regions, *, store: str | None = None, client=None, progress: b
     out = out or sys.stdout
     regions = list(regions)
     if not regions:
-        raise ConfigError("zagg batch needs at least one region (GeoJSON files or shipped "
-                          "region names)")
+        raise ConfigError(
+            "zagg batch needs at least one region (GeoJSON files or shipped region names)"
+        )
     cfg = load_config(config)
     store = store or cfg.output.store
     if not store:
@@ -88,9 +102,17 @@ def batch(config, regions, *, store: str | None = None, client=None, progress: b
     for k, region in enumerate(regions):
         label = region_label(str(region))
         try:
-            result = RegionResult(label, run(cfg, store=store, region=str(region),
-                                             scheduler=client, progress=progress,
-                                             **run_knobs))
+            result = RegionResult(
+                label,
+                run(
+                    cfg,
+                    store=store,
+                    region=str(region),
+                    scheduler=client,
+                    progress=progress,
+                    **run_knobs,
+                ),
+            )
         except (ConfigError, OSError, ValueError) as exc:
             if k == 0 and _store_refusal(exc):
                 raise  # the store itself is refused: no region can be written

@@ -17,5 +17,4 @@ def require_dataset(obj, call: str, fix: str) -> None:
     hint = ""
     if xr is not None and isinstance(obj, xr.DataArray):
         hint = f" (the DataArray {obj.name!r}: pass the Dataset that holds it)"
-    raise TypeError(f"{call} needs an xarray Dataset, got {type(obj).__name__}{shown}{hint}; "
-                    f"{fix}")
+    raise TypeError(f"{call} needs an xarray Dataset, got {type(obj).__name__}{shown}{hint}; {fix}")

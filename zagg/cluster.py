@@ -27,8 +27,11 @@ def machine_defaults() -> dict:
     threads = 2 if cores >= 2 else 1
     workers = max(1, cores // threads)
     memory = psutil.virtual_memory().total
-    return {"n_workers": workers, "threads_per_worker": threads,
-            "memory_limit": int(memory * 0.8 / workers)}
+    return {
+        "n_workers": workers,
+        "threads_per_worker": threads,
+        "memory_limit": int(memory * 0.8 / workers),
+    }
 
 
 def runs_in_process(n_workers: int, threads_per_worker: int) -> bool:
@@ -52,8 +55,9 @@ def check_knobs(workers=None, threads=None, memory_limit=None) -> None:
     thread counts below 1, and memory limits that are neither a size, a fraction of the
     machine's memory (0 < f <= 1) nor "auto"."""
     for name, value in (("workers", workers), ("threads", threads)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             raise ClusterError(f"{name} must be a whole number >= 1, got {value!r}")
     if memory_limit is None or memory_limit == "auto":
         return
@@ -64,28 +68,46 @@ def check_knobs(workers=None, threads=None, memory_limit=None) -> None:
     try:
         parse_bytes(memory_limit, "memory_limit")
     except ConfigError:
-        raise ClusterError(f"memory limit {memory_limit!r} is not a size; use e.g. '4GiB', "
-                           "'512MiB', a fraction of the machine's memory such as 0.5, or "
-                           "'auto'") from None
+        raise ClusterError(
+            f"memory limit {memory_limit!r} is not a size; use e.g. '4GiB', "
+            "'512MiB', a fraction of the machine's memory such as 0.5, or "
+            "'auto'"
+        ) from None
 
 
 @contextlib.contextmanager
-def cluster_for(scheduler: str | None = None, *, workers: int | None = None,
-                threads: int | None = None, memory_limit: str | int | None = None,
-                dashboard: bool = False, processes: bool | None = None):
+def cluster_for(
+    scheduler: str | None = None,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit: str | int | None = None,
+    dashboard: bool = False,
+    processes: bool | None = None,
+):
     """Yield what a client connects to: ``scheduler`` itself when given, else a new
     LocalCluster (closed on exit; see :func:`local_cluster`)."""
     if scheduler:
         yield scheduler
         return
-    with local_cluster(workers=workers, threads=threads, memory_limit=memory_limit,
-                       dashboard=dashboard, processes=processes) as cluster:
+    with local_cluster(
+        workers=workers,
+        threads=threads,
+        memory_limit=memory_limit,
+        dashboard=dashboard,
+        processes=processes,
+    ) as cluster:
         yield cluster
 
 
-def local_cluster(*, workers: int | None = None, threads: int | None = None,
-                  memory_limit: str | int | None = None, dashboard: bool = False,
-                  processes: bool | None = None):
+def local_cluster(
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit: str | int | None = None,
+    dashboard: bool = False,
+    processes: bool | None = None,
+):
     """A new LocalCluster on 127.0.0.1. Keyword knobs override :func:`machine_defaults`;
     ``processes`` (default: unless :func:`runs_in_process`) puts the workers in processes
     of their own; ``dashboard`` serves distributed's dashboard on 127.0.0.1 (port 8787,
@@ -106,13 +128,18 @@ def local_cluster(*, workers: int | None = None, threads: int | None = None,
     # the scheduler always serves HTTP (health, metrics; the dashboard when asked for);
     # without an address it would take port 8787 on every interface
     # (workers too: an in-process worker's would take a random port on every interface)
-    where = {"processes": processes,
-             "dashboard_address": "127.0.0.1:8787" if dashboard else "127.0.0.1:0",
-             "scheduler_kwargs": {"dashboard": bool(dashboard)},
-             "worker_dashboard_address": "127.0.0.1:0"}
+    where = {
+        "processes": processes,
+        "dashboard_address": "127.0.0.1:8787" if dashboard else "127.0.0.1:0",
+        "scheduler_kwargs": {"dashboard": bool(dashboard)},
+        "worker_dashboard_address": "127.0.0.1:0",
+    }
     if processes:
-        where.update(host="127.0.0.1", env=worker_environ(opts["threads_per_worker"]),
-                     preload=["zagg.preload"])
+        where.update(
+            host="127.0.0.1",
+            env=worker_environ(opts["threads_per_worker"]),
+            preload=["zagg.preload"],
+        )
     # silence_logs: a task error reaches the client as its exception (with the remote
     # traceback); the worker need not also log a "Compute Failed" block on stderr
     with dask.config.set(local_cluster_config() if processes else {}):
@@ -142,15 +169,18 @@ def _new_client(target):
 
     before = active_client()
     try:
-        return Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) \
-            else Client(target)
+        return (
+            Client(target, timeout=CONNECT_TIMEOUT) if isinstance(target, str) else Client(target)
+        )
     except (OSError, ValueError, TypeError) as exc:
         _close_half_made(before)
         if not isinstance(target, str):
             raise
-        raise ClusterError(f"cannot reach a dask scheduler at {target!r} ({exc}); check the "
-                           "address (e.g. tcp://10.0.0.5:8786) and that its scheduler is "
-                           "running, or leave --scheduler out for a local cluster") from exc
+        raise ClusterError(
+            f"cannot reach a dask scheduler at {target!r} ({exc}); check the "
+            "address (e.g. tcp://10.0.0.5:8786) and that its scheduler is "
+            "running, or leave --scheduler out for a local cluster"
+        ) from exc
 
 
 def _close_half_made(before) -> None:
@@ -189,10 +219,18 @@ def _client_class():
     return ClusterClient
 
 
-def connect(scheduler=None, *, gateway: str | None = None, workers: int | None = None,
-            threads: int | None = None, memory_limit=None,
-            adaptive: tuple[int, int] | None = None, dashboard: bool = False,
-            gateway_options: dict | None = None, gateway_auth=None):
+def connect(
+    scheduler=None,
+    *,
+    gateway: str | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit=None,
+    adaptive: tuple[int, int] | None = None,
+    dashboard: bool = False,
+    gateway_options: dict | None = None,
+    gateway_auth=None,
+):
     """A ``distributed.Client`` for a run, from a notebook or a script.
 
     - nothing: a new LocalCluster on 127.0.0.1 sized by ``workers``, ``threads`` and
@@ -216,20 +254,29 @@ def connect(scheduler=None, *, gateway: str | None = None, workers: int | None =
         adaptive = _check_adaptive(adaptive)
     if scheduler is not None:
         if adaptive is not None or dashboard:
-            raise ClusterError("adaptive and dashboard are settings of a cluster zagg starts; "
-                               "an existing scheduler keeps its own")
+            raise ClusterError(
+                "adaptive and dashboard are settings of a cluster zagg starts; "
+                "an existing scheduler keeps its own"
+            )
         return _new_client(scheduler)
     if gateway is not None:
         check_knobs(workers, threads, None)
         from .gateway import new_cluster
 
-        cluster = new_cluster(gateway, workers=workers, threads=threads,
-                              memory_limit=memory_limit, adaptive=adaptive,
-                              options=gateway_options, auth=gateway_auth)
+        cluster = new_cluster(
+            gateway,
+            workers=workers,
+            threads=threads,
+            memory_limit=memory_limit,
+            adaptive=adaptive,
+            options=gateway_options,
+            auth=gateway_auth,
+        )
         # (a gateway cluster's dashboard is always served, behind the gateway's proxy)
     else:
-        cluster = local_cluster(workers=workers, threads=threads, memory_limit=memory_limit,
-                                dashboard=dashboard)
+        cluster = local_cluster(
+            workers=workers, threads=threads, memory_limit=memory_limit, dashboard=dashboard
+        )
         if adaptive is not None:
             cluster.adapt(minimum=adaptive[0], maximum=adaptive[1])
     try:
@@ -245,9 +292,9 @@ def _check_adaptive(adaptive) -> tuple[int, int]:
     try:
         lo, hi = (int(v) for v in adaptive)
     except (TypeError, ValueError):
-        raise ClusterError(f"adaptive must be (minimum, maximum) workers, got {adaptive!r}") \
-            from None
+        raise ClusterError(
+            f"adaptive must be (minimum, maximum) workers, got {adaptive!r}"
+        ) from None
     if lo < 0 or hi < max(lo, 1):
-        raise ClusterError(f"adaptive=({lo}, {hi}): need 0 <= minimum <= maximum and "
-                           "maximum >= 1")
+        raise ClusterError(f"adaptive=({lo}, {hi}): need 0 <= minimum <= maximum and maximum >= 1")
     return lo, hi

@@ -62,8 +62,10 @@ def tree_levels(items: list, func, *args, fan_in: int = FAN_IN, key: tuple = ("c
     level, depth = list(items), 0
     merge = dask.delayed(func, pure=False)
     while len(level) > fan_in:
-        level = [merge(*args, *level[k : k + fan_in], dask_key_name=(*key, depth, k // fan_in))
-                 for k in range(0, len(level), fan_in)]
+        level = [
+            merge(*args, *level[k : k + fan_in], dask_key_name=(*key, depth, k // fan_in))
+            for k in range(0, len(level), fan_in)
+        ]
         depth += 1
     return level
 
@@ -135,8 +137,10 @@ class Shards:
 
         windowing = run_windowing(self.meta)
         shards, index = unpack(self.words, self.geometry[0])
-        return [leaf_stem(sid, label(windowing, i))
-                for sid, i in zip(G.to_decimal(shards), index.tolist(), strict=True)]
+        return [
+            leaf_stem(sid, label(windowing, i))
+            for sid, i in zip(G.to_decimal(shards), index.tolist(), strict=True)
+        ]
 
     @property
     def geometry(self) -> tuple[int, int]:
@@ -154,8 +158,9 @@ class Shards:
         their sizes and cell words known (what a sparse Dataset needs)."""
         from . import progress as progress_
 
-        (cells,) = progress_.persist([self.cells], progress=progress, optimize=False,
-                                     label="combining and finalizing shards")
+        (cells,) = progress_.persist(
+            [self.cells], progress=progress, optimize=False, label="combining and finalizing shards"
+        )
         p, c = self.geometry
         words = []
         if self.words.size:
@@ -164,18 +169,28 @@ class Shards:
             words = progress_.compute([words_of(b, p, c) for b in blocks])
         sizes = [w.size for w in words]
         morton = np.concatenate(words) if words else np.zeros(0, np.uint64)
-        return Shards(cells, self.words, self.meta, self.arrays, self.attrs, self.priorities,
-                      sizes, morton)
+        return Shards(
+            cells, self.words, self.meta, self.arrays, self.attrs, self.priorities, sizes, morton
+        )
 
     def to_dataset(self):
         """The sparse Dataset: every stored array over the occupied cells (dimension
         ``cells``, the ``morton`` coordinate, one chunk per shard)."""
         shards = self if self.sizes is not None else self.persist()
         chunks = (tuple(shards.sizes),) if shards.sizes else ((0,),)
-        return _dataset(shards, chunks, lambda name: shards.cells.map_blocks(
-            _sparse_block, name=f"{name}-{_token()}", chunks=chunks, dtype=_dtype(shards, name),
-            arrays={name: shards.arrays[name]}, meta=np.empty(0, _dtype(shards, name))),
-            shards.morton)
+        return _dataset(
+            shards,
+            chunks,
+            lambda name: shards.cells.map_blocks(
+                _sparse_block,
+                name=f"{name}-{_token()}",
+                chunks=chunks,
+                dtype=_dtype(shards, name),
+                arrays={name: shards.arrays[name]},
+                meta=np.empty(0, _dtype(shards, name)),
+            ),
+            shards.morton,
+        )
 
     def to_dense(self):
         """The dense twin: every stored array over all 4^(c−p) cells of each shard, in
@@ -184,12 +199,29 @@ class Shards:
         n = 4 ** (c - p)
         chunks = ((n,) * len(self.words),) if self.words.size else ((0,),)
         with dask.annotate(priority=self.priority("output")):
-            morton = self.cells.map_blocks(_dense_words, p=p, c=c, n=n, dtype=np.uint64,
-                                           chunks=chunks, name=f"morton-{_token()}")
-        return _dataset(self, chunks, lambda name: self.cells.map_blocks(
-            _dense_block, name=f"{name}-{_token()}", chunks=chunks, dtype=_dtype(self, name),
-            arrays={name: self.arrays[name]}, n=n, meta=np.empty(0, _dtype(self, name))),
-            morton)
+            morton = self.cells.map_blocks(
+                _dense_words,
+                p=p,
+                c=c,
+                n=n,
+                dtype=np.uint64,
+                chunks=chunks,
+                name=f"morton-{_token()}",
+            )
+        return _dataset(
+            self,
+            chunks,
+            lambda name: self.cells.map_blocks(
+                _dense_block,
+                name=f"{name}-{_token()}",
+                chunks=chunks,
+                dtype=_dtype(self, name),
+                arrays={name: self.arrays[name]},
+                n=n,
+                meta=np.empty(0, _dtype(self, name)),
+            ),
+            morton,
+        )
 
 
 def _token() -> str:
@@ -239,8 +271,17 @@ def _dense_block(block, arrays: dict, n: int) -> np.ndarray:
     return dense_arrays(block[0], arrays, n)[name]
 
 
-def build(plan: Plan, results: list, members: dict, words: np.ndarray, rows: dict | None,
-          meta: dict, arrays: dict, attrs: dict, pieces_as_tasks: bool) -> Shards:
+def build(
+    plan: Plan,
+    results: list,
+    members: dict,
+    words: np.ndarray,
+    rows: dict | None,
+    meta: dict,
+    arrays: dict,
+    attrs: dict,
+    pieces_as_tasks: bool,
+) -> Shards:
     """The :class:`Shards` of ``words`` from the chunk results (Delayed or futures);
     ``members[w]`` lists the results holding shard ``w`` (all of them when unknown).
 
@@ -268,19 +309,21 @@ def build(plan: Plan, results: list, members: dict, words: np.ndarray, rows: dic
         items = list(members.get(w, ()))
         if pieces_as_tasks:
             with dask.annotate(priority=stage_priority(prio[i], "piece")):
-                items = [cut(r, w, dask_key_name=(f"piece-{token}", i, j))
-                         for j, r in enumerate(items)]
+                items = [
+                    cut(r, w, dask_key_name=(f"piece-{token}", i, j)) for j, r in enumerate(items)
+                ]
         with dask.annotate(priority=stage_priority(prio[i], "combine")):
-            items = tree_levels(items, merge_shard, plan, w, fan_in=FAN_IN,
-                                key=(f"combine-{token}", i))
-        layer[(name, i)] = Task((name, i), shard_cells, plan, w,
-                                *[TaskRef(d.key) for d in items])
+            items = tree_levels(
+                items, merge_shard, plan, w, fan_in=FAN_IN, key=(f"combine-{token}", i)
+            )
+        layer[(name, i)] = Task((name, i), shard_cells, plan, w, *[TaskRef(d.key) for d in items])
         deps += items
     if not layer:
         cells = da.zeros(0, dtype=object, chunks=((0,),))
         return Shards(cells, words, meta, arrays, attrs, prio)
     with dask.annotate(priority=lambda key: stage_priority(prio[key[-1]], "finalize")):
         graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
-    cells = da.Array(graph, name, chunks=((1,) * len(words),), dtype=object,
-                     meta=np.empty(0, object))
+    cells = da.Array(
+        graph, name, chunks=((1,) * len(words),), dtype=object, meta=np.empty(0, object)
+    )
     return Shards(cells, words, meta, arrays, attrs, prio)

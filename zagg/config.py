@@ -35,12 +35,27 @@ from .validation import (
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
 #: CF attributes that make readers decode stored values (scale, offset, masking, times)
-CF_ENCODING_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned",
-                     "calendar")
+CF_ENCODING_ATTRS = (
+    "scale_factor",
+    "add_offset",
+    "_FillValue",
+    "missing_value",
+    "_Unsigned",
+    "calendar",
+)
 DEFAULT_SHARD_MEMORY = 2 * 1024**3
 
-__all__ = ["Config", "ConfigError", "DataSource", "FieldSpec", "Filter", "Grid", "Output",
-           "load_config", "parse_config"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DataSource",
+    "FieldSpec",
+    "Filter",
+    "Grid",
+    "Output",
+    "load_config",
+    "parse_config",
+]
 
 
 class ReadOnlyDict(dict):
@@ -49,8 +64,10 @@ class ReadOnlyDict(dict):
     let the two disagree; edit a copy of ``config.raw`` and load that instead."""
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("a loaded zagg config is read-only: edit a copy of config.raw and "
-                        "load it again with zagg.load_config(mapping)")
+        raise TypeError(
+            "a loaded zagg config is read-only: edit a copy of config.raw and "
+            "load it again with zagg.load_config(mapping)"
+        )
 
     __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
@@ -131,14 +148,14 @@ class FieldSpec:
     def times_attrs(self) -> dict:
         """Attrs of the timed sibling: its ragged declaration and the spec-owned temporal
         declaration of its words (spec §8.3)."""
-        return {"ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "uint64", "shape": [-1]}},
-                "temporal": {"spec": "zagg-toc/1", "shape": "per-centroid",
-                             "grammar": "mortie-toc/1"}}
+        return {
+            "ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "uint64", "shape": [-1]}},
+            "temporal": {"spec": "zagg-toc/1", "shape": "per-centroid", "grammar": "mortie-toc/1"},
+        }
 
     def locations_attrs(self) -> dict:
         """Attrs of the located sibling: only its own ragged declaration (spec §1.2)."""
-        return {"ragged": {"spec": "zagg-ragged/1",
-                           "element": {"dtype": "uint64", "shape": [-1]}}}
+        return {"ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "uint64", "shape": [-1]}}}
 
 
 @dataclass(frozen=True)
@@ -158,9 +175,13 @@ class Grid:
         return 4 ** (self.chunk_inner - self.parent_order)
 
     def as_dict(self) -> dict:
-        return {"type": self.type, "parent_order": self.parent_order,
-                "chunk_inner": self.chunk_inner, "child_order": self.child_order,
-                "sharded": self.sharded}
+        return {
+            "type": self.type,
+            "parent_order": self.parent_order,
+            "chunk_inner": self.chunk_inner,
+            "child_order": self.child_order,
+            "sharded": self.sharded,
+        }
 
 
 @dataclass(frozen=True)
@@ -212,13 +233,32 @@ class Config:
 
 
 _TOP = ("data_source", "aggregation", "output")
-_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic",
-           "storage_options")
+_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic", "storage_options")
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
-_FIELD = ("function", "source", "dtype", "fill_value", "params", "attrs", "where", "stratum",
-          "located", "timed")
-_OUTPUT = ("store", "store_layout", "dataset", "grid", "shard_memory_limit", "storage_options",
-           "pyramid", "sweep", "leaf_versions", "windowing")
+_FIELD = (
+    "function",
+    "source",
+    "dtype",
+    "fill_value",
+    "params",
+    "attrs",
+    "where",
+    "stratum",
+    "located",
+    "timed",
+)
+_OUTPUT = (
+    "store",
+    "store_layout",
+    "dataset",
+    "grid",
+    "shard_memory_limit",
+    "storage_options",
+    "pyramid",
+    "sweep",
+    "leaf_versions",
+    "windowing",
+)
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
 
@@ -230,12 +270,19 @@ def _parse_source(raw) -> DataSource:
         # the aggregation's view of the Dataset the granules open: names and filters
         names = tuple(v.name for v in granules.variables)
         time = "time" if granules.delta_time else None
-        return DataSource("latitude", "longitude", names + ((time,) if time else ()), time,
-                          granules.filters, granules=granules)
+        return DataSource(
+            "latitude",
+            "longitude",
+            names + ((time,) if time else ()),
+            time,
+            granules.filters,
+            granules=granules,
+        )
     check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
     coords = raw["coordinates"]
-    check_keys(coords, ("latitude", "longitude"), "data_source.coordinates",
-                ("latitude", "longitude"))
+    check_keys(
+        coords, ("latitude", "longitude"), "data_source.coordinates", ("latitude", "longitude")
+    )
     lat = check_name(coords["latitude"], "data_source.coordinates.latitude")
     lon = check_name(coords["longitude"], "data_source.coordinates.longitude")
     variables, columns = _parse_variables(raw["variables"])
@@ -245,17 +292,23 @@ def _parse_source(raw) -> DataSource:
     filters = parse_filters(raw.get("filters"), variables, "data_source.filters")
     inp = raw.get("input")
     if inp is not None and (not isinstance(inp, str) or not inp):
-        fail("data_source.input", f"expected a path or URL of a zarr store or netCDF file, "
-              f"got {inp!r}")
+        fail(
+            "data_source.input",
+            f"expected a path or URL of a zarr store or netCDF file, got {inp!r}",
+        )
     synthetic = _parse_synthetic(raw.get("synthetic"))
     if inp is not None and synthetic is not None:
         fail("data_source", "give either 'input' or 'synthetic', not both")
     options = parse_storage_options(raw.get("storage_options"), "data_source.storage_options")
     if options and (inp is None or "://" not in inp):
-        fail("data_source.storage_options", "only an input URL (s3://...) takes storage "
-              "options; remove them or give data_source.input as a URL")
-    return DataSource(lat, lon, variables, time, filters, inp, synthetic, columns,
-                      storage_options=options)
+        fail(
+            "data_source.storage_options",
+            "only an input URL (s3://...) takes storage "
+            "options; remove them or give data_source.input as a URL",
+        )
+    return DataSource(
+        lat, lon, variables, time, filters, inp, synthetic, columns, storage_options=options
+    )
 
 
 def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
@@ -269,8 +322,10 @@ def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
             fail(path, f"{sorted(dup)} listed more than once")
         return names, {}
     if not isinstance(raw, Mapping) or not raw:
-        fail(path, f"expected a list of variable names or a mapping of names to variables, "
-              f"got {raw!r}")
+        fail(
+            path,
+            f"expected a list of variable names or a mapping of names to variables, got {raw!r}",
+        )
     columns = {}
     for name, spec in raw.items():
         p = f"{path}.{name}"
@@ -281,8 +336,9 @@ def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
             continue
         check_keys(spec, ("variable", "column"), p, ("variable",))
         column = spec.get("column")
-        if column is not None and (isinstance(column, bool) or not isinstance(column, int)
-                                   or column < 0):
+        if column is not None and (
+            isinstance(column, bool) or not isinstance(column, int) or column < 0
+        ):
             fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
         columns[name] = (check_name(spec["variable"], f"{p}.variable"), column)
     return tuple(columns), {k: v for k, v in columns.items() if v != (k, None)}
@@ -300,14 +356,21 @@ def _parse_synthetic(raw) -> dict | None:
             fail(f"{path}.{key}", f"expected an integer >= {lo}, got {v!r}")
     region = raw.get("region")
     if region is not None:
-        ok = (isinstance(region, list) and len(region) == 4
-              and all(isinstance(x, int | float) and not isinstance(x, bool) for x in region))
+        ok = (
+            isinstance(region, list)
+            and len(region) == 4
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in region)
+        )
         if not ok or not (region[0] < region[2] and -90 <= region[1] < region[3] <= 90):
-            fail(f"{path}.region", f"expected [lon_min, lat_min, lon_max, lat_max] with "
-                  f"min < max and latitudes within -90..90, got {region!r}")
+            fail(
+                f"{path}.region",
+                f"expected [lon_min, lat_min, lon_max, lat_max] with "
+                f"min < max and latitudes within -90..90, got {region!r}",
+            )
     nf = raw.get("noise_fraction")
-    if nf is not None and (isinstance(nf, bool) or not isinstance(nf, int | float)
-                           or not 0 <= nf < 1):
+    if nf is not None and (
+        isinstance(nf, bool) or not isinstance(nf, int | float) or not 0 <= nf < 1
+    ):
         fail(f"{path}.noise_fraction", f"expected a number in [0, 1), got {nf!r}")
     return out
 
@@ -325,11 +388,17 @@ def _check_json(value, path: str) -> None:
             _check_json(v, f"{path}[{i}]")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            fail(path, f"{value!r} cannot be stored: attrs are JSON, which has no NaN or "
-                  "infinity; use null or a number")
+            fail(
+                path,
+                f"{value!r} cannot be stored: attrs are JSON, which has no NaN or "
+                "infinity; use null or a number",
+            )
     elif not (value is None or isinstance(value, str | int | bool)):
-        fail(path, f"{value!r} ({type(value).__name__}) cannot be stored as a JSON attribute; "
-              "quote it to store it as text (e.g. '2024-01-01')")
+        fail(
+            path,
+            f"{value!r} ({type(value).__name__}) cannot be stored as a JSON attribute; "
+            "quote it to store it as text (e.g. '2024-01-01')",
+        )
 
 
 def _representable(value, dtype: np.dtype) -> bool:
@@ -353,26 +422,43 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     function = raw["function"]
     if function not in reducers.REGISTRY:
         names = sorted(reducers.REGISTRY)
-        fail(f"{path}.function", f"unknown function {function!r}{did_you_mean(function, names)}; "
-              f"valid: {', '.join(names)}")
+        fail(
+            f"{path}.function",
+            f"unknown function {function!r}{did_you_mean(function, names)}; "
+            f"valid: {', '.join(names)}",
+        )
     red = reducers.get(function)
     source = raw.get("source")
     if source is None and red.needs_source and not red.source_optional:
-        fail(f"{path}.source", f"function {function!r} needs a source variable; "
-              f"set one of: {', '.join(variables)}")
+        fail(
+            f"{path}.source",
+            f"function {function!r} needs a source variable; set one of: {', '.join(variables)}",
+        )
     if source is not None:
         source = check_name(source, f"{path}.source")
         if source not in variables:
-            fail(f"{path}.source", f"{source!r} is not declared in data_source.variables "
-                  f"({', '.join(variables)}); declare it there first")
+            fail(
+                f"{path}.source",
+                f"{source!r} is not declared in data_source.variables "
+                f"({', '.join(variables)}); declare it there first",
+            )
     dtype_raw = raw.get("dtype", red.default_dtype)
     try:
         dtype = np.dtype(dtype_raw)
     except TypeError:
-        names = [f"{k}{b}" for k, bits in (("float", (16, 32, 64)), ("int", (8, 16, 32, 64)),
-                                          ("uint", (8, 16, 32, 64))) for b in bits]
-        fail(f"{path}.dtype", f"{dtype_raw!r} is not a numpy dtype name"
-             f"{did_you_mean(dtype_raw, names)}")
+        names = [
+            f"{k}{b}"
+            for k, bits in (
+                ("float", (16, 32, 64)),
+                ("int", (8, 16, 32, 64)),
+                ("uint", (8, 16, 32, 64)),
+            )
+            for b in bits
+        ]
+        fail(
+            f"{path}.dtype",
+            f"{dtype_raw!r} is not a numpy dtype name{did_you_mean(dtype_raw, names)}",
+        )
     if dtype.kind not in red.dtype_kinds or dtype.itemsize > 8:
         kinds = {"f": "float16/32/64", "i": "int8..int64", "u": "uint8..uint64"}
         valid = " or ".join(kinds[k] for k in red.dtype_kinds)
@@ -381,17 +467,23 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         fail(f"{path}.dtype", f"t-digest payloads are float32 (spec §2.1), got {dtype_raw!r}")
     if red.kind == "ragged":
         if "fill_value" in raw and raw["fill_value"] not in ("", b""):
-            fail(f"{path}.fill_value", f"ragged fields have the fixed fill '' (empty payload), "
-                  f"got {raw['fill_value']!r}; remove the key")
+            fail(
+                f"{path}.fill_value",
+                f"ragged fields have the fixed fill '' (empty payload), "
+                f"got {raw['fill_value']!r}; remove the key",
+            )
         fill = b""
     else:
         fill = raw.get("fill_value", red.default_fill(dtype))
         if isinstance(fill, str) and fill.lower() == "nan":
             fill = float("nan")
         if not _representable(fill, dtype):
-            fail(f"{path}.fill_value", f"{fill!r} is not representable in dtype {dtype.name}; "
-                  f"use a value within the range of {dtype.name}"
-                  + (" (or NaN)" if dtype.kind == "f" else ""))
+            fail(
+                f"{path}.fill_value",
+                f"{fill!r} is not representable in dtype {dtype.name}; "
+                f"use a value within the range of {dtype.name}"
+                + (" (or NaN)" if dtype.kind == "f" else ""),
+            )
         if dtype.kind in "iu":
             fill = int(fill)
         else:
@@ -417,13 +509,19 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     _check_json(attrs, f"{path}.attrs")
     for key in attrs:
         if key in CF_ENCODING_ATTRS or (key == "units" and " since " in str(attrs[key])):
-            fail(f"{path}.attrs.{key}", f"'{key}' tells CF readers (xarray, moczarr) to "
-                  "transform the stored values when they read them, so they would see other "
-                  "numbers than zagg stored; remove it (the field's fill is set by fill_value)")
+            fail(
+                f"{path}.attrs.{key}",
+                f"'{key}' tells CF readers (xarray, moczarr) to "
+                "transform the stored values when they read them, so they would see other "
+                "numbers than zagg stored; remove it (the field's fill is set by fill_value)",
+            )
         if key in SPEC_OWNED_ATTRS:
-            fail(f"{path}.attrs.{key}", f"'{key}' is owned by the store format and written "
-                  "by zagg itself; remove it (spec-owned keys: "
-                  f"{', '.join(SPEC_OWNED_ATTRS)})")
+            fail(
+                f"{path}.attrs.{key}",
+                f"'{key}' is owned by the store format and written "
+                "by zagg itself; remove it (spec-owned keys: "
+                f"{', '.join(SPEC_OWNED_ATTRS)})",
+            )
     if function == "tdigest":
         _check_flux(params, f"{path}.params", variables)
     where = raw.get("where")
@@ -439,43 +537,70 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
     if not isinstance(located, bool):
         fail(f"{path}.located", f"expected true or false, got {located!r}")
     if located and red.kind != "ragged":
-        fail(f"{path}.located", f"only digest (ragged) fields carry locations, not "
-              f"{function!r}")
+        fail(f"{path}.located", f"only digest (ragged) fields carry locations, not {function!r}")
     timed = raw.get("timed", False)
     if not isinstance(timed, bool):
         fail(f"{path}.timed", f"expected true or false, got {timed!r}")
     if timed and red.kind != "ragged":
-        fail(f"{path}.timed", f"only digest (ragged) fields carry per-centroid times, not "
-              f"{function!r}")
+        fail(
+            f"{path}.timed",
+            f"only digest (ragged) fields carry per-centroid times, not {function!r}",
+        )
     if function == "composition":
         if "fill_value" in raw and raw["fill_value"] != 0:
-            fail(f"{path}.fill_value", f"a composition word's fill is 0 (an unwritten cell "
-                  f"must read as 'no flags', spec §3), got {raw['fill_value']!r}")
+            fail(
+                f"{path}.fill_value",
+                f"a composition word's fill is 0 (an unwritten cell "
+                f"must read as 'no flags', spec §3), got {raw['fill_value']!r}",
+            )
         if source is None:
-            fail(f"{path}.source", "composition needs the (n, 5) signal confidence variable, "
-                  "e.g. signal_conf_ph")
+            fail(
+                f"{path}.source",
+                "composition needs the (n, 5) signal confidence variable, e.g. signal_conf_ph",
+            )
         _check_composition_of(params, f"{path}.params", fields_raw or {})
-    return FieldSpec(name, function, source, dtype.name, fill, params, dict(attrs), where,
-                     stratum, located, timed)
+    return FieldSpec(
+        name,
+        function,
+        source,
+        dtype.name,
+        fill,
+        params,
+        dict(attrs),
+        where,
+        stratum,
+        located,
+        timed,
+    )
 
 
 def _check_flux(params, path: str, variables) -> None:
     """Flux digests name their weight variable and gain; counts digests name neither."""
     if params["weights"] == "flux":
         if params["weight_source"] is None:
-            fail(f"{path}.weight_source", "a flux digest needs the variable holding each "
-                  f"observation's flux; one of: {', '.join(variables)}")
+            fail(
+                f"{path}.weight_source",
+                "a flux digest needs the variable holding each "
+                f"observation's flux; one of: {', '.join(variables)}",
+            )
         if params["weight_source"] not in variables:
-            fail(f"{path}.weight_source", f"{params['weight_source']!r} is not declared in "
-                  f"data_source.variables ({', '.join(variables)})")
+            fail(
+                f"{path}.weight_source",
+                f"{params['weight_source']!r} is not declared in "
+                f"data_source.variables ({', '.join(variables)})",
+            )
         if params["gain"] is None:
-            fail(f"{path}.gain", "a flux digest must record its calibration (spec §2.0): "
-                  "{name: ..., version: ...}")
+            fail(
+                f"{path}.gain",
+                "a flux digest must record its calibration (spec §2.0): {name: ..., version: ...}",
+            )
     else:
         for key in ("weight_source", "gain"):
             if params[key] is not None:
-                fail(f"{path}.{key}", "only a digest with weights: flux takes this; remove it "
-                      "or set weights: flux")
+                fail(
+                    f"{path}.{key}",
+                    "only a digest with weights: flux takes this; remove it or set weights: flux",
+                )
 
 
 def _parse_stratum(raw, path: str, where) -> dict | None:
@@ -488,8 +613,11 @@ def _parse_stratum(raw, path: str, where) -> dict | None:
     if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= 4:
         fail(f"{path}.threshold", f"expected a confidence level 1..4, got {t!r}")
     if where is None:
-        fail(path, "a stratum selects its rows with 'where'; add the predicate that defines "
-              f"the {raw['name']} photons")
+        fail(
+            path,
+            "a stratum selects its rows with 'where'; add the predicate that defines "
+            f"the {raw['name']} photons",
+        )
     return {"name": raw["name"], "threshold": t}
 
 
@@ -497,17 +625,29 @@ def _check_composition_of(params, path: str, fields_raw: Mapping) -> None:
     of = params["of"]
     target = fields_raw.get(of)
     if not isinstance(target, Mapping) or target.get("function") != "tdigest":
-        digests = sorted(n for n, f in fields_raw.items()
-                         if isinstance(f, Mapping) and f.get("function") == "tdigest")
-        fail(f"{path}.of", f"{of!r} must name a t-digest field of this config (its weights "
-              f"are N_signal); declared digests: {', '.join(digests) or 'none'}")
+        digests = sorted(
+            n
+            for n, f in fields_raw.items()
+            if isinstance(f, Mapping) and f.get("function") == "tdigest"
+        )
+        fail(
+            f"{path}.of",
+            f"{of!r} must name a t-digest field of this config (its weights "
+            f"are N_signal); declared digests: {', '.join(digests) or 'none'}",
+        )
     if ((target.get("params") or {}).get("weights", "counts")) != "counts":
-        fail(f"{path}.of", f"{of!r} is flux-weighted; a composition word's N_signal is a "
-              "photon count, so 'of' must name a counts digest (spec §4.5)")
+        fail(
+            f"{path}.of",
+            f"{of!r} is flux-weighted; a composition word's N_signal is a "
+            "photon count, so 'of' must name a counts digest (spec §4.5)",
+        )
     stratum = target.get("stratum")
     if isinstance(stratum, Mapping) and stratum.get("threshold") != params["threshold"]:
-        fail(f"{path}.threshold", f"{params['threshold']} differs from the stratum threshold "
-              f"{stratum.get('threshold')!r} of {of!r}; they must be equal (spec §3.3)")
+        fail(
+            f"{path}.threshold",
+            f"{params['threshold']} differs from the stratum threshold "
+            f"{stratum.get('threshold')!r} of {of!r}; they must be equal (spec §3.3)",
+        )
 
 
 def _parse_grid(raw) -> Grid:
@@ -519,12 +659,18 @@ def _parse_grid(raw) -> Grid:
     p = check_order(raw["parent_order"], f"{path}.parent_order")
     c = check_order(raw["child_order"], f"{path}.child_order")
     if p > c:
-        fail(path, f"parent_order {p} > child_order {c}; need 0 <= parent_order <= "
-              f"chunk_inner <= child_order <= {MAX_ORDER}")
+        fail(
+            path,
+            f"parent_order {p} > child_order {c}; need 0 <= parent_order <= "
+            f"chunk_inner <= child_order <= {MAX_ORDER}",
+        )
     ci = check_order(raw.get("chunk_inner", min(c, p + 4)), f"{path}.chunk_inner")
     if not p <= ci <= c:
-        fail(f"{path}.chunk_inner", f"{ci} must lie between parent_order {p} and child_order "
-              f"{c} (0 <= parent_order <= chunk_inner <= child_order <= {MAX_ORDER})")
+        fail(
+            f"{path}.chunk_inner",
+            f"{ci} must lie between parent_order {p} and child_order "
+            f"{c} (0 <= parent_order <= chunk_inner <= child_order <= {MAX_ORDER})",
+        )
     if c > 27:
         fail(f"{path}.child_order", f"cell order {c} is not supported yet; use an order <= 27")
     sharded = raw.get("sharded", True)
@@ -555,28 +701,39 @@ def _parse_output(raw, fields) -> Output:
         fail("output.dataset.short_name", f"expected a non-empty string, got {short_name!r}")
     version = ds["version"]
     if isinstance(version, int) and not isinstance(version, bool):
-        fail("output.dataset.version", f"got the number {version!r}; write the version as "
-              f"text, quoted (version: '{version:03d}' or '{version}'): unquoted, 007 reads "
-              "as the number 7")
+        fail(
+            "output.dataset.version",
+            f"got the number {version!r}; write the version as "
+            f"text, quoted (version: '{version:03d}' or '{version}'): unquoted, 007 reads "
+            "as the number 7",
+        )
     if not isinstance(version, str) or not version:
         fail("output.dataset.version", f"expected a string such as '007', got {version!r}")
     grid = _parse_grid(raw["grid"])
-    limit = parse_bytes(raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY),
-                         "output.shard_memory_limit")
+    limit = parse_bytes(
+        raw.get("shard_memory_limit", DEFAULT_SHARD_MEMORY), "output.shard_memory_limit"
+    )
     need = _shard_bytes(grid, fields)
     if need > limit:
-        fail("output.grid", f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
-              f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
-              f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
-              "shards) or lower child_order, or raise output.shard_memory_limit")
+        fail(
+            "output.grid",
+            f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
+            f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
+            f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
+            "shards) or lower child_order, or raise output.shard_memory_limit",
+        )
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
     pyramid, sweep = _parse_pyramid(raw, grid)
     versions = raw.get("leaf_versions", True)
     if not isinstance(versions, bool):
-        fail("output.leaf_versions", f"expected true (each write makes a new version of the "
-             f"leaf; the default) or false (rewrite leaves in place), got {versions!r}")
-    return Output(store, short_name, str(version), grid, layout, limit, options, pyramid,
-                  sweep, versions)
+        fail(
+            "output.leaf_versions",
+            f"expected true (each write makes a new version of the "
+            f"leaf; the default) or false (rewrite leaves in place), got {versions!r}",
+        )
+    return Output(
+        store, short_name, str(version), grid, layout, limit, options, pyramid, sweep, versions
+    )
 
 
 def _parse_pyramid(raw, grid: Grid) -> tuple:
@@ -587,13 +744,17 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
     value = raw.get("pyramid")
     win = raw.get("windowing")
     windowed = isinstance(win, Mapping) and win.get("schedule") != "none"
-    res = declare.resolutions(value, grid.parent_order, grid.chunk_inner, grid.child_order,
-                              windowed=windowed)
+    res = declare.resolutions(
+        value, grid.parent_order, grid.chunk_inner, grid.child_order, windowed=windowed
+    )
     declare.overview_delta(value)
     sweep = declare.sweep_mode(raw.get("sweep"))
     if sweep and res is None:
-        fail("output.sweep", "a sweep builds the pyramid ladder, but output.pyramid declares "
-             "none; declare a pyramid or drop output.sweep")
+        fail(
+            "output.sweep",
+            "a sweep builds the pyramid ladder, but output.pyramid declares "
+            "none; declare a pyramid or drop output.sweep",
+        )
     return res, sweep
 
 
@@ -605,18 +766,24 @@ def parse_config(raw: Mapping) -> Config:
     check_keys(agg, ("variables",), "aggregation", ("variables",))
     fields_raw = agg["variables"]
     if not isinstance(fields_raw, Mapping) or not fields_raw:
-        fail("aggregation.variables", f"expected a non-empty mapping of output fields, "
-              f"got {fields_raw!r}")
+        fail(
+            "aggregation.variables",
+            f"expected a non-empty mapping of output fields, got {fields_raw!r}",
+        )
     fields = {}
     for name, spec in fields_raw.items():
         if not isinstance(name, str) or not name.isidentifier() or name == "morton":
-            fail(f"aggregation.variables.{name}", "field names must be identifiers "
-                  "(letters, digits, underscores) and not 'morton'")
+            fail(
+                f"aggregation.variables.{name}",
+                "field names must be identifiers (letters, digits, underscores) and not 'morton'",
+            )
         fields[name] = _parse_field(name, spec, source.variables, fields_raw)
     for f in fields.values():
         if f.located and f.locations_name in fields:
-            fail(f"aggregation.variables.{f.locations_name}", f"the name is taken by the "
-                  f"locations sibling of {f.name!r}; rename the field")
+            fail(
+                f"aggregation.variables.{f.locations_name}",
+                f"the name is taken by the locations sibling of {f.name!r}; rename the field",
+            )
     output = _parse_output(raw["output"], fields)
     windowing = _parse_windowing(raw["output"], source, output, fields)
     if windowing is not None:
@@ -632,22 +799,33 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
     windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
     timed = [f.name for f in fields.values() if f.timed]
     if timed and windowing is None:
-        fail(f"aggregation.variables.{timed[0]}.timed", "per-centroid times are read from the "
-             "time field output.windowing declares (its epoch, scale and units); add an "
-             "output.windowing block")
+        fail(
+            f"aggregation.variables.{timed[0]}.timed",
+            "per-centroid times are read from the "
+            "time field output.windowing declares (its epoch, scale and units); add an "
+            "output.windowing block",
+        )
     ranges = [f.name for f in fields.values() if f.function == "time_range"]
     if ranges and windowing is None:
-        fail(f"aggregation.variables.{ranges[0]}.function", "time_range reads its source on "
-             "the clock output.windowing declares (its epoch, scale and units); add an "
-             "output.windowing block")
+        fail(
+            f"aggregation.variables.{ranges[0]}.function",
+            "time_range reads its source on "
+            "the clock output.windowing declares (its epoch, scale and units); add an "
+            "output.windowing block",
+        )
     if timed and output.pyramid is not None:
-        fail("output.pyramid", f"the per-centroid times of {timed[0]!r} (timed: true) do not "
-             "fold into the pyramid's levels in this zagg: set output.pyramid: false, or drop "
-             "timed to keep a windowed pyramid")
+        fail(
+            "output.pyramid",
+            f"the per-centroid times of {timed[0]!r} (timed: true) do not "
+            "fold into the pyramid's levels in this zagg: set output.pyramid: false, or drop "
+            "timed to keep a windowed pyramid",
+        )
     for f in fields.values():
         if f.timed and f.times_name in fields:
-            fail(f"aggregation.variables.{f.times_name}", f"the name is taken by the times "
-                 f"sibling of {f.name!r}; rename the field")
+            fail(
+                f"aggregation.variables.{f.times_name}",
+                f"the name is taken by the times sibling of {f.name!r}; rename the field",
+            )
     return windowing
 
 
@@ -665,8 +843,9 @@ def load_config(source) -> Config:
         shipped = find("config", source)
         if shipped is not None:
             source = shipped
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                     and source.endswith((".yaml", ".yml"))):
+    if isinstance(source, Path) or (
+        isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml"))
+    ):
         path = Path(source)
         if not path.exists():
             raise ConfigError(f"config file {str(path)!r} does not exist")
@@ -674,8 +853,9 @@ def load_config(source) -> Config:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             what = "a directory" if path.is_dir() else "not a readable UTF-8 text file"
-            raise ConfigError(f"config file {str(path)!r} is {what} ({exc}); give the path "
-                              "of a YAML file") from exc
+            raise ConfigError(
+                f"config file {str(path)!r} is {what} ({exc}); give the path of a YAML file"
+            ) from exc
     elif isinstance(source, str):
         text = source
     else:
@@ -688,9 +868,11 @@ def load_config(source) -> Config:
         if isinstance(source, str) and "\n" not in source and not isinstance(raw, list):
             from .packaged import names
 
-            raise ConfigError(f"config {source!r} is neither an existing .yaml/.yml file, the "
-                              "name of a shipped config nor YAML text of a mapping; give the "
-                              "path of the config file (ending in .yaml or .yml) or one of: "
-                              f"{', '.join(names('config'))}")
+            raise ConfigError(
+                f"config {source!r} is neither an existing .yaml/.yml file, the "
+                "name of a shipped config nor YAML text of a mapping; give the "
+                "path of the config file (ending in .yaml or .yml) or one of: "
+                f"{', '.join(names('config'))}"
+            )
         raise ConfigError(f"config must be a YAML mapping at the top level, got {raw!r}")
     return parse_config(raw)

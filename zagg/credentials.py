@@ -13,9 +13,16 @@ from .validation import check_keys, fail
 
 _SECRET_KEYS = ("key", "secret", "token")
 _STORAGE_KEYS = {  # s3fs options accepted here, with the type each must have
-    "anon": bool, "key": str, "secret": str, "token": str, "profile": str,
-    "endpoint_url": str, "requester_pays": bool, "use_ssl": bool,
-    "client_kwargs": Mapping, "config_kwargs": Mapping,
+    "anon": bool,
+    "key": str,
+    "secret": str,
+    "token": str,
+    "profile": str,
+    "endpoint_url": str,
+    "requester_pays": bool,
+    "use_ssl": bool,
+    "client_kwargs": Mapping,
+    "config_kwargs": Mapping,
 }
 
 
@@ -41,13 +48,16 @@ class StorageOptions(dict):
 
 def _is_secret(name) -> bool:
     name = str(name).lower()
-    return name in _SECRET_KEYS or any(w in name for w in ("secret", "token", "password",
-                                                           "access_key", "credential"))
+    return name in _SECRET_KEYS or any(
+        w in name for w in ("secret", "token", "password", "access_key", "credential")
+    )
 
 
 def _masked(options: Mapping) -> dict:
-    return {k: "***" if _is_secret(k) else _masked(v) if isinstance(v, Mapping) else v
-            for k, v in options.items()}
+    return {
+        k: "***" if _is_secret(k) else _masked(v) if isinstance(v, Mapping) else v
+        for k, v in options.items()
+    }
 
 
 def _secret_values(options: Mapping):

@@ -24,8 +24,10 @@ def demo_config(granules: str) -> dict:
         "data_source": {
             "granules": granules,
             "groups": BEAMS,
-            "coordinates": {"latitude": "/{group}/heights/lat_ph",
-                            "longitude": "/{group}/heights/lon_ph"},
+            "coordinates": {
+                "latitude": "/{group}/heights/lat_ph",
+                "longitude": "/{group}/heights/lon_ph",
+            },
             "variables": {
                 "h_ph": "/{group}/heights/h_ph",
                 "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
@@ -33,17 +35,18 @@ def demo_config(granules: str) -> dict:
             "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
             "delta_time": "/{group}/heights/delta_time",
         },
-        "aggregation": {"variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph", "attrs": {"units": "m"}},
-            "h_min": {"function": "min", "source": "h_ph", "attrs": {"units": "m"}},
-            "h_max": {"function": "max", "source": "h_ph", "attrs": {"units": "m"}},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }},
+        "aggregation": {
+            "variables": {
+                "count": {"function": "count"},
+                "h_mean": {"function": "mean", "source": "h_ph", "attrs": {"units": "m"}},
+                "h_min": {"function": "min", "source": "h_ph", "attrs": {"units": "m"}},
+                "h_max": {"function": "max", "source": "h_ph", "attrs": {"units": "m"}},
+                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
+            }
+        },
         "output": {
             "dataset": {"short_name": DEMO_SHORT_NAME, "version": "1"},
-            "grid": {"type": "healpix", "parent_order": 9, "chunk_inner": 13,
-                     "child_order": 17},
+            "grid": {"type": "healpix", "parent_order": 9, "chunk_inner": 13, "child_order": 17},
         },
     }
 
@@ -56,8 +59,12 @@ def strata_demo_config(granules: str) -> dict:
     raw["data_source"]["granules"] = granules
     raw["output"]["store"] = None
     raw["output"]["dataset"] = {"short_name": DEMO_SHORT_NAME, "version": "1"}
-    raw["output"]["grid"] = {"type": "healpix", "parent_order": 9, "chunk_inner": 13,
-                             "child_order": 17}
+    raw["output"]["grid"] = {
+        "type": "healpix",
+        "parent_order": 9,
+        "chunk_inner": 13,
+        "child_order": 17,
+    }
     return raw
 
 
@@ -87,14 +94,21 @@ def _clear_previous_demo(store: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         short = None
     if short != DEMO_SHORT_NAME:
-        raise FileExistsError(f"{store} exists and is not a zagg demo store; pass --store with "
-                              "a new path")
+        raise FileExistsError(
+            f"{store} exists and is not a zagg demo store; pass --store with a new path"
+        )
     shutil.rmtree(store)
 
 
-def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
-         workers: int | None = None, map_path: str | None = None,
-         granules: str | None = None, product: str = "tdigest") -> dict:
+def demo(
+    store: str = "demo-store",
+    points: int = 4_000_000,
+    seed: int = 0,
+    workers: int | None = None,
+    map_path: str | None = None,
+    granules: str | None = None,
+    product: str = "tdigest",
+) -> dict:
     """Write seeded ATL03 granules (once), aggregate them into ``store`` as ``product``
     (one of :data:`PRODUCTS`) and draw the map.
 
@@ -108,11 +122,14 @@ def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
     _clear_previous_demo(path)
     gdir = Path(granules) if granules else path.with_name(path.name + "-granules")
     what = "strata product" if product == "strata" else "t-digest product"
-    print(f"zagg demo ({what}): ATL03 granules with ~{points:,} synthetic photons over Pine "
-          f"Island Glacier in {gdir}/ → {path}/ (order-17 cells, order-9 shards)")
+    print(
+        f"zagg demo ({what}): ATL03 granules with ~{points:,} synthetic photons over Pine "
+        f"Island Glacier in {gdir}/ → {path}/ (order-17 cells, order-9 shards)"
+    )
     files = demo_granules(gdir, points, seed)
-    print(f"granules        {len(files)} HDF5 files, {sum(f.stat().st_size for f in files):,} "
-          "bytes")
+    print(
+        f"granules        {len(files)} HDF5 files, {sum(f.stat().st_size for f in files):,} bytes"
+    )
     cfg = strata_demo_config(str(gdir)) if product == "strata" else demo_config(str(gdir))
     summary = run(cfg, store=str(path), workers=workers)
     print("\n".join(summary.lines()))
@@ -121,8 +138,10 @@ def demo(store: str = "demo-store", points: int = 4_000_000, seed: int = 0,
     if made:
         print(f"map             {png}")
     if product == "tdigest":
-        print("also            python -m zagg demo --product strata  (signal/noise strata and "
-              "the composition word, from the granules' signal_conf_ph)")
+        print(
+            "also            python -m zagg demo --product strata  (signal/noise strata and "
+            "the composition word, from the granules' signal_conf_ph)"
+        )
     return {"summary": summary, "map": str(png) if made else None}
 
 
@@ -143,8 +162,15 @@ def plot_map(store: str, png: str) -> bool:
     ds = open_hive(store)
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
     draw(ds, "count", ax=axes[0], projection="lonlat", title="photons per cell")
-    draw(ds, "h_tdigest", q=0.5, ax=axes[1], projection="lonlat", cmap="terrain",
-         title="median height (m)")
+    draw(
+        ds,
+        "h_tdigest",
+        q=0.5,
+        ax=axes[1],
+        projection="lonlat",
+        cmap="terrain",
+        title="median height (m)",
+    )
     fig.suptitle(f"zagg demo store {store}: {ds.sizes['cells']:,} cells with data")
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)

@@ -41,8 +41,11 @@ def launched_worker_environ(threads: int) -> dict[str, str]:
     dask-gateway backend, a batch job): the nanny's spawn settings and the worker preload
     travel as dask config variables (their values are Python literals, which keep the
     variable names' case), beside :func:`worker_environ`."""
-    spawn = {str(k): str(v) for k, v in
-             profile()["distributed"]["nanny"]["pre-spawn-environ"].items()}
-    return {**worker_environ(threads),
-            "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": repr(spawn),
-            "DASK_DISTRIBUTED__WORKER__PRELOAD": repr(["zagg.preload"])}
+    spawn = {
+        str(k): str(v) for k, v in profile()["distributed"]["nanny"]["pre-spawn-environ"].items()
+    }
+    return {
+        **worker_environ(threads),
+        "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": repr(spawn),
+        "DASK_DISTRIBUTED__WORKER__PRELOAD": repr(["zagg.preload"]),
+    }

@@ -29,8 +29,14 @@ class Filter:
             return np.isin(data, list(v))
         if self.op == "not_in":
             return ~np.isin(data, list(v))
-        ops = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-               "gt": np.greater, "ge": np.greater_equal}
+        ops = {
+            "eq": np.equal,
+            "ne": np.not_equal,
+            "lt": np.less,
+            "le": np.less_equal,
+            "gt": np.greater,
+            "ge": np.greater_equal,
+        }
         return ops[self.op](data, v)
 
 
@@ -46,12 +52,18 @@ def parse_filters(raw, variables, path) -> tuple[Filter, ...]:
         check_keys(f, ("variable", "op", "value", "column"), p, ("variable", "op", "value"))
         var = check_name(f["variable"], f"{p}.variable")
         if var not in variables:
-            fail(f"{p}.variable", f"{var!r} is not declared in data_source.variables "
-                 f"({', '.join(variables)}); declare it there first")
+            fail(
+                f"{p}.variable",
+                f"{var!r} is not declared in data_source.variables "
+                f"({', '.join(variables)}); declare it there first",
+            )
         op = f["op"]
         if op not in FILTER_OPS:
-            fail(f"{p}.op", f"unknown operator {op!r}{did_you_mean(op, FILTER_OPS)}; valid: "
-                 f"{', '.join(FILTER_OPS)}")
+            fail(
+                f"{p}.op",
+                f"unknown operator {op!r}{did_you_mean(op, FILTER_OPS)}; valid: "
+                f"{', '.join(FILTER_OPS)}",
+            )
         value = f["value"]
         if op in ("in", "not_in"):
             if not isinstance(value, list) or not value:
@@ -63,12 +75,16 @@ def parse_filters(raw, variables, path) -> tuple[Filter, ...]:
             fail(f"{p}.value", f"filter values must be numbers, got {bad[0]!r}")
         values = value if isinstance(value, list) else [value]
         if not all(math.isfinite(v) for v in values):
-            fail(f"{p}.value", f"filter values must be finite numbers, got {value!r} (NaN "
-                 "compares false with everything; to drop NaN rows use a range, e.g. "
-                 "op: ge with the smallest valid value)")
+            fail(
+                f"{p}.value",
+                f"filter values must be finite numbers, got {value!r} (NaN "
+                "compares false with everything; to drop NaN rows use a range, e.g. "
+                "op: ge with the smallest valid value)",
+            )
         column = f.get("column")
-        if column is not None and (isinstance(column, bool) or not isinstance(column, int)
-                                   or column < 0):
+        if column is not None and (
+            isinstance(column, bool) or not isinstance(column, int) or column < 0
+        ):
             fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
         out.append(Filter(var, op, value, column))
     return tuple(out)

@@ -57,12 +57,18 @@ class RunGate:
     def decide(self, planned: dict[str, list[str] | None]) -> set[str]:
         """Classify ``planned`` units, touch the current ones, record refusals; returns the
         shard ids to write."""
-        verdicts = classify(self.root, planned, self.semantic_hash,
-                            allow_contraction=self.allow_contraction, column=self.column)
+        verdicts = classify(
+            self.root,
+            planned,
+            self.semantic_hash,
+            allow_contraction=self.allow_contraction,
+            column=self.column,
+        )
         gate = Gate(verdicts)
         current = [v for v in verdicts.values() if v.kind == CURRENT]
-        gate.objects_touched, gate.touch_failures = touch_current(self.root, current,
-                                                                  column=self.column)
+        gate.objects_touched, gate.touch_failures = touch_current(
+            self.root, current, column=self.column
+        )
         refused = [v for v in verdicts.values() if v.kind == REFUSED]
         gate.refusals_key = write_refusals(self.root, self.run_id, self.semantic_hash, refused)
         self.gate = gate if self.gate is None else self.gate.merge(gate)
@@ -78,17 +84,28 @@ class RunGate:
         written = {leaf_stem(r["shard_id"], r.get("window")) for r in summary.records}
         failed = {f.get("granule") for f in summary.failed_granules}
         empty = sorted(set(todo) - written)
-        write_empty(self.root, empty, {sid: [i for i in planned[sid] if i not in failed]
-                                       for sid in empty}, self.semantic_hash, self.run_id)
+        write_empty(
+            self.root,
+            empty,
+            {sid: [i for i in planned[sid] if i not in failed] for sid in empty},
+            self.semantic_hash,
+            self.run_id,
+        )
 
     def summary(self, wall_seconds: float):
         """The summary of a run the gate left nothing to do: no granule read, nothing
         written."""
         from .summary import RunSummary
 
-        return RunSummary(store=self.root.url, run_id=self.run_id,
-                          shards=len(self.gate.verdicts), points=0,
-                          granules=0, wall_seconds=wall_seconds, gate=self.gate)
+        return RunSummary(
+            store=self.root.url,
+            run_id=self.run_id,
+            shards=len(self.gate.verdicts),
+            points=0,
+            granules=0,
+            wall_seconds=wall_seconds,
+            gate=self.gate,
+        )
 
 
 def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
@@ -164,8 +181,12 @@ def source_ids(cfg, ds, from_config: bool) -> list[str] | None:
     return None
 
 
-def found_plan(found_ids: dict[str, list[str]] | None, shard_ids: list[str],
-               read_ids: list[str] | None, recorded) -> dict[str, list[str] | None]:
+def found_plan(
+    found_ids: dict[str, list[str]] | None,
+    shard_ids: list[str],
+    read_ids: list[str] | None,
+    recorded,
+) -> dict[str, list[str] | None]:
     """The planned ids of the shards a full read found: the granules that fed each (or,
     for a one-granule source, that granule), plus the ids its leaf recorded that the run
     read again (a granule that touched the shard but kept no point in it last time)."""

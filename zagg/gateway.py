@@ -22,13 +22,15 @@ def _gateway_module():
     try:
         import dask_gateway
     except ImportError:
-        raise ClusterError("--gateway needs the dask-gateway client: pip install "
-                           "'zagg[gateway]' (or dask-gateway)") from None
+        raise ClusterError(
+            "--gateway needs the dask-gateway client: pip install 'zagg[gateway]' (or dask-gateway)"
+        ) from None
     return dask_gateway
 
 
-def cluster_options(gateway, *, threads: int | None = None, memory_limit=None,
-                    options: dict | None = None):
+def cluster_options(
+    gateway, *, threads: int | None = None, memory_limit=None, options: dict | None = None
+):
     """The gateway's cluster options with zagg's choices filled in: ``threads`` as
     ``worker_cores``, ``memory_limit`` (a size such as ``"4GiB"`` or bytes) as
     ``worker_memory`` in GiB, the deployment profile merged into ``environment``, then
@@ -49,8 +51,10 @@ def cluster_options(gateway, *, threads: int | None = None, memory_limit=None,
 
 def _set(opts, offered: set, name: str, value, knob: str) -> None:
     if name not in offered:
-        raise ClusterError(f"the gateway offers no cluster option {name!r} (for {knob}); it "
-                           f"offers: {', '.join(sorted(offered)) or 'none'}")
+        raise ClusterError(
+            f"the gateway offers no cluster option {name!r} (for {knob}); it "
+            f"offers: {', '.join(sorted(offered)) or 'none'}"
+        )
     try:
         opts[name] = value
     except (TypeError, ValueError) as exc:
@@ -63,14 +67,24 @@ def _gib(memory_limit) -> float:
     try:
         n = parse_bytes(memory_limit, "memory_limit")
     except ConfigError:
-        raise ClusterError(f"memory limit {memory_limit!r} is not a size for a gateway "
-                           "worker; use e.g. '4GiB' or '512MiB'") from None
+        raise ClusterError(
+            f"memory limit {memory_limit!r} is not a size for a gateway "
+            "worker; use e.g. '4GiB' or '512MiB'"
+        ) from None
     return round(n / 2**30, 3)
 
 
-def new_cluster(address: str, *, workers: int | None = None, threads: int | None = None,
-                memory_limit=None, adaptive: tuple[int, int] | None = None,
-                options: dict | None = None, auth=None, proxy_address=None):
+def new_cluster(
+    address: str,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit=None,
+    adaptive: tuple[int, int] | None = None,
+    options: dict | None = None,
+    auth=None,
+    proxy_address=None,
+):
     """A new dask-gateway cluster at ``address`` (shut down when closed, or when this
     process exits), scaled to ``workers`` or adapting between ``adaptive = (min, max)``."""
     dask_gateway = _gateway_module()
@@ -78,15 +92,20 @@ def new_cluster(address: str, *, workers: int | None = None, threads: int | None
         raise ClusterError("give workers or adaptive=(min, max), not both")
     try:
         with dask_gateway.Gateway(address, proxy_address=proxy_address, auth=auth) as gw:
-            opts = cluster_options(gw, threads=threads, memory_limit=memory_limit,
-                                   options=options)
-        cluster = dask_gateway.GatewayCluster(address=address, proxy_address=proxy_address,
-                                              auth=auth, cluster_options=opts,
-                                              shutdown_on_close=True)
+            opts = cluster_options(gw, threads=threads, memory_limit=memory_limit, options=options)
+        cluster = dask_gateway.GatewayCluster(
+            address=address,
+            proxy_address=proxy_address,
+            auth=auth,
+            cluster_options=opts,
+            shutdown_on_close=True,
+        )
     except OSError as exc:
-        raise ClusterError(f"cannot reach a dask-gateway at {address!r} ({exc}); check the "
-                           "URL (e.g. http://127.0.0.1:8000) and that the gateway "
-                           "runs") from exc
+        raise ClusterError(
+            f"cannot reach a dask-gateway at {address!r} ({exc}); check the "
+            "URL (e.g. http://127.0.0.1:8000) and that the gateway "
+            "runs"
+        ) from exc
     if adaptive is not None:
         lo, hi = adaptive
         cluster.adapt(minimum=int(lo), maximum=int(hi))

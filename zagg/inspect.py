@@ -96,14 +96,22 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
     if data != leaf:
         own, own_problem = read_stamp_or_debris(root, data)
         if own is None:  # the pointer names a version that is gone or was never stamped
-            return {"leaf": leaf, "status": "debris", "stamp_unreadable": own_problem or (
-                f"its current version {stamp['current']} is missing or unstamped")}
+            return {
+                "leaf": leaf,
+                "status": "debris",
+                "stamp_unreadable": own_problem
+                or (f"its current version {stamp['current']} is missing or unstamped"),
+            }
     recorded = stamp.get("content_hashes") or {}
-    arrays_rec = recorded.get("arrays") if isinstance(recorded, dict) and "arrays" in recorded \
-        else recorded
+    arrays_rec = (
+        recorded.get("arrays") if isinstance(recorded, dict) and "arrays" in recorded else recorded
+    )
     if not isinstance(recorded, dict) or not isinstance(arrays_rec, dict):
-        return {"leaf": leaf, "status": "unreadable",
-                "unreadable": {"content_hashes": "the stamp's record is not a JSON object"}}
+        return {
+            "leaf": leaf,
+            "status": "unreadable",
+            "unreadable": {"content_hashes": "the stamp's record is not a JSON object"},
+        }
     arrays_rec = {k: v for k, v in arrays_rec.items() if k != "combined"}
     if not arrays_rec:
         return {"leaf": leaf, "status": "unverifiable"}
@@ -124,16 +132,30 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
         "match": sorted(k for k in actual if arrays_rec.get(k) == actual[k]),
         "mismatch": sorted(k for k in actual if k in arrays_rec and arrays_rec[k] != actual[k]),
         "extra": sorted(set(actual) - set(arrays_rec)),
-        "missing": sorted(k for k in set(arrays_rec) - set(actual)
-                          if k not in unreadable and not k.startswith(hidden)),
+        "missing": sorted(
+            k
+            for k in set(arrays_rec) - set(actual)
+            if k not in unreadable and not k.startswith(hidden)
+        ),
         "unreadable": dict(sorted(unreadable.items())),
     }
     combined_ok = bool(unreadable) or recorded.get("combined") in (
-        None, combined_digest(list(actual.values())))
+        None,
+        combined_digest(list(actual.values())),
+    )
     out["status"] = (
-        "unreadable" if unreadable else "mismatch" if out["mismatch"]
-        else "extra array" if out["extra"] else "missing array" if out["missing"]
-        else "ok" if combined_ok else "combined mismatch")
+        "unreadable"
+        if unreadable
+        else "mismatch"
+        if out["mismatch"]
+        else "extra array"
+        if out["extra"]
+        else "missing array"
+        if out["missing"]
+        else "ok"
+        if combined_ok
+        else "combined mismatch"
+    )
     return out
 
 
@@ -141,8 +163,10 @@ def _detail(r: dict) -> str:
     """The parenthesised detail of one leaf's outcome line."""
     if r["status"] == "debris":
         if r.get("stamp_unreadable"):
-            return (f"warning: {r['stamp_unreadable']}; read as unstamped debris, which the "
-                    "next run of this shard rewrites")
+            return (
+                f"warning: {r['stamp_unreadable']}; read as unstamped debris, which the "
+                "next run of this shard rewrites"
+            )
         return "no commit stamp: an unfinished write, which the next run of this shard rewrites"
     parts = [f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing") if r.get(k)]
     parts += [f"unreadable: {k} ({why})" for k, why in (r.get("unreadable") or {}).items()]
@@ -164,9 +188,11 @@ def _manifest_problem(root: hive.StoreRoot, has_leaves: bool) -> str | None:
     if manifest is None and not has_leaves:
         return f"MISSING: {root.url} holds no {MANIFEST_KEY} and no leaf: not a hive store"
     if manifest is None:
-        return (f"MISSING: {root.url_of(MANIFEST_KEY)} does not exist; readers refuse a store "
-                "without it and a run will not write into one (restore it, or rebuild the "
-                "store into a new root)")
+        return (
+            f"MISSING: {root.url_of(MANIFEST_KEY)} does not exist; readers refuse a store "
+            "without it and a run will not write into one (restore it, or rebuild the "
+            "store into a new root)"
+        )
     return None
 
 
@@ -175,8 +201,10 @@ def _coverage_warnings(root: hive.StoreRoot, stamped: list[str]) -> list[str]:
     client writes it after all leaves, so a gap means a run that did not finish."""
     if not stamped:
         return []
-    rerun = ("         the last run into this store probably did not finish (or one is still "
-             "writing): rerun the same config to complete it")
+    rerun = (
+        "         the last run into this store probably did not finish (or one is still "
+        "writing): rerun the same config to complete it"
+    )
     envelope = hcov.read_root_coverage(root)
     listed = None
     if envelope is not None:
@@ -186,14 +214,19 @@ def _coverage_warnings(root: hive.StoreRoot, stamped: list[str]) -> list[str]:
             listed = None
     if listed is None:
         what = "is unreadable" if root.exists(ROOT_COVERAGE_KEY) else "is missing"
-        return [f"WARNING: the root {ROOT_COVERAGE_KEY} {what}, although "
-                f"{_leaves(len(stamped))} {'is' if len(stamped) == 1 else 'are'} stamped;",
-                rerun]
+        return [
+            f"WARNING: the root {ROOT_COVERAGE_KEY} {what}, although "
+            f"{_leaves(len(stamped))} {'is' if len(stamped) == 1 else 'are'} stamped;",
+            rerun,
+        ]
     absent = [sid for sid in stamped if sid not in listed]
     if not absent:
         return []
-    return [f"WARNING: the root {ROOT_COVERAGE_KEY} does not list {len(absent)} of the "
-            f"{_leaves(len(stamped))} stamped (e.g. shard {absent[0]});", rerun]
+    return [
+        f"WARNING: the root {ROOT_COVERAGE_KEY} does not list {len(absent)} of the "
+        f"{_leaves(len(stamped))} stamped (e.g. shard {absent[0]});",
+        rerun,
+    ]
 
 
 #: what ``zagg verify`` exits with: intact, damaged, or intact but incomplete (debris, or a
@@ -241,21 +274,30 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     stamped = sorted({r["shard_id"] for r in results if r["status"] != "debris"})
     ok = not manifest_problem and not failed
     if not ok:
-        why = (["the manifest is " + manifest_problem.split(":")[0].lower()]
-               if manifest_problem else [])
+        why = (
+            ["the manifest is " + manifest_problem.split(":")[0].lower()]
+            if manifest_problem
+            else []
+        )
         why += [f"{len(failed)} of {_leaves(len(results))} damaged"] if failed else []
         lines.append("verification FAILED: " + "; ".join(why))
     elif not results:
-        lines.append("no leaves yet: the store holds only its manifest (a run that found no "
-                     "points writes no leaf). Nothing to verify, which is not a failure: "
-                     "exit status 0")
+        lines.append(
+            "no leaves yet: the store holds only its manifest (a run that found no "
+            "points writes no leaf). Nothing to verify, which is not a failure: "
+            "exit status 0"
+        )
     elif not stamped:
-        lines.append(f"no committed leaves yet: {_leaves(len(results))}, all debris "
-                     "(unfinished writes, not damage to a committed leaf)")
+        lines.append(
+            f"no committed leaves yet: {_leaves(len(results))}, all debris "
+            "(unfinished writes, not damage to a committed leaf)"
+        )
     elif counts.get("unverifiable"):
         n = counts["unverifiable"]
-        lines.append(f"verified, but {_leaves(n)} {'records' if n == 1 else 'record'} no "
-                     "content hashes (nothing to compare: unverifiable, not tampered)")
+        lines.append(
+            f"verified, but {_leaves(n)} {'records' if n == 1 else 'record'} no "
+            "content hashes (nothing to compare: unverifiable, not tampered)"
+        )
     else:
         lines.append("verified: all stamped leaves intact")
     unfinished = _coverage_warnings(root, stamped)
@@ -263,10 +305,12 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     if not ok:
         return "\n".join(lines), EXIT_DAMAGED
     if counts.get("debris") or unfinished:
-        lines.append(f"incomplete: {'debris is left' if counts.get('debris') else ''}"
-                     f"{' and ' if counts.get('debris') and unfinished else ''}"
-                     f"{'the last run did not finish' if unfinished else ''}; run the same "
-                     f"command again to complete the store (exit status {EXIT_INCOMPLETE})")
+        lines.append(
+            f"incomplete: {'debris is left' if counts.get('debris') else ''}"
+            f"{' and ' if counts.get('debris') and unfinished else ''}"
+            f"{'the last run did not finish' if unfinished else ''}; run the same "
+            f"command again to complete the store (exit status {EXIT_INCOMPLETE})"
+        )
         return "\n".join(lines), EXIT_INCOMPLETE
     return "\n".join(lines), EXIT_INTACT
 
@@ -278,14 +322,16 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     try:
         manifest = hive.read_manifest(root)
     except ValueError as exc:
-        raise StoreRootError(f"cannot inspect {root.url}: its manifest is unusable: {exc}") \
-            from exc
+        raise StoreRootError(f"cannot inspect {root.url}: its manifest is unusable: {exc}") from exc
     if manifest is None:
         raise FileNotFoundError(f"{root.url} holds no {MANIFEST_KEY}: not a hive store")
     lines = [f"store {root.url}", "manifest:"]
     lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
-    lines.append(f"config: {root.url_of(CONFIG_KEY)}" if root.exists(CONFIG_KEY) else
-                 f"config: no {CONFIG_KEY} (made by a zagg that did not record its config)")
+    lines.append(
+        f"config: {root.url_of(CONFIG_KEY)}"
+        if root.exists(CONFIG_KEY)
+        else f"config: no {CONFIG_KEY} (made by a zagg that did not record its config)"
+    )
     windowed = manifest.get("temporal") is not None
     found = hive.walk_leaves(root)
     if windowed:
@@ -295,24 +341,32 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     torn = sum(1 for s in stamps if s[3] is not None)
     if windowed:
         lines += window_lines(stamped)
-    lines.append(f"leaves: {len(stamped)} stamped, {len(stamps) - len(stamped)} debris"
-                 + (f" ({torn} with an unreadable stamp)" if torn else ""))
+    lines.append(
+        f"leaves: {len(stamped)} stamped, {len(stamps) - len(stamped)} debris"
+        + (f" ({torn} with an unreadable stamp)" if torn else "")
+    )
     for leaf, _sid, st, problem in stamps[:leaves]:
         if problem is not None:
-            lines.append(f"  {leaf}  DEBRIS (warning: {problem}; read as unstamped, which the "
-                         "next run of this shard rewrites)")
+            lines.append(
+                f"  {leaf}  DEBRIS (warning: {problem}; read as unstamped, which the "
+                "next run of this shard rewrites)"
+            )
         elif st is None:
             lines.append(f"  {leaf}  DEBRIS (no commit stamp)")
         else:
             box = [b for b in (st.get("coverage") or {}).get("box", []) if b]
-            lines.append(f"  {leaf}  cells_with_data={st.get('cells_with_data')} "
-                         f"written_at={st.get('written_at')} box={box}")
+            lines.append(
+                f"  {leaf}  cells_with_data={st.get('cells_with_data')} "
+                f"written_at={st.get('written_at')} box={box}"
+            )
     if len(stamps) > leaves:
         lines.append(f"  … {len(stamps) - leaves} more")
     cov = hcov.read_root_coverage(root)
     if cov:
-        lines.append(f"root coverage: order {cov.get('order')}, {len(cov.get('ranges', []))} "
-                     f"ranges, source {cov.get('source')}, generated {cov.get('generated_at')}")
+        lines.append(
+            f"root coverage: order {cov.get('order')}, {len(cov.get('ranges', []))} "
+            f"ranges, source {cov.get('source')}, generated {cov.get('generated_at')}"
+        )
     else:
         lines.append("root coverage: absent (readers fall back to the walk)")
     lines += _coverage_warnings(root, sorted({s[1] for s in stamped}))
@@ -327,13 +381,19 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
         try:
             lines += _sample_quantiles(root, stamped[0][1], stamped[0][2].get("window"))
         except Exception as exc:  # a damaged leaf must not hide the report above
-            lines.append(f"sample quantiles: leaf {stamped[0][0]} does not read "
-                         f"({_reason(exc)}); python -m zagg verify names the damaged arrays")
+            lines.append(
+                f"sample quantiles: leaf {stamped[0][0]} does not read "
+                f"({_reason(exc)}); python -m zagg verify names the damaged arrays"
+            )
     return "\n".join(lines)
 
 
-def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str],
-                windows: dict[str, list[str]] | None = None) -> list[str]:
+def level_lines(
+    root: hive.StoreRoot,
+    manifest: dict,
+    shard_ids: list[str],
+    windows: dict[str, list[str]] | None = None,
+) -> list[str]:
     """The pyramid levels the manifest declares and how many of their artifacts are
     committed (leaf columns per leaf, overviews per ancestor node); on a windowed store
     (``windows``: label → its shard ids) per window, and the all-time fold above the
@@ -351,8 +411,9 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str],
         path = artifact.column_path if kind == "column" else artifact.overview_path
         nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in ids})
         with ThreadPoolExecutor(max_workers=16) as pool:
-            found = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n, window),
-                                                                   kind), nodes))
+            found = list(
+                pool.map(lambda n: artifact.stamped_attrs(root, path(n, window), kind), nodes)
+            )
         return sum(1 for a in found if a is not None), len(nodes)
 
     out = ["levels (cell order, artifact, committed):"]
@@ -366,14 +427,20 @@ def level_lines(root: hive.StoreRoot, manifest: dict, shard_ids: list[str],
             counts = [committed(kind, shard_ids, k, None)]
             text = f"{counts[0][0]}/{counts[0][1]}"
         else:
-            labelled = [] if kind == "column" else [
-                (artifact.WINDOW_ALL, committed(kind, shard_ids, k, None))]
+            labelled = (
+                []
+                if kind == "column"
+                else [(artifact.WINDOW_ALL, committed(kind, shard_ids, k, None))]
+            )
             labelled += [(w, committed(kind, ids, k, w)) for w, ids in windows.items()]
             counts = [c for _w, c in labelled]
             text = ", ".join(f"{w} {d}/{n}" for w, (d, n) in labelled)
         behind = any(d != n for d, n in counts)
-        hint = f" (python -m zagg sweep {root.url} builds the rest)" if behind and \
-            kind != "column" else ""
+        hint = (
+            f" (python -m zagg sweep {root.url} builds the rest)"
+            if behind and kind != "column"
+            else ""
+        )
         out.append(f"  o{r:<3} {kind:<10} {text} {what}{hint}")
     return out
 
@@ -399,16 +466,17 @@ def window_lines(stamped: list) -> list[str]:
     for label in sorted(by):
         stamps = by[label]
         ranges = [st["time_range"] for st in stamps if st.get("time_range")]
-        span = (f"{min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}" if ranges
-                else "time range not recorded")
+        span = (
+            f"{min(r[0] for r in ranges)} .. {max(r[1] for r in ranges)}"
+            if ranges
+            else "time range not recorded"
+        )
         cells = sum(int(st.get("cells_with_data") or 0) for st in stamps)
-        lines.append(f"  {label:<10} {_leaves(len(stamps))}, {cells:,} cells with data, "
-                     f"{span}")
+        lines.append(f"  {label:<10} {_leaves(len(stamps))}, {cells:,} cells with data, {span}")
     return lines
 
 
-def _sample_quantiles(root: hive.StoreRoot, shard_id: str,
-                      window: str | None = None) -> list[str]:
+def _sample_quantiles(root: hive.StoreRoot, shard_id: str, window: str | None = None) -> list[str]:
     from .read import open_leaf, quantile
     from .read.stats import digest_fields
 

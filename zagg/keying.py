@@ -55,13 +55,19 @@ class CellPoints:
         """``source`` in input order, NaN where ``where`` excludes a point."""
         if where is None:
             return self.values(source)
-        return self._memo(("masked", source, where), lambda: np.where(
-            self.selected(where), self.values(source).astype(np.float64, copy=False), np.nan))
+        return self._memo(
+            ("masked", source, where),
+            lambda: np.where(
+                self.selected(where), self.values(source).astype(np.float64, copy=False), np.nan
+            ),
+        )
 
     def addressed(self, source: str, where: str | None = None) -> np.ndarray:
         """:meth:`masked` as the kernels address it with ``grouping.starts``."""
-        return self._memo(("addressed", source, where),
-                          lambda: self.grouping.addressed(self.masked(source, where)))
+        return self._memo(
+            ("addressed", source, where),
+            lambda: self.grouping.addressed(self.masked(source, where)),
+        )
 
     def contiguous(self, source: str, where: str | None = None) -> np.ndarray:
         """:meth:`masked` in cell order, each cell's points contiguous."""
@@ -99,8 +105,9 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
     sel = ok
     n_outside = 0
     if plan.shard_set is not None:
-        inside = np.isin(G.ancestor(cell_words, plan.shard_order),
-                         np.asarray(plan.shard_set, dtype=np.uint64))
+        inside = np.isin(
+            G.ancestor(cell_words, plan.shard_order), np.asarray(plan.shard_set, dtype=np.uint64)
+        )
         n_outside = int(np.count_nonzero(ok & ~inside))
         sel = ok & inside
     all_sel = bool(sel.all())

@@ -40,9 +40,14 @@ def manifest_for(zattrs: dict) -> dict:
     config's ``output.pyramid`` says, :mod:`zagg.pyramid.declare`)."""
     grid = zattrs["grid"]
     core = semantic_core(zattrs.get("config") or {}, zattrs["dataset"], grid.get("sharded", True))
-    return hive.build_manifest(dataset=zattrs["dataset"], semantic_hash=hive.semantic_hash(core),
-                               cell_order=grid["child_order"], shard_order=grid["parent_order"],
-                               temporal=_temporal_block(zattrs), **_pyramid_keys(zattrs))
+    return hive.build_manifest(
+        dataset=zattrs["dataset"],
+        semantic_hash=hive.semantic_hash(core),
+        cell_order=grid["child_order"],
+        shard_order=grid["parent_order"],
+        temporal=_temporal_block(zattrs),
+        **_pyramid_keys(zattrs),
+    )
 
 
 def _temporal_block(zattrs: dict) -> dict | None:
@@ -102,8 +107,9 @@ def _plain(value):
 
 
 def _zattrs_core(zattrs: dict) -> dict:
-    return semantic_core(zattrs.get("config") or {}, zattrs["dataset"],
-                         zattrs["grid"].get("sharded", True))
+    return semantic_core(
+        zattrs.get("config") or {}, zattrs["dataset"], zattrs["grid"].get("sharded", True)
+    )
 
 
 def _recorded_core(root, existing: dict) -> dict | None:
@@ -163,11 +169,14 @@ def semantic_explainer(root, zattrs: dict):
         diffs = differences(old, _zattrs_core(zattrs))
         if not diffs:
             return None
-        listed = "; ".join(f"{p} (existing {_shown(a)}, new {_shown(b)})"
-                           for p, a, b in diffs[:_SHOWN])
+        listed = "; ".join(
+            f"{p} (existing {_shown(a)}, new {_shown(b)})" for p, a, b in diffs[:_SHOWN]
+        )
         more = f"; and {len(diffs) - _SHOWN} more" if len(diffs) > _SHOWN else ""
-        return (f"This config differs from the one the store was made with (its "
-                f"{CONFIG_KEY}) at {listed}{more}.")
+        return (
+            f"This config differs from the one the store was made with (its "
+            f"{CONFIG_KEY}) at {listed}{more}."
+        )
 
     return explain
 

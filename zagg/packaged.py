@@ -20,8 +20,7 @@ def _folder(kind: str):
 def names(kind: str) -> list[str]:
     """The names of the shipped files of ``kind`` ("config" or "region"), sorted."""
     suffixes = _KINDS[kind][1]
-    return sorted(Path(f.name).stem for f in _folder(kind).iterdir()
-                  if f.name.endswith(suffixes))
+    return sorted(Path(f.name).stem for f in _folder(kind).iterdir() if f.name.endswith(suffixes))
 
 
 def find(kind: str, name: str) -> Path | None:

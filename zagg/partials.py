@@ -30,8 +30,11 @@ class Digests:
         means = np.asarray(means).astype(np.float32, copy=False)
         if weights is not None:
             weights = np.asarray(weights).astype(np.float32, copy=False)
-            if locs is None and times is None and (weights.size == 0 or (
-                    weights.min() == 1 and weights.max() == 1)):
+            if (
+                locs is None
+                and times is None
+                and (weights.size == 0 or (weights.min() == 1 and weights.max() == 1))
+            ):
                 weights = None
         return cls(means, weights, np.asarray(offsets, np.int64), locs, times)
 
@@ -120,8 +123,10 @@ def combine(parts: list[Partial], specs) -> Partial:
     if len(parts) == 1:
         return parts[0]
     groups, cells = Groups.of(np.concatenate([p.cells for p in parts]))
-    states = {key: spec.state.combine([p.states[key] for p in parts], groups, spec)
-              for key, spec in specs.items()}
+    states = {
+        key: spec.state.combine([p.states[key] for p in parts], groups, spec)
+        for key, spec in specs.items()
+    }
     clock = None
     if any(p.clock is not None for p in parts):
         from .windows.record import merge_clocks

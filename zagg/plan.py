@@ -118,9 +118,10 @@ def field_plan(f: FieldSpec, config: Config) -> tuple[FieldPlan, list[StateSpec]
         opts["clock"] = clock_of(config.output.windowing)
     if red.options is not None:
         opts.update(red.options(f, config.fields))
-    specs = [StateSpec(s, f.source, f.where,
-                       tuple((k, _frozen(opts.get(k))) for k in sorted(s.options)))
-             for s in red.chunk]
+    specs = [
+        StateSpec(s, f.source, f.where, tuple((k, _frozen(opts.get(k))) for k in sorted(s.options)))
+        for s in red.chunk
+    ]
     return FieldPlan(f, red, tuple((s.state.name, s.key) for s in specs)), specs
 
 
@@ -142,8 +143,10 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
     if windowing is not None:
         from .reducers import MAX, MIN
 
-        lo, hi = StateSpec(MIN, windowing.time_field, None), StateSpec(MAX, windowing.time_field,
-                                                                        None)
+        lo, hi = (
+            StateSpec(MIN, windowing.time_field, None),
+            StateSpec(MAX, windowing.time_field, None),
+        )
         specs.setdefault(lo.key, lo)
         specs.setdefault(hi.key, hi)
         time_states = (lo.key, hi.key)

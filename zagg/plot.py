@@ -21,9 +21,19 @@ EARTH_RADIUS_KM = 6371.0088
 _POLAR_LAT = 60.0  # "auto" picks the polar axis when every cell lies poleward of this
 
 
-def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = None,
-             projection: str = "auto", ax=None, cmap: str = "viridis", s: float = 2.0,
-             title: str | None = None, colorbar: bool = True):
+def plot_map(
+    ds: xr.Dataset,
+    field: str,
+    *,
+    q: float = 0.5,
+    lane: str | None = None,
+    projection: str = "auto",
+    ax=None,
+    cmap: str = "viridis",
+    s: float = 2.0,
+    title: str | None = None,
+    colorbar: bool = True,
+):
     """Map ``field`` of ``ds`` (an :func:`zagg.open_hive` Dataset) at the store's cell
     order; returns the matplotlib Axes.
 
@@ -53,8 +63,11 @@ def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = N
     lat, lon = mortie.mort2geo(words)
     lon = np.where(lon > 180, lon - 360, lon)
     if projection == "auto":
-        projection = "polar" if (np.abs(lat) > _POLAR_LAT).all() and \
-            (np.sign(lat) == np.sign(lat[0])).all() else "lonlat"
+        projection = (
+            "polar"
+            if (np.abs(lat) > _POLAR_LAT).all() and (np.sign(lat) == np.sign(lat[0])).all()
+            else "lonlat"
+        )
     if projection == "lonlat":
         sc = ax.scatter(lon, lat, c=values, s=s, cmap=cmap, linewidths=0, rasterized=True)
         ax.xaxis.set_major_locator(MaxNLocator(3))  # degree labels are wide: few of them
@@ -87,8 +100,10 @@ def plot_map(ds: xr.Dataset, field: str, *, q: float = 0.5, lane: str | None = N
 
 def _values(ds, field: str, q: float, lane: str | None):
     if field not in ds.variables:
-        raise KeyError(f"{field!r} is not a variable of this dataset; its fields: "
-                       f"{', '.join(map(str, ds.data_vars))}")
+        raise KeyError(
+            f"{field!r} is not a variable of this dataset; its fields: "
+            f"{', '.join(map(str, ds.data_vars))}"
+        )
     var = ds[field]
     if "ragged" in var.attrs:
         from zagg.read.stats import quantile
@@ -99,13 +114,14 @@ def _values(ds, field: str, q: float, lane: str | None):
 
         lanes = composition_lanes(ds, field, fractions=True)
         if lane is None:
-            raise ValueError(f"{field!r} is a composition word: pick one of its lanes with "
-                             f"lane= ({', '.join(map(str, lanes['lane'].values))})")
+            raise ValueError(
+                f"{field!r} is a composition word: pick one of its lanes with "
+                f"lane= ({', '.join(map(str, lanes['lane'].values))})"
+            )
         return lanes.sel(lane=lane).values, f"{field} {lane} fraction"
     values = np.asarray(var.values)
     if values.dtype.kind in "iub":
-        fill = ((ds.attrs.get("zagg") or {}).get("fields") or {}).get(field, {}).get(
-            "fill_value")
+        fill = ((ds.attrs.get("zagg") or {}).get("fields") or {}).get(field, {}).get("fill_value")
         values = values.astype(np.float64)
         if fill is not None:
             values[values == fill] = np.nan
@@ -149,18 +165,26 @@ def _graticule(ax, south: bool, x, y) -> None:
         ax.plot(gx, gy, color="0.75", lw=0.5, zorder=0)
         i = int(np.argmin(np.hypot(gx - (x0 + x1) / 2, gy - y1)))
         if x0 - pad <= gx[i] <= x1 + pad:
-            ax.annotate(_degrees(sign * a, "N", "S"), (gx[i], gy[i]), fontsize=7,
-                        color="0.4", ha="center", va="bottom")
+            ax.annotate(
+                _degrees(sign * a, "N", "S"),
+                (gx[i], gy[i]),
+                fontsize=7,
+                color="0.4",
+                ha="center",
+                va="bottom",
+            )
     r = np.linspace(0, 90, 181)
-    for m in np.arange(np.floor(lons_all.min() / lon_step) * lon_step, lons_all.max() + lon_step,
-                       lon_step):
+    for m in np.arange(
+        np.floor(lons_all.min() / lon_step) * lon_step, lons_all.max() + lon_step, lon_step
+    ):
         gx, gy = polar_stereographic(sign * r, np.full(r.size, m), south)
         ax.plot(gx, gy, color="0.75", lw=0.5, zorder=0)
         inside = (gx >= x0 - pad) & (gx <= x1 + pad) & (gy >= y0 - pad) & (gy <= y1 + pad)
         if inside.any():
             i = int(np.flatnonzero(inside)[0])
-            ax.annotate(_degrees(((m + 180) % 360) - 180, "E", "W"), (gx[i], gy[i]),
-                        fontsize=7, color="0.4")
+            ax.annotate(
+                _degrees(((m + 180) % 360) - 180, "E", "W"), (gx[i], gy[i]), fontsize=7, color="0.4"
+            )
 
 
 def _nice(step: float) -> float:

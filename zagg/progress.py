@@ -55,8 +55,9 @@ def progress_bar(minimum: float = 1.0):
         yield
 
 
-def compute(tasks, *, progress: bool = False, label: str = "", release: bool = False,
-            on_failure=None) -> list:
+def compute(
+    tasks, *, progress: bool = False, label: str = "", release: bool = False, on_failure=None
+) -> list:
     """``dask.compute(*tasks)`` with a progress line when asked.
 
     ``release=True`` empties the ``tasks`` list once a distributed client holds the work,
@@ -155,8 +156,10 @@ class _Bar:
             return
         self.last = now
         filled = int(self.WIDTH * done / self.total)
-        line = (f"\r[{'#' * filled}{' ' * (self.WIDTH - filled)}] {done}/{self.total} | "
-                f"{now - self.t0:.1f} s")
+        line = (
+            f"\r[{'#' * filled}{' ' * (self.WIDTH - filled)}] {done}/{self.total} | "
+            f"{now - self.t0:.1f} s"
+        )
         print(line, end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -177,10 +180,13 @@ class _NotebookBar(_Bar):
     def _render(self, done: int):
         import html
 
-        text = (f"{html.escape(self.label)} " if self.label else "") + \
-            f"{done}/{self.total} | {time.perf_counter() - self.t0:.1f} s"
-        return self._html(f'<progress value="{done}" max="{self.total}" '
-                          f'style="width: 40ch"></progress> <code>{text}</code>')
+        text = (
+            f"{html.escape(self.label)} " if self.label else ""
+        ) + f"{done}/{self.total} | {time.perf_counter() - self.t0:.1f} s"
+        return self._html(
+            f'<progress value="{done}" max="{self.total}" '
+            f'style="width: 40ch"></progress> <code>{text}</code>'
+        )
 
     def show(self, done: int) -> None:
         now = time.perf_counter()

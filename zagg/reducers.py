@@ -86,8 +86,12 @@ class Fold:
     def of_state(cls, state: State, method: str) -> Fold:
         """The law of a reducer whose stored value is its state's value: the state's own
         ``combine``."""
-        return cls(method, lambda values, groups, opts, divisor=None: state.combine(
-            list(values), groups, S.FoldSpec(state, opts)))
+        return cls(
+            method,
+            lambda values, groups, opts, divisor=None: state.combine(
+                list(values), groups, S.FoldSpec(state, opts)
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,9 @@ class Reducer:
         if self.kind not in KINDS:
             raise ValueError(f"reducer {self.name!r}: kind must be one of {KINDS}")
         if self.pyramid_class not in PYRAMID_CLASSES:
-            raise ValueError(f"reducer {self.name!r}: pyramid_class must be one of "
-                             f"{PYRAMID_CLASSES}")
+            raise ValueError(
+                f"reducer {self.name!r}: pyramid_class must be one of {PYRAMID_CLASSES}"
+            )
         if not self.chunk or not all(isinstance(s, State) for s in self.chunk):
             raise ValueError(f"reducer {self.name!r}: chunk must be a non-empty tuple of State")
         if self.pyramid_class != "none" and not isinstance(self.fold, Fold):
@@ -128,7 +133,8 @@ class Reducer:
                 f"reducer {self.name!r}: pyramid_class {self.pyramid_class!r} needs a fold "
                 "(how stored values of child cells fold into their parent, e.g. "
                 "Fold.of_state(state, 'sum')); declare pyramid_class 'none' to keep the "
-                "field at native resolution only")
+                "field at native resolution only"
+            )
 
     @property
     def pyramid_fold(self) -> Fold | None:
@@ -156,13 +162,23 @@ SUM = State("sum", S.sum_dd_chunk, S.dd_combine)
 SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine)
 MIN = State("min", S.min_chunk, S.min_combine, S.compact_extreme)
 MAX = State("max", S.max_chunk, S.max_combine, S.compact_extreme)
-DIGEST = State("digest", S.digest_chunk, S.digest_combine,
-               options=("delta", "located", "weight_source", "weights", "timed", "clock"),
-               reads=S.digest_reads)
-CLOCK_RANGE = State("clock_range", _cellclock.chunk, _cellclock.combine, options=("clock",),
-                    reads=_cellclock.reads)
-LANES = State("lanes", S.lanes_chunk, S.sum_combine,
-              options=("threshold", "of_source", "of_where"), reads=S.lanes_reads)
+DIGEST = State(
+    "digest",
+    S.digest_chunk,
+    S.digest_combine,
+    options=("delta", "located", "weight_source", "weights", "timed", "clock"),
+    reads=S.digest_reads,
+)
+CLOCK_RANGE = State(
+    "clock_range", _cellclock.chunk, _cellclock.combine, options=("clock",), reads=_cellclock.reads
+)
+LANES = State(
+    "lanes",
+    S.lanes_chunk,
+    S.sum_combine,
+    options=("threshold", "of_source", "of_where"),
+    reads=S.lanes_reads,
+)
 
 
 def _fin_count(s, p):
@@ -237,14 +253,21 @@ def _tdigest_attrs(params):
 
 
 _TDIGEST_PARAMS = {
-    "delta": Param(DEFAULT_DELTA, int, lambda v: 16 <= v <= 1_000_000,
-                   "an integer from 16 to 1000000"),
-    "weights": Param("counts", str, lambda v: v in ("counts", "flux"),
-                     "'counts' (observation counts) or 'flux'"),
-    "weight_source": Param(None, str, lambda v: bool(v),
-                           "a declared variable holding each observation's flux"),
-    "gain": Param(None, dict, lambda v: {"name", "version"} <= set(v),
-                  "a mapping with at least the gain constant's name and version"),
+    "delta": Param(
+        DEFAULT_DELTA, int, lambda v: 16 <= v <= 1_000_000, "an integer from 16 to 1000000"
+    ),
+    "weights": Param(
+        "counts", str, lambda v: v in ("counts", "flux"), "'counts' (observation counts) or 'flux'"
+    ),
+    "weight_source": Param(
+        None, str, lambda v: bool(v), "a declared variable holding each observation's flux"
+    ),
+    "gain": Param(
+        None,
+        dict,
+        lambda v: {"name", "version"} <= set(v),
+        "a mapping with at least the gain constant's name and version",
+    ),
 }
 
 REGISTRY: dict[str, Reducer] = {}
@@ -260,8 +283,10 @@ def register(reducer: Reducer, *, replace: bool = False) -> Reducer:
     if not isinstance(reducer, Reducer):
         raise TypeError(f"register() needs a Reducer, got {type(reducer).__name__}")
     if reducer.name in REGISTRY and not replace:
-        raise ValueError(f"a reducer named {reducer.name!r} is already registered; pick "
-                         "another name or pass replace=True")
+        raise ValueError(
+            f"a reducer named {reducer.name!r} is already registered; pick "
+            "another name or pass replace=True"
+        )
     REGISTRY[reducer.name] = reducer
     return reducer
 
@@ -283,31 +308,76 @@ FOLD_DIGEST = Fold("tdigest_kway", S.fold_digest)
 FOLD_COMPOSITION = Fold("composition_kway", S.fold_composition, needs_divisor=True)
 
 for _r in (
-    Reducer("count", (COUNT,), _fin_count, "int64", "exact", source_optional=True,
-            dtype_kinds="iu", fold=FOLD_COUNT),
-    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f",
-            fold=FOLD_SUM),
+    Reducer(
+        "count",
+        (COUNT,),
+        _fin_count,
+        "int64",
+        "exact",
+        source_optional=True,
+        dtype_kinds="iu",
+        fold=FOLD_COUNT,
+    ),
+    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f", fold=FOLD_SUM),
     Reducer("mean", (COUNT, SUM), _fin_mean, "float32", "none", dtype_kinds="f"),
-    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi",
-            fold=FOLD_MIN),
-    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi",
-            fold=FOLD_MAX),
-    Reducer("var", (COUNT, SUM, SUMSQ), _fin_var, "float32", "none", params=_ddof_param(),
-            dtype_kinds="f"),
-    Reducer("std", (COUNT, SUM, SUMSQ), _fin_std, "float32", "none", params=_ddof_param(),
-            dtype_kinds="f"),
-    Reducer("tdigest", (DIGEST,), _fin_digest, "float32", "approximate", kind="ragged",
-            params=_TDIGEST_PARAMS, dtype_kinds="f", spec_attrs=_tdigest_attrs,
-            fold=FOLD_DIGEST),
-    Reducer("time_range", (CLOCK_RANGE,), _cellclock.finalize, "uint64", "none",
-            present=_cellclock.present, dtype_kinds="u", spec_attrs=_cellclock.spec_attrs),
-    Reducer("composition", (LANES,), _fin_composition, "uint64", "packed",
-            present=_composition_present, options=_composition_options,
-            params={
-                "of": Param(REQUIRED, str, lambda v: bool(v), "the name of the signal digest"),
-                "threshold": Param(2, int, lambda v: 1 <= v <= 4, "a confidence level 1..4"),
-            },
-            dtype_kinds="u", spec_attrs=_composition_attrs, fold=FOLD_COMPOSITION),
+    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi", fold=FOLD_MIN),
+    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi", fold=FOLD_MAX),
+    Reducer(
+        "var",
+        (COUNT, SUM, SUMSQ),
+        _fin_var,
+        "float32",
+        "none",
+        params=_ddof_param(),
+        dtype_kinds="f",
+    ),
+    Reducer(
+        "std",
+        (COUNT, SUM, SUMSQ),
+        _fin_std,
+        "float32",
+        "none",
+        params=_ddof_param(),
+        dtype_kinds="f",
+    ),
+    Reducer(
+        "tdigest",
+        (DIGEST,),
+        _fin_digest,
+        "float32",
+        "approximate",
+        kind="ragged",
+        params=_TDIGEST_PARAMS,
+        dtype_kinds="f",
+        spec_attrs=_tdigest_attrs,
+        fold=FOLD_DIGEST,
+    ),
+    Reducer(
+        "time_range",
+        (CLOCK_RANGE,),
+        _cellclock.finalize,
+        "uint64",
+        "none",
+        present=_cellclock.present,
+        dtype_kinds="u",
+        spec_attrs=_cellclock.spec_attrs,
+    ),
+    Reducer(
+        "composition",
+        (LANES,),
+        _fin_composition,
+        "uint64",
+        "packed",
+        present=_composition_present,
+        options=_composition_options,
+        params={
+            "of": Param(REQUIRED, str, lambda v: bool(v), "the name of the signal digest"),
+            "threshold": Param(2, int, lambda v: 1 <= v <= 4, "a confidence level 1..4"),
+        },
+        dtype_kinds="u",
+        spec_attrs=_composition_attrs,
+        fold=FOLD_COMPOSITION,
+    ),
 ):
     register(_r)
 del _r

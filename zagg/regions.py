@@ -37,10 +37,22 @@ def box_ring(bbox) -> tuple[np.ndarray, np.ndarray]:
     """A densified closed ring (lats, lons) along the four edges of a lon/lat box."""
     lon0, lat0, lon1, lat1 = bbox
     t = np.linspace(0.0, 1.0, _DENSIFY, endpoint=False)
-    lons = np.concatenate([lon0 + (lon1 - lon0) * t, np.full(_DENSIFY, lon1),
-                           lon1 - (lon1 - lon0) * t, np.full(_DENSIFY, lon0)])
-    lats = np.concatenate([np.full(_DENSIFY, lat0), lat0 + (lat1 - lat0) * t,
-                           np.full(_DENSIFY, lat1), lat1 - (lat1 - lat0) * t])
+    lons = np.concatenate(
+        [
+            lon0 + (lon1 - lon0) * t,
+            np.full(_DENSIFY, lon1),
+            lon1 - (lon1 - lon0) * t,
+            np.full(_DENSIFY, lon0),
+        ]
+    )
+    lats = np.concatenate(
+        [
+            np.full(_DENSIFY, lat0),
+            lat0 + (lat1 - lat0) * t,
+            np.full(_DENSIFY, lat1),
+            lat1 - (lat1 - lat0) * t,
+        ]
+    )
     return lats, lons
 
 
@@ -53,11 +65,15 @@ def _polygons(geo) -> list[list]:
     if kind in ("Polygon", "MultiPolygon"):
         coords = geo.get("coordinates")
         if not isinstance(coords, list) or not coords:
-            raise RegionError(f"a GeoJSON {kind} needs a non-empty 'coordinates' list of "
-                              "rings of [lon, lat] positions")
+            raise RegionError(
+                f"a GeoJSON {kind} needs a non-empty 'coordinates' list of "
+                "rings of [lon, lat] positions"
+            )
         return [coords] if kind == "Polygon" else list(coords)
-    raise RegionError(f"GeoJSON of type {kind!r} has no polygons; use a Polygon, MultiPolygon, "
-                      "Feature or FeatureCollection")
+    raise RegionError(
+        f"GeoJSON of type {kind!r} has no polygons; use a Polygon, MultiPolygon, "
+        "Feature or FeatureCollection"
+    )
 
 
 def cover_rings(rings, order: int) -> np.ndarray:
@@ -69,8 +85,9 @@ def cover_rings(rings, order: int) -> np.ndarray:
         try:
             arr = np.asarray(ring, dtype=np.float64)
         except (TypeError, ValueError):
-            raise RegionError(f"a polygon ring holds something other than [lon, lat] numbers: "
-                              f"{str(ring)[:80]}") from None
+            raise RegionError(
+                f"a polygon ring holds something other than [lon, lat] numbers: {str(ring)[:80]}"
+            ) from None
         if arr.ndim != 2 or arr.shape[0] < 4 or arr.shape[1] < 2:
             raise RegionError("a polygon ring needs at least 4 [lon, lat] positions")
         lons.append(arr[:, 0])

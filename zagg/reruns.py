@@ -76,14 +76,22 @@ class Gate:
         return [sid for sid, v in self.verdicts.items() if v.kind == kind]
 
     def merge(self, other: Gate) -> Gate:
-        return Gate({**self.verdicts, **other.verdicts},
-                    self.objects_touched + other.objects_touched,
-                    self.touch_failures + other.touch_failures,
-                    other.refusals_key or self.refusals_key)
+        return Gate(
+            {**self.verdicts, **other.verdicts},
+            self.objects_touched + other.objects_touched,
+            self.touch_failures + other.touch_failures,
+            other.refusals_key or self.refusals_key,
+        )
 
 
-def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_hash: str, *,
-             allow_contraction: bool = False, column: bool = False) -> dict[str, Verdict]:
+def classify(
+    root: StoreRoot,
+    planned: dict[str, list[str] | None],
+    semantic_hash: str,
+    *,
+    allow_contraction: bool = False,
+    column: bool = False,
+) -> dict[str, Verdict]:
     """The verdict of every planned shard (shard id → its planned granule ids; None where
     the run cannot say, which is always a rewrite). With ``column`` (the config declares
     leaf columns) a unit is current only when its stamped column is there too."""
@@ -93,8 +101,9 @@ def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_has
     def verdict(item):
         v = _verdict(root, *item, semantic_hash, allow_contraction)
         if v.kind == CURRENT and column and not v.empty and not _has_column(root, v.shard_id):
-            return Verdict(v.shard_id, REWRITE, "its pyramid column is missing",
-                           versioned=v.versioned)
+            return Verdict(
+                v.shard_id, REWRITE, "its pyramid column is missing", versioned=v.versioned
+            )
         return v
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -103,26 +112,38 @@ def classify(root: StoreRoot, planned: dict[str, list[str] | None], semantic_has
 
 def _recorded_empty(record, semantic_hash: str, ids) -> bool:
     """Whether a sidecar without a leaf records this identity as computed and empty."""
-    return (isinstance(record, dict) and record.get("leaf") is None
-            and record.get("cells_with_data") == 0 and ids is not None
-            and record.get("semantic_hash") == semantic_hash
-            and record.get("granules_sha256") == granules_sha256(ids))
+    return (
+        isinstance(record, dict)
+        and record.get("leaf") is None
+        and record.get("cells_with_data") == 0
+        and ids is not None
+        and record.get("semantic_hash") == semantic_hash
+        and record.get("granules_sha256") == granules_sha256(ids)
+    )
 
 
-def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str,
-                run_id: str) -> int:
+def write_empty(root: StoreRoot, shard_ids, planned: dict, semantic_hash: str, run_id: str) -> int:
     """Record units the run computed and found empty (their sidecars, no leaf); returns
     how many."""
     payloads = {}
     for sid in shard_ids:
         granules = granules_record(planned[sid])
         payloads[paths.granules_key(*unit_of(sid))] = dumps_json(granules)
-        payloads[paths.stats_key(*unit_of(sid))] = dumps_json({
-            "spec": STATS_SPEC, "shard_key": unit_of(sid)[0], "window": unit_of(sid)[1],
-            "leaf": None, "cells_with_data": 0,
-            "granule_count": len(granules["ids"]), "content_hashes": None,
-            "semantic_hash": semantic_hash, "granules_sha256": granules["granules_sha256"],
-            "written_at": now_iso(), "run_id": run_id})
+        payloads[paths.stats_key(*unit_of(sid))] = dumps_json(
+            {
+                "spec": STATS_SPEC,
+                "shard_key": unit_of(sid)[0],
+                "window": unit_of(sid)[1],
+                "leaf": None,
+                "cells_with_data": 0,
+                "granule_count": len(granules["ids"]),
+                "content_hashes": None,
+                "semantic_hash": semantic_hash,
+                "granules_sha256": granules["granules_sha256"],
+                "written_at": now_iso(),
+                "run_id": run_id,
+            }
+        )
     if payloads:
         root.write_many(payloads)
     return len(payloads) // 2
@@ -164,13 +185,13 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
     if record is None:
         return Verdict(sid, REWRITE, "no stats sidecar", versioned=versioned)
     if record.get("content_hashes") != stamp.get("content_hashes"):
-        return Verdict(sid, REWRITE, "the sidecar does not describe the stamped leaf",
-                       versioned=versioned)
+        return Verdict(
+            sid, REWRITE, "the sidecar does not describe the stamped leaf", versioned=versioned
+        )
     if record.get("semantic_hash") != semantic_hash:
         return Verdict(sid, REWRITE, "the config changed", versioned=versioned)
     if ids is None:
-        return Verdict(sid, REWRITE, "the run does not know its granules",
-                       versioned=versioned)
+        return Verdict(sid, REWRITE, "the run does not know its granules", versioned=versioned)
     planned = set(bare_granule_ids(ids))
     recorded_sha = record.get("granules_sha256")
     if recorded_sha == granules_sha256(planned):
@@ -182,14 +203,22 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
     missing = tuple(sorted(recorded - planned))
     added = tuple(sorted(planned - recorded))
     if missing and not allow:
-        return Verdict(sid, REFUSED, "contraction" if not added else "mixed", missing, added,
-                       versioned)
-    return Verdict(sid, REWRITE, "contraction allowed" if missing else "new granules",
-                   missing, added, versioned)
+        return Verdict(
+            sid, REFUSED, "contraction" if not added else "mixed", missing, added, versioned
+        )
+    return Verdict(
+        sid,
+        REWRITE,
+        "contraction allowed" if missing else "new granules",
+        missing,
+        added,
+        versioned,
+    )
 
 
-def touch_current(root: StoreRoot, verdicts: list[Verdict], *,
-                  column: bool = False) -> tuple[int, int]:
+def touch_current(
+    root: StoreRoot, verdicts: list[Verdict], *, column: bool = False
+) -> tuple[int, int]:
     """Refresh the modification times of the current leaves' objects (their bytes stay):
     a versioned leaf's pointer and sidecars only (its versions are never touched), an
     unversioned leaf's whole tree and sidecars, and with ``column`` the leaf column's tree
@@ -224,20 +253,30 @@ def refusals_key(run_id: str, at: str) -> str:
     return f"refusals_{stamp}Z_{run_id}.json"
 
 
-def write_refusals(root: StoreRoot, run_id: str, semantic_hash: str,
-                   refused: list[Verdict]) -> str | None:
+def write_refusals(
+    root: StoreRoot, run_id: str, semantic_hash: str, refused: list[Verdict]
+) -> str | None:
     """The refusal manifest of a run that refused shards: every refused shard and the
     complete list of granule ids its plan dropped. Returns its key (None: nothing refused)."""
     if not refused:
         return None
     at = now_iso()
     body = {
-        "spec": REFUSALS_SPEC, "run_id": run_id, "written_at": at,
-        "semantic_hash": semantic_hash, "zagg_version": __version__,
-        "refused": [{"shard_key": unit_of(v.shard_id)[0], "window": unit_of(v.shard_id)[1],
-                     "classification": v.reason,
-                     "missing_granules": list(v.missing), "added_granules": list(v.added)}
-                    for v in sorted(refused, key=lambda v: v.shard_id)],
+        "spec": REFUSALS_SPEC,
+        "run_id": run_id,
+        "written_at": at,
+        "semantic_hash": semantic_hash,
+        "zagg_version": __version__,
+        "refused": [
+            {
+                "shard_key": unit_of(v.shard_id)[0],
+                "window": unit_of(v.shard_id)[1],
+                "classification": v.reason,
+                "missing_granules": list(v.missing),
+                "added_granules": list(v.added),
+            }
+            for v in sorted(refused, key=lambda v: v.shard_id)
+        ],
     }
     key = refusals_key(run_id, at)
     root.write_bytes(key, dumps_json(body))

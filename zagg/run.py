@@ -51,9 +51,11 @@ def open_source(cfg: Config, *, shards=None, granules=None) -> xr.Dataset:
     raise ConfigError(_NO_INPUT)
 
 
-_NO_INPUT = ("config key 'data_source': no input given; set 'input' (a zarr store or netCDF "
-             "file) or 'synthetic' (the built-in generator), or pass a Dataset to "
-             "zagg.aggregate (or zagg.run(..., source=ds)) yourself")
+_NO_INPUT = (
+    "config key 'data_source': no input given; set 'input' (a zarr store or netCDF "
+    "file) or 'synthetic' (the built-in generator), or pass a Dataset to "
+    "zagg.aggregate (or zagg.run(..., source=ds)) yourself"
+)
 
 
 def check_source(cfg: Config) -> None:
@@ -65,17 +67,34 @@ def check_source(cfg: Config) -> None:
     if src.input is None:
         raise ConfigError(_NO_INPUT)
     if "://" not in src.input and not os.path.exists(src.input):
-        raise ConfigError(f"config key 'data_source.input': {src.input!r} does not exist; "
-                          "give the path of a zarr store or netCDF file with the points")
+        raise ConfigError(
+            f"config key 'data_source.input': {src.input!r} does not exist; "
+            "give the path of a zarr store or netCDF file with the points"
+        )
 
 
-def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
-        scheduler=None, workers: int | None = None, threads: int | None = None,
-        memory_limit=None, progress: bool = True, storage_options=None,
-        catalog: str | None = None, region: str | None = None, bbox=None,
-        shards=None, sweep: bool | None = None, overwrite: bool = False,
-        allow_contraction: bool = False, dashboard: bool = False,
-        performance_report: str | None = None, timings: bool | None = None) -> RunSummary:
+def run(
+    config,
+    *,
+    store: str | None = None,
+    source: xr.Dataset | None = None,
+    scheduler=None,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit=None,
+    progress: bool = True,
+    storage_options=None,
+    catalog: str | None = None,
+    region: str | None = None,
+    bbox=None,
+    shards=None,
+    sweep: bool | None = None,
+    overwrite: bool = False,
+    allow_contraction: bool = False,
+    dashboard: bool = False,
+    performance_report: str | None = None,
+    timings: bool | None = None,
+) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
@@ -105,8 +124,9 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
         if cfg.data_source.granules is None:
             raise ConfigError("--catalog needs a granule data_source (data_source.granules)")
         granules = dataclasses.replace(cfg.data_source.granules, granules=str(catalog))
-        cfg = dataclasses.replace(cfg, data_source=dataclasses.replace(
-            cfg.data_source, granules=granules))
+        cfg = dataclasses.replace(
+            cfg, data_source=dataclasses.replace(cfg.data_source, granules=granules)
+        )
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
@@ -119,12 +139,19 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     if source is None:
         check_source(cfg)
     else:
-        require_dataset(source, "zagg.run(source=...)", "open the points first (e.g. "
-                        "xr.open_zarr(path)), or leave source out and name them in the "
-                        "config's data_source.input")
+        require_dataset(
+            source,
+            "zagg.run(source=...)",
+            "open the points first (e.g. "
+            "xr.open_zarr(path)), or leave source out and name them in the "
+            "config's data_source.input",
+        )
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
-    probe = {"grid": cfg.grid.as_dict(), "config": cfg.raw,
-             "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version}}
+    probe = {
+        "grid": cfg.grid.as_dict(),
+        "config": cfg.raw,
+        "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version},
+    }
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
     check_store(root, probe)
@@ -134,9 +161,17 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
 
     check_watch(dashboard, performance_report)
     run_id = new_run_id()
-    gate = None if overwrite else RunGate(
-        root, manifest_for(probe)["semantic_hash"], run_id, allow_contraction,
-        column=cfg.output.pyramid is not None)
+    gate = (
+        None
+        if overwrite
+        else RunGate(
+            root,
+            manifest_for(probe)["semantic_hash"],
+            run_id,
+            allow_contraction,
+            column=cfg.output.pyramid is not None,
+        )
+    )
     # with a catalog every shard's granules are known before any is opened: gate first
     planned = catalog_plan(cfg, shards) if gate is not None and source is None else None
     todo = only = None
@@ -150,10 +185,22 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
     from .warm import notice_if_cold
 
     notice_if_cold()  # a fresh environment compiles numba's kernels during this run
-    with cluster_for(scheduler, workers=workers, threads=threads, memory_limit=memory_limit,
-                     dashboard=dashboard) as cluster, connected(cluster) as client, \
-            watching(client, dashboard=dashboard, performance_report=performance_report,
-                     timings=scheduler is None if timings is None else timings) as watch:
+    with (
+        cluster_for(
+            scheduler,
+            workers=workers,
+            threads=threads,
+            memory_limit=memory_limit,
+            dashboard=dashboard,
+        ) as cluster,
+        connected(cluster) as client,
+        watching(
+            client,
+            dashboard=dashboard,
+            performance_report=performance_report,
+            timings=scheduler is None if timings is None else timings,
+        ) as watch,
+    ):
         ds = open_source(cfg, shards=shards, granules=only) if source is None else source
         from .aggregate import shard_collection
         from .sources.granules import skip_damaged
@@ -166,20 +213,30 @@ def run(config, *, store: str | None = None, source: xr.Dataset | None = None,
             ids = source_ids(cfg, ds, from_config=source is None)
             select = None
             if todo is not None:  # a planned run builds its units to write, no others
+
                 def select(found, contributors):
                     return [u for u in found if u in todo]
             elif gate is not None and ids is not None:
                 # gate the shards the read finds (a Dataset with no granule ids has no
                 # identity to compare: every shard is written)
                 def select(found, contributors):
-                    return gate.decide(found_plan(contributors, found, ids,
-                                                  lambda sid: recorded_ids(root, sid) or ()))
-            shards_ = shard_collection(ds, cfg, shards=shards, progress=progress,
-                                       select=select)
+                    return gate.decide(
+                        found_plan(
+                            contributors, found, ids, lambda sid: recorded_ids(root, sid) or ()
+                        )
+                    )
+
+            shards_ = shard_collection(ds, cfg, shards=shards, progress=progress, select=select)
             record_granules(shards_, planned, ids)
-            summary = write_shards(shards_, store, storage_options=options,
-                                   progress=progress, t_start=t0,
-                                   versioned=cfg.output.leaf_versions, run_id=run_id)
+            summary = write_shards(
+                shards_,
+                store,
+                storage_options=options,
+                progress=progress,
+                t_start=t0,
+                versioned=cfg.output.leaf_versions,
+                run_id=run_id,
+            )
             if gate is not None and gate.gate is not None:
                 summary.gate = gate.gate
                 summary.shards = max(summary.shards, len(gate.gate.verdicts))
@@ -202,8 +259,9 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
     meta = shards.meta
     failed = {f.get("granule") for f in meta.get("failed_granules") or ()}
     if planned is not None:
-        meta["shard_granules"] = {u: [i for i in planned.get(u, ()) if i not in failed]
-                                  for u in shards.unit_names}
+        meta["shard_granules"] = {
+            u: [i for i in planned.get(u, ()) if i not in failed] for u in shards.unit_names
+        }
     elif meta.get("shard_granules") is None and ids is not None:
         meta["shard_granules"] = {u: list(ids) for u in shards.unit_names}
 

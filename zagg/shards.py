@@ -55,11 +55,13 @@ def finalize(plan: Plan, part: Partial, shard_word: int) -> ShardCells:
             if f.located:
                 words = np.ascontiguousarray(d.locs, dtype="<u8")
                 out[f.locations_name] = cells.ragged_cells(
-                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words)
+                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words
+                )
             if f.timed:
                 words = np.ascontiguousarray(d.times, dtype="<u8")
                 out[f.times_name] = cells.ragged_cells(
-                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words)
+                    rank, (d.offsets - d.offsets[0]) * words.itemsize, words
+                )
             continue
         dtype = np.dtype(f.dtype)
         vals = np.asarray(red.finalize(states, f.params))
@@ -67,19 +69,27 @@ def finalize(plan: Plan, part: Partial, shard_word: int) -> ShardCells:
         has = np.ones(vals.shape[0], bool) if has is None else np.asarray(has, bool)
         if vals.dtype.kind == "f":
             has &= ~np.isnan(vals)
-        out[f.name] = cells.dense_cells(rank[has], stored_values(vals[has], dtype, f), dtype,
-                                        f.fill_value)
+        out[f.name] = cells.dense_cells(
+            rank[has], stored_values(vals[has], dtype, f), dtype, f.fill_value
+        )
     return ShardCells(int(shard_word), rank, out)
 
 
 def _empty(f, red) -> dict:
     if red.kind == "ragged":
-        empty = cells.ragged_cells(np.zeros(0, np.int64), np.zeros(1, np.int64),
-                                   np.zeros(0, np.uint8))
-        return {f.name: empty, **({f.locations_name: empty} if f.located else {}),
-                **({f.times_name: empty} if f.timed else {})}
-    return {f.name: cells.DenseCells(np.zeros(0, np.int64),
-                                     np.zeros(0, np.dtype(f.dtype).newbyteorder("<")))}
+        empty = cells.ragged_cells(
+            np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
+        )
+        return {
+            f.name: empty,
+            **({f.locations_name: empty} if f.located else {}),
+            **({f.times_name: empty} if f.timed else {}),
+        }
+    return {
+        f.name: cells.DenseCells(
+            np.zeros(0, np.int64), np.zeros(0, np.dtype(f.dtype).newbyteorder("<"))
+        )
+    }
 
 
 def stored_values(vals: np.ndarray, dtype: np.dtype, f) -> np.ndarray:
@@ -136,13 +146,17 @@ def dense_arrays(sc: ShardCells, arrays: dict, n: int) -> dict:
     out = {}
     for name, (kind, dtype, fill) in arrays.items():
         c = sc.contents[name]
-        out[name] = cells.to_objects(c, n) if kind == "ragged" else cells.to_dense(
-            c, n, np.dtype(dtype), fill)
+        out[name] = (
+            cells.to_objects(c, n)
+            if kind == "ragged"
+            else cells.to_dense(c, n, np.dtype(dtype), fill)
+        )
     return out
 
 
-def from_sparse(shard_word: int, ranks: np.ndarray, values: dict, arrays: dict,
-                payload) -> ShardCells:
+def from_sparse(
+    shard_word: int, ranks: np.ndarray, values: dict, arrays: dict, payload
+) -> ShardCells:
     """A shard's cells from one chunk of a sparse Dataset (``values``: array name → values
     at ``ranks``). Cells equal to the fill hold no value; ``payload(name, i, cell)`` turns
     a ragged cell into bytes (or raises)."""

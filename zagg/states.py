@@ -36,8 +36,7 @@ def count_chunk(points, spec) -> np.ndarray:
             return np.diff(grp.offsets)
         hits = grp.addressed(points.selected(spec.where))
         return segments.segment_sums(hits, grp.offsets, grp.starts)
-    return segments.count_finite(points.addressed(spec.source, spec.where), grp.starts,
-                                 grp.offsets)
+    return segments.count_finite(points.addressed(spec.source, spec.where), grp.starts, grp.offsets)
 
 
 def sum_combine(values, groups, spec) -> np.ndarray:
@@ -67,8 +66,9 @@ def sumsq_dd_chunk(points, spec) -> np.ndarray:
     from .kernels import segments
 
     grp = points.grouping
-    return segments.dd_sums(points.addressed(spec.source, spec.where), grp.starts, grp.offsets,
-                            squares=True)
+    return segments.dd_sums(
+        points.addressed(spec.source, spec.where), grp.starts, grp.offsets, squares=True
+    )
 
 
 def dd_combine(values, groups, spec) -> np.ndarray:
@@ -86,8 +86,7 @@ def dd_variance(count, sums, squares, ddof: int = 0) -> np.ndarray:
     """Variance from double-double sums and squares (NaN where count <= ddof)."""
     from .kernels import segments
 
-    return segments.dd_variance(count, sums[:, 0], sums[:, 1], squares[:, 0], squares[:, 1],
-                                ddof)
+    return segments.dd_variance(count, sums[:, 0], sums[:, 1], squares[:, 0], squares[:, 1], ddof)
 
 
 # -- extremes ------------------------------------------------------------------------------
@@ -103,8 +102,9 @@ def _extreme_chunk(points, spec, take_max: bool) -> np.ndarray:
     from .kernels import segments
 
     grp = points.grouping
-    return segments.extremes(points.addressed(spec.source, spec.where), grp.starts,
-                             grp.offsets, take_max)
+    return segments.extremes(
+        points.addressed(spec.source, spec.where), grp.starts, grp.offsets, take_max
+    )
 
 
 def min_combine(values, groups, spec) -> np.ndarray:
@@ -154,18 +154,28 @@ def digest_chunk(points, spec):
         if v.dtype.kind != "f":
             v = v.astype(np.float64)
         m, w, o, loc = located.located_build(
-            v, points.contiguous_values(POINT_WORDS), grp.offsets, delta,
-            weights=None if weights is None else weights.astype(np.float64, copy=False))
+            v,
+            points.contiguous_values(POINT_WORDS),
+            grp.offsets,
+            delta,
+            weights=None if weights is None else weights.astype(np.float64, copy=False),
+        )
         return Digests.of(m, w, o, loc)
     v = points.addressed(spec.source, spec.where)
     if v.dtype.kind != "f":
         v = v.astype(np.float64)
     weights = None
     if flux:
-        weights = grp.addressed(points.values(opts["weight_source"])).astype(np.float64,
-                                                                             copy=False)
-    m, w, o = tdigest.build(v, grp.offsets, delta, weights=weights, out_dtype=np.float32,
-                            starts=grp.starts, drop_unit_weights=True)
+        weights = grp.addressed(points.values(opts["weight_source"])).astype(np.float64, copy=False)
+    m, w, o = tdigest.build(
+        v,
+        grp.offsets,
+        delta,
+        weights=weights,
+        out_dtype=np.float32,
+        starts=grp.starts,
+        drop_unit_weights=True,
+    )
     return Digests.of(m, w, o)
 
 
@@ -202,8 +212,16 @@ def digest_combine(values, groups, spec):
     run_sizes = sizes[groups.perm]
     run_starts = starts[groups.perm]
     if not opts.get("located"):
-        m, w, o = tdigest.merge_runs(means, weights, run_starts, run_sizes, groups.offsets,
-                                     delta, declaration=declaration, out_dtype=np.float32)
+        m, w, o = tdigest.merge_runs(
+            means,
+            weights,
+            run_starts,
+            run_sizes,
+            groups.offsets,
+            delta,
+            declaration=declaration,
+            out_dtype=np.float32,
+        )
         return Digests.of(m, w, o)
     if weights is None:
         weights = np.ones(means.size, np.float32)
@@ -212,8 +230,9 @@ def digest_combine(values, groups, spec):
     means = segments.gather_runs(means, run_starts, run_sizes)
     weights = segments.gather_runs(weights, run_starts, run_sizes)
     locs = segments.gather_runs(np.concatenate([d.locs for d in values]), run_starts, run_sizes)
-    m, w, o, loc = located.located_merge(means, weights, locs, offsets, delta,
-                                         declaration=declaration)
+    m, w, o, loc = located.located_merge(
+        means, weights, locs, offsets, delta, declaration=declaration
+    )
     return Digests.of(m, w, o, loc)
 
 
@@ -227,8 +246,13 @@ def lanes_chunk(points, spec) -> np.ndarray:
     rows = np.isfinite(points.values(opts["of_source"]).astype(np.float64, copy=False))
     if opts.get("of_where") is not None:
         rows &= points.selected(opts["of_where"])
-    lanes, nsig = composition.lane_counts(points.values(spec.source), points.permutation(),
-                                          points.grouping.offsets, int(opts["threshold"]), rows)
+    lanes, nsig = composition.lane_counts(
+        points.values(spec.source),
+        points.permutation(),
+        points.grouping.offsets,
+        int(opts["threshold"]),
+        rows,
+    )
     return np.concatenate([lanes, nsig[:, None]], axis=1)
 
 

@@ -41,26 +41,30 @@ class RunSummary:
         was aggregated (coordinates swapped or out of range, a filter that drops all)."""
         c = self.point_counts or {}
         read = c.get("points_in") or 0
-        why = [(c.get("invalid_coordinates", 0), "with invalid coordinates (NaN or |latitude| "
-                "> 90)"), (c.get("filtered", 0), "removed by data_source.filters"),
-               (c.get("outside_shards", 0), "outside the run's shards"),
-               (c.get("outside_windows", 0), "in no time window (output.windowing)")]
+        why = [
+            (c.get("invalid_coordinates", 0), "with invalid coordinates (NaN or |latitude| > 90)"),
+            (c.get("filtered", 0), "removed by data_source.filters"),
+            (c.get("outside_shards", 0), "outside the run's shards"),
+            (c.get("outside_windows", 0), "in no time window (output.windowing)"),
+        ]
         lines = [f"  dropped       {n:,} {what}" for n, what in why if n]
         if lines:
             lines.insert(0, f"  of read       {read:,}")
         if read and not c.get("keyed"):
             hints = {  # the commonest reason decides what to check first
                 "outside_shards": "the region (--region, --bbox or shards) holds none of "
-                                  "these points",
+                "these points",
                 "invalid_coordinates": "check data_source.coordinates (latitude and longitude "
-                                       "swapped?)",
+                "swapped?)",
                 "filtered": "check data_source.filters",
             }
             hint = hints[max(hints, key=lambda k: c.get(k) or 0)]
             lines.append(f"warning: no point was aggregated, so no leaf was written; {hint}")
         elif self.point_counts is not None and not read and self.leaves_written == 0:
-            lines.append("warning: no point was read, so no leaf was written; check the "
-                         "source (granules, catalog and region, or input)")
+            lines.append(
+                "warning: no point was read, so no leaf was written; check the "
+                "source (granules, catalog and region, or input)"
+            )
         return lines
 
     @property
@@ -68,27 +72,35 @@ class RunSummary:
         """Shards by what the run did with them: ``current`` (already up to date, not
         written), ``rewritten`` (leaves written), ``refused`` (a contraction)."""
         g = self.gate
-        return {"current": len(g.of("current")) if g else 0,
-                "rewritten": self.leaves_written,
-                "refused": len(g.of("refused")) if g else 0}
+        return {
+            "current": len(g.of("current")) if g else 0,
+            "rewritten": self.leaves_written,
+            "refused": len(g.of("refused")) if g else 0,
+        }
 
     def _gate_lines(self) -> list[str]:
         g = self.gate
         if g is None or not g.verdicts:
             return []
         u = self.units
-        lines = [f"re-run          {u['current']:,} shards current, {u['rewritten']:,} "
-                 f"rewritten, {u['refused']:,} refused"]
+        lines = [
+            f"re-run          {u['current']:,} shards current, {u['rewritten']:,} "
+            f"rewritten, {u['refused']:,} refused"
+        ]
         if g.objects_touched or g.touch_failures:
-            lines.append(f"  touched       {g.objects_touched:,} objects of current shards"
-                         + (f" ({g.touch_failures} failed)" if g.touch_failures else ""))
+            lines.append(
+                f"  touched       {g.objects_touched:,} objects of current shards"
+                + (f" ({g.touch_failures} failed)" if g.touch_failures else "")
+            )
         if g.refusals_key:
             refused = [g.verdicts[s] for s in g.of("refused")]
             missing = sorted({m for v in refused for m in v.missing})
-            lines.append(f"  refused       their leaves were built from granules this run "
-                         f"does not have ({', '.join(missing[:5])}"
-                         f"{', ...' if len(missing) > 5 else ''}; {len(missing)} in all): "
-                         f"see {g.refusals_key}; pass --allow-contraction to rewrite them")
+            lines.append(
+                f"  refused       their leaves were built from granules this run "
+                f"does not have ({', '.join(missing[:5])}"
+                f"{', ...' if len(missing) > 5 else ''}; {len(missing)} in all): "
+                f"see {g.refusals_key}; pass --allow-contraction to rewrite them"
+            )
         return lines
 
     def lines(self) -> list[str]:
@@ -101,14 +113,22 @@ class RunSummary:
             f"cells with data {self.cells_with_data:,}",
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
             *self._dropped_lines(),
-            *([f"granules        {self.granules:,} read, {len(self.failed_granules)} failed"]
-              if self.granules is not None else []),
-            *[f"  failed        {f.get('granule')}: {f.get('error')}"
-              for f in self.failed_granules[:10]],
+            *(
+                [f"granules        {self.granules:,} read, {len(self.failed_granules)} failed"]
+                if self.granules is not None
+                else []
+            ),
+            *[
+                f"  failed        {f.get('granule')}: {f.get('error')}"
+                for f in self.failed_granules[:10]
+            ],
             *self._gate_lines(),
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
             f"wall time       {self.wall_seconds:.1f} s",
             *(self.stages.lines() if self.stages is not None else []),
-            *(["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
-              if self.sweep is not None else []),
+            *(
+                ["pyramid sweep:", *("  " + line for line in self.sweep.lines())]
+                if self.sweep is not None
+                else []
+            ),
         ]

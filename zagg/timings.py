@@ -25,9 +25,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 #: key prefix → stage; prefixes not listed are the input's tasks ("read")
-STAGES = {"reduce-chunk": "key + reduce", "piece": "combine", "combine": "combine",
-          "shard-cells": "combine", "merge-shard": "combine", "write-leaf": "write",
-          "fold-node": "pyramid", "summary": "other", "result": "other"}
+STAGES = {
+    "reduce-chunk": "key + reduce",
+    "piece": "combine",
+    "combine": "combine",
+    "shard-cells": "combine",
+    "merge-shard": "combine",
+    "write-leaf": "write",
+    "fold-node": "pyramid",
+    "summary": "other",
+    "result": "other",
+}
 ORDER = ("read", "key + reduce", "combine", "write", "pyramid", "other")
 
 
@@ -63,20 +71,25 @@ class StageTimes:
             if stage not in self.compute:
                 continue
             s = self.compute[stage]
-            line = (f"  {stage:<13} {s:8.1f} s {100 * s / total:5.1f} % "
-                    f"{self.counts.get(stage, 0):>7,} tasks")
+            line = (
+                f"  {stage:<13} {s:8.1f} s {100 * s / total:5.1f} % "
+                f"{self.counts.get(stage, 0):>7,} tasks"
+            )
             if stage == "write" and self.leaf_objects is not None:
                 rest = max(0.0, s - self.leaf_objects - (self.leaf_columns or 0.0))
-                line += (f"  (leaf objects {self.leaf_objects:.1f} s, columns "
-                         f"{self.leaf_columns or 0.0:.1f} s, task set-up {rest:.1f} s)")
+                line += (
+                    f"  (leaf objects {self.leaf_objects:.1f} s, columns "
+                    f"{self.leaf_columns or 0.0:.1f} s, task set-up {rest:.1f} s)"
+                )
             out.append(line)
         if self.transfer:
             out.append(f"  {'transfers':<13} {self.transfer:8.1f} s")
         return out
 
 
-def stages(task_stream: list[dict], records: list[dict] | None = None,
-           threads: int | None = None) -> StageTimes:
+def stages(
+    task_stream: list[dict], records: list[dict] | None = None, threads: int | None = None
+) -> StageTimes:
     """Add up task-stream entries (``distributed.get_task_stream`` data) by stage; the
     write's split comes from the leaf ``records`` (their ``timings``)."""
     from distributed.utils import key_split

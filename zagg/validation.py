@@ -37,8 +37,11 @@ def check_keys(block: Mapping, allowed, path: str, required=()) -> None:
     for key in block:
         if key not in allowed:
             where = f"{path}.{key}" if path else str(key)
-            fail(where, f"unknown key{did_you_mean(key, allowed)}; valid keys here: "
-                 f"{', '.join(sorted(allowed))}")
+            fail(
+                where,
+                f"unknown key{did_you_mean(key, allowed)}; valid keys here: "
+                f"{', '.join(sorted(allowed))}",
+            )
     for key in required:
         if key not in block:
             fail(f"{path}.{key}" if path else key, "is required but missing")
@@ -60,8 +63,17 @@ def check_order(value, path: str) -> int:
     return value
 
 
-_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+}
 
 
 def parse_bytes(value, path: str) -> int:
@@ -71,7 +83,7 @@ def parse_bytes(value, path: str) -> int:
     if isinstance(value, str):
         s = value.strip().lower().replace(" ", "")
         num = s.rstrip("kmgtib")
-        unit = s[len(num):]
+        unit = s[len(num) :]
         try:
             if unit in _UNITS and float(num) > 0:
                 return int(float(num) * _UNITS[unit])

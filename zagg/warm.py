@@ -19,8 +19,10 @@ from pathlib import Path
 
 #: the shipped configs warm compiles for: every reducer and kernel kind a run uses
 CONFIGS = ("atl03_synthetic", "atl03_strata")
-NOTICE = ("zagg: compiling numba kernels for this environment (once; later runs load "
-          "them from the cache; `python -m zagg warm` compiles them ahead)")
+NOTICE = (
+    "zagg: compiling numba kernels for this environment (once; later runs load "
+    "them from the cache; `python -m zagg warm` compiles them ahead)"
+)
 
 
 def cache_dirs() -> list[Path]:
@@ -59,8 +61,10 @@ def warm(configs=CONFIGS, points: int = 20_000, out=None) -> dict[str, float]:
 
     seconds = {}
     ds = synthetic_photons(points, seed=0, chunk_size=points)
-    with tempfile.TemporaryDirectory(prefix="zagg-warm-") as tmp, \
-            dask.config.set(scheduler="synchronous"):
+    with (
+        tempfile.TemporaryDirectory(prefix="zagg-warm-") as tmp,
+        dask.config.set(scheduler="synchronous"),
+    ):
         for name in configs:
             t0 = time.perf_counter()
             cfg = zagg.load_config(name)

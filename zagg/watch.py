@@ -13,8 +13,9 @@ def _needs_bokeh(what: str) -> None:
     try:
         import bokeh  # noqa: F401
     except ImportError:
-        raise ClusterError(f"{what} needs bokeh: pip install 'zagg[dashboard]' (or "
-                           "bokeh)") from None
+        raise ClusterError(
+            f"{what} needs bokeh: pip install 'zagg[dashboard]' (or bokeh)"
+        ) from None
 
 
 def check_watch(dashboard: bool = False, performance_report: str | None = None) -> None:
@@ -24,8 +25,10 @@ def check_watch(dashboard: bool = False, performance_report: str | None = None) 
     if performance_report is not None:
         _needs_bokeh("a performance report")
         if not str(performance_report).endswith(".html"):
-            raise ClusterError(f"performance report {performance_report!r}: name an .html "
-                               "file (the report is one self-contained HTML page)")
+            raise ClusterError(
+                f"performance report {performance_report!r}: name an .html "
+                "file (the report is one self-contained HTML page)"
+            )
 
 
 def dashboard_link(client) -> str | None:
@@ -56,8 +59,9 @@ class Watch:
 
 
 @contextlib.contextmanager
-def watching(client, *, dashboard: bool = False, performance_report: str | None = None,
-             timings: bool = True):
+def watching(
+    client, *, dashboard: bool = False, performance_report: str | None = None, timings: bool = True
+):
     """Around a run on ``client``: print the dashboard's link (``dashboard``), write
     distributed's performance report to ``performance_report`` (an HTML file), and record
     the tasks' timings (``timings``) for :meth:`Watch.finish`."""

@@ -59,25 +59,40 @@ class LeafWriter:
         holds a value."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
         window, time_range = unit_window(self.windowing, sc)
-        ids = None if self.shard_granules is None else self.shard_granules.get(
-            leaf_stem(shard_id, window))
+        ids = (
+            None
+            if self.shard_granules is None
+            else self.shard_granules.get(leaf_stem(shard_id, window))
+        )
         return hive.write_leaf_cells(
-            self.root, shard_id, sc.contents, self.fields, self.grid, attrs=self.attrs,
-            granule_count=None if ids is not None else 0, granule_ids=ids,
-            semantic_hash=self.semantic_hash, stats_extra=self.stats_extra,
+            self.root,
+            shard_id,
+            sc.contents,
+            self.fields,
+            self.grid,
+            attrs=self.attrs,
+            granule_count=None if ids is not None else 0,
+            granule_ids=ids,
+            semantic_hash=self.semantic_hash,
+            stats_extra=self.stats_extra,
             version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id, window=window, time_range=time_range,
+            run_id=self.run_id,
+            window=window,
+            time_range=time_range,
             temporal=temporal_record(self.fields, sc),
-            derived=lambda record: self.write_column(shard_id, sc, record, window))
+            derived=lambda record: self.write_column(shard_id, sc, record, window),
+        )
 
-    def write_column(self, shard_id: str, sc: ShardCells, record: dict | None,
-                     window: str | None = None) -> dict | None:
+    def write_column(
+        self, shard_id: str, sc: ShardCells, record: dict | None, window: str | None = None
+    ) -> dict | None:
         """The leaf column (a windowed leaf's: its window's), after the leaf's stamp
         (:mod:`zagg.pyramid.column`)."""
         from .pyramid.column import after_leaf
 
-        return after_leaf(self.root, shard_id, sc.contents, record, self.pyramid, self.fields,
-                          self.attrs, window)
+        return after_leaf(
+            self.root, shard_id, sc.contents, record, self.pyramid, self.fields, self.attrs, window
+        )
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:
@@ -86,8 +101,15 @@ def _write_block(block, writer: LeafWriter) -> np.ndarray:
     return out
 
 
-def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = False,
-            t_start: float | None = None, leaf_versions: bool | None = None) -> RunSummary:
+def to_hive(
+    ds: xr.Dataset,
+    store,
+    *,
+    storage_options=None,
+    progress: bool = False,
+    t_start: float | None = None,
+    leaf_versions: bool | None = None,
+) -> RunSummary:
     """Write a Dataset from :func:`zagg.aggregate` (sparse or ``dense=True``, as returned
     or persisted, computed or edited since) as a morton-hive store.
 
@@ -106,20 +128,39 @@ def to_hive(ds: xr.Dataset, store, *, storage_options=None, progress: bool = Fal
     if leaf_versions is None:
         output = (shards.meta.get("config") or {}).get("output") or {}
         leaf_versions = bool(output.get("leaf_versions", True))
-    return write_shards(shards, store, storage_options=storage_options, progress=progress,
-                        t_start=t0, versioned=leaf_versions)
+    return write_shards(
+        shards,
+        store,
+        storage_options=storage_options,
+        progress=progress,
+        t_start=t0,
+        versioned=leaf_versions,
+    )
 
 
-def write_shards(shards: Shards, store, *, storage_options=None, progress: bool = False,
-                 t_start: float | None = None, versioned: bool = True,
-                 run_id: str | None = None) -> RunSummary:
+def write_shards(
+    shards: Shards,
+    store,
+    *,
+    storage_options=None,
+    progress: bool = False,
+    t_start: float | None = None,
+    versioned: bool = True,
+    run_id: str | None = None,
+) -> RunSummary:
     """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`).
 
     Once the writes are submitted nothing here holds the shards: when the caller does not
     either (``write_shards(shard_collection(...), ...)``), each input chunk's partial is
     freed as soon as the last shard it feeds is written."""
-    write = prepare_write(shards, store, storage_options=storage_options, t_start=t_start,
-                          versioned=versioned, run_id=run_id)
+    write = prepare_write(
+        shards,
+        store,
+        storage_options=storage_options,
+        t_start=t_start,
+        versioned=versioned,
+        run_id=run_id,
+    )
     del shards
     return write.execute(progress=progress)
 
@@ -143,14 +184,15 @@ class HiveWrite:
 
     def execute(self, progress: bool = False) -> RunSummary:
         tasks, self.tasks = self.tasks, []
-        records = progress_.compute(tasks, progress=progress, label="writing leaves",
-                                    release=True)
+        records = progress_.compute(tasks, progress=progress, label="writing leaves", release=True)
         written = _records(records)
         if written:
-            hive.update_root_coverage(self.root, [r["shard_id"] for r in written],
-                                      self.shard_order,
-                                      temporal=root_temporal(self.root, written,
-                                                             self.shard_order))
+            hive.update_root_coverage(
+                self.root,
+                [r["shard_id"] for r in written],
+                self.shard_order,
+                temporal=root_temporal(self.root, written, self.shard_order),
+            )
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,
@@ -172,9 +214,15 @@ def _records(blocks) -> list[dict]:
     return [r for b in blocks for r in np.asarray(b, dtype=object).ravel().tolist() if r]
 
 
-def prepare_write(shards: Shards, store, *, storage_options=None,
-                  t_start: float | None = None, run_id: str | None = None,
-                  versioned: bool = True) -> HiveWrite:
+def prepare_write(
+    shards: Shards,
+    store,
+    *,
+    storage_options=None,
+    t_start: float | None = None,
+    run_id: str | None = None,
+    versioned: bool = True,
+) -> HiveWrite:
     """Check the store, write its manifest and build one write task per shard (see
     :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
@@ -186,22 +234,37 @@ def prepare_write(shards: Shards, store, *, storage_options=None,
     semantic = ensure_store(root, z)["semantic_hash"]
     failed = z.get("failed_granules") or []
     run_id = run_id or new_run_id()
-    writer = LeafWriter(root, {n: dict(z["fields"][n]) for n in shards.arrays}, z["grid"],
-                        shards.attrs, semantic,
-                        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-                        {"failed_granules": failed} if failed else None,
-                        run_id, versioned, pyramid_declaration(z), run_windowing(z))
+    writer = LeafWriter(
+        root,
+        {n: dict(z["fields"][n]) for n in shards.arrays},
+        z["grid"],
+        shards.attrs,
+        semantic,
+        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
+        {"failed_granules": failed} if failed else None,
+        run_id,
+        versioned,
+        pyramid_declaration(z),
+        run_windowing(z),
+    )
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
-            records = shards.cells.map_blocks(_write_block, writer=writer, dtype=object,
-                                              meta=np.empty(0, object),
-                                              name=f"write-leaf-{uuid.uuid4().hex}")
+            records = shards.cells.map_blocks(
+                _write_block,
+                writer=writer,
+                dtype=object,
+                meta=np.empty(0, object),
+                name=f"write-leaf-{uuid.uuid4().hex}",
+            )
         tasks = block_tasks(records)
-    info = {"points": (z.get("points") or {}).get("keyed"), "point_counts": z.get("points"),
-            "granules": len(z["granules"]) if "granules" in z else None, "failed": failed}
-    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0,
-                     run_id)
+    info = {
+        "points": (z.get("points") or {}).get("keyed"),
+        "point_counts": z.get("points"),
+        "granules": len(z["granules"]) if "granules" in z else None,
+        "failed": failed,
+    }
+    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0, run_id)
 
 
 def pyramid_declaration(z: dict):
@@ -219,20 +282,27 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
     require_dataset(ds, "to_hive", "pass the Dataset zagg.aggregate(points, config) returned")
     z = ds.attrs.get("zagg")
     if not z or "grid" not in z or "fields" not in z:
-        raise ValueError("to_hive needs a Dataset made by zagg.aggregate (its attrs['zagg'] "
-                         "block is missing)")
+        raise ValueError(
+            "to_hive needs a Dataset made by zagg.aggregate (its attrs['zagg'] block is missing)"
+        )
     names = list(z["fields"])
     missing = [n for n in names if n not in ds.variables]
     if missing:
-        raise ValueError(f"the Dataset lacks {', '.join(map(repr, missing))}, which its config "
-                         "declares; a store holds every field of its config, so write the whole "
-                         "Dataset zagg.aggregate returned (to store fewer fields, aggregate with "
-                         "a config that declares only those)")
+        raise ValueError(
+            f"the Dataset lacks {', '.join(map(repr, missing))}, which its config "
+            "declares; a store holds every field of its config, so write the whole "
+            "Dataset zagg.aggregate returned (to store fewer fields, aggregate with "
+            "a config that declares only those)"
+        )
     if "morton" not in ds.variables or ds["morton"].dims != ("cells",):
-        raise ValueError("to_hive needs the Dataset's 'morton' coordinate of cell words on "
-                         "dimension 'cells' (zagg.aggregate makes it)")
-    arrays = {n: (z["fields"][n]["kind"], z["fields"][n]["dtype"], z["fields"][n]["fill_value"])
-              for n in names}
+        raise ValueError(
+            "to_hive needs the Dataset's 'morton' coordinate of cell words on "
+            "dimension 'cells' (zagg.aggregate makes it)"
+        )
+    arrays = {
+        n: (z["fields"][n]["kind"], z["fields"][n]["dtype"], z["fields"][n]["fill_value"])
+        for n in names
+    }
     for n in names:
         _check_array(ds[n], n, *arrays[n])
     p, c = z["grid"]["parent_order"], z["grid"]["child_order"]
@@ -247,10 +317,19 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
     attrs["morton"] = dict(ds["morton"].attrs)
     chunks = ((1,) * len(words),) if words else ((0,),)
     cells = da.map_blocks(
-        _from_sparse_block, da.from_array(morton, chunks=ds.chunks["cells"]),
-        *[ds[n].data for n in names], names=tuple(names), arrays=arrays, p=p, c=c,
-        words=[int(w) for w in words], chunks=chunks, dtype=object, meta=np.empty(0, object),
-        name=f"cells-{uuid.uuid4().hex}")
+        _from_sparse_block,
+        da.from_array(morton, chunks=ds.chunks["cells"]),
+        *[ds[n].data for n in names],
+        names=tuple(names),
+        arrays=arrays,
+        p=p,
+        c=c,
+        words=[int(w) for w in words],
+        chunks=chunks,
+        dtype=object,
+        meta=np.empty(0, object),
+        name=f"cells-{uuid.uuid4().hex}",
+    )
     prio = shard_priorities(sizes, len(words))
     meta = {k: v for k, v in z.items()}
     meta["shards"] = G.to_decimal(np.asarray(words, np.uint64))
@@ -262,14 +341,17 @@ def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
         raise ValueError(f"{name!r} has dims {var.dims}; every stored array runs along 'cells'")
     if kind == "ragged":
         if var.dtype != object:
-            raise ValueError(f"ragged field {name!r} must hold one payload (bytes) per cell, in "
-                             f"an object array; it has dtype {var.dtype}")
+            raise ValueError(
+                f"ragged field {name!r} must hold one payload (bytes) per cell, in "
+                f"an object array; it has dtype {var.dtype}"
+            )
         return
     if var.dtype.kind not in "biuf":
         raise ValueError(f"dense field {name!r} got values of dtype {var.dtype}")
     if not np.can_cast(var.dtype, np.dtype(dtype), casting="same_kind"):
-        raise ValueError(f"dense field {name!r}: values of dtype {var.dtype} cannot be stored "
-                         f"as {dtype}")
+        raise ValueError(
+            f"dense field {name!r}: values of dtype {var.dtype} cannot be stored as {dtype}"
+        )
 
 
 def _check_whole_shards(z: dict, words: list[int], sizes: list[int]) -> None:
@@ -278,10 +360,12 @@ def _check_whole_shards(z: dict, words: list[int], sizes: list[int]) -> None:
     made = dict(zip(z.get("shards") or [], z.get("shard_cells") or [], strict=False))
     for sid, size in zip(G.to_decimal(np.asarray(words, np.uint64)), sizes, strict=True):
         if sid in made and size != made[sid]:
-            raise ValueError(f"the Dataset holds {size} of the {made[sid]} cells of shard {sid}: "
-                             "a leaf holds every cell of its shard, so write the Dataset "
-                             "without selecting cells (to write only some shards, select "
-                             "whole shards, or pass shards=[...] to zagg.aggregate)")
+            raise ValueError(
+                f"the Dataset holds {size} of the {made[sid]} cells of shard {sid}: "
+                "a leaf holds every cell of its shard, so write the Dataset "
+                "without selecting cells (to write only some shards, select "
+                "whole shards, or pass shards=[...] to zagg.aggregate)"
+            )
 
 
 def _shard_runs(morton: np.ndarray, p: int, c: int) -> tuple[list[int], list[int]]:
@@ -306,8 +390,7 @@ def _from_sparse_block(morton, *values, names, arrays, p, c, words, block_info=N
     shard = words[block_info[None]["chunk-location"][0]]
     ranks = G.cell_rank(morton, np.uint64(shard), p, c)
     out = np.empty(1, dtype=object)
-    out[0] = from_sparse(shard, ranks, dict(zip(names, values, strict=True)),
-                         arrays, _payload)
+    out[0] = from_sparse(shard, ranks, dict(zip(names, values, strict=True)), arrays, _payload)
     return out
 
 
@@ -316,5 +399,7 @@ def _payload(name: str, i: int, cell) -> bytes:
         return b""
     if isinstance(cell, bytes | bytearray | memoryview):
         return bytes(cell)
-    raise ValueError(f"ragged field {name!r}: cell {i} holds a {type(cell).__name__}; expected "
-                     "raw payload bytes (b'' when empty)")
+    raise ValueError(
+        f"ragged field {name!r}: cell {i} holds a {type(cell).__name__}; expected "
+        "raw payload bytes (b'' when empty)"
+    )

@@ -11,18 +11,30 @@ from zagg.lazy import lazy_package
 
 # public names load their modules on first use: checking a store's manifest needs neither
 # numba nor mortie, which the leaf writer and coverage bring in
-lazy_package(__name__, {name: f".{module}" for module, names in {
-    "cells": ["DenseCells", "RaggedCells"],
-    "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
-    "hashes": ["array_digest", "combined_digest", "content_hashes"],
-    "layout": ["Geometry", "dggs_attrs"],
-    "leaf": ["write_leaf", "write_leaf_cells"],
-    "manifest": ["ManifestConflictError", "build_manifest", "check_manifest", "read_manifest",
-                 "write_manifest"],
-    "paths": ["leaf_path"],
-    "semantic": ["semantic_hash"],
-    "stamp": ["read_stamp"],
-    "stats": ["read_stats", "write_stats"],
-    "storage": ["StoreRoot", "StoreRootError", "check_store_root"],
-    "walk": ["walk_leaves"],
-}.items() for name in names})
+lazy_package(
+    __name__,
+    {
+        name: f".{module}"
+        for module, names in {
+            "cells": ["DenseCells", "RaggedCells"],
+            "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
+            "hashes": ["array_digest", "combined_digest", "content_hashes"],
+            "layout": ["Geometry", "dggs_attrs"],
+            "leaf": ["write_leaf", "write_leaf_cells"],
+            "manifest": [
+                "ManifestConflictError",
+                "build_manifest",
+                "check_manifest",
+                "read_manifest",
+                "write_manifest",
+            ],
+            "paths": ["leaf_path"],
+            "semantic": ["semantic_hash"],
+            "stamp": ["read_stamp"],
+            "stats": ["read_stats", "write_stats"],
+            "storage": ["StoreRoot", "StoreRootError", "check_store_root"],
+            "walk": ["walk_leaves"],
+        }.items()
+        for name in names
+    },
+)

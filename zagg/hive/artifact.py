@@ -71,8 +71,10 @@ def _label(window: str) -> str:
     from zagg.windows.schedule import LABEL_RE
 
     if window == WINDOW_ALL or not LABEL_RE.match(str(window)):
-        raise ValueError(f"{window!r} is not a window label (1-32 of [0-9A-Za-z-], never "
-                         f"{WINDOW_ALL!r}, the all-time fold's reserved name)")
+        raise ValueError(
+            f"{window!r} is not a window label (1-32 of [0-9A-Za-z-], never "
+            f"{WINDOW_ALL!r}, the all-time fold's reserved name)"
+        )
     return window
 
 
@@ -84,14 +86,29 @@ def group_layout(node_order: int, r: int) -> tuple[int, int, bool]:
     return n, min(4**SHARDED_DEPTH, n // 4), True
 
 
-def template_documents(node_order: int, groups: dict[int, dict[str, FieldSpec]],
-                       morton_attrs: dict | None) -> dict[str, bytes]:
+def template_documents(
+    node_order: int, groups: dict[int, dict[str, FieldSpec]], morton_attrs: dict | None
+) -> dict[str, bytes]:
     """The metadata objects of an artifact (key → bytes), the root group without attrs;
     built by zarr once per layout in a process (every column of a run shares one)."""
-    key = json.dumps([node_order, morton_attrs or {}, sorted(
-        [r, [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs]
-             for n, sp in specs.items()]] for r, specs in groups.items())],
-        sort_keys=True, default=str)
+    key = json.dumps(
+        [
+            node_order,
+            morton_attrs or {},
+            sorted(
+                [
+                    r,
+                    [
+                        [n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs]
+                        for n, sp in specs.items()
+                    ],
+                ]
+                for r, specs in groups.items()
+            ),
+        ],
+        sort_keys=True,
+        default=str,
+    )
     docs = _TEMPLATES.get(key)
     if docs is None:
         docs = _template(node_order, groups, morton_attrs)
@@ -104,31 +121,48 @@ def template_documents(node_order: int, groups: dict[int, dict[str, FieldSpec]],
 _TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 
-def _template(node_order: int, groups: dict[int, dict[str, FieldSpec]],
-              morton_attrs: dict | None) -> dict[str, bytes]:
+def _template(
+    node_order: int, groups: dict[int, dict[str, FieldSpec]], morton_attrs: dict | None
+) -> dict[str, bytes]:
     store = zarr.storage.MemoryStore()
     root = zarr.open_group(store, mode="w", zarr_format=3)
     for r, specs in sorted(groups.items(), reverse=True):
         g = root.create_group(str(r), attributes=dggs_attrs(r))
         n, inner, sharded = group_layout(node_order, r)
-        _array(g, MORTON, np.dtype("uint64"), 0, dict(morton_attrs or {}), n, inner, sharded,
-               False)
+        _array(g, MORTON, np.dtype("uint64"), 0, dict(morton_attrs or {}), n, inner, sharded, False)
         for name, spec in specs.items():
-            _array(g, name, spec.dtype, spec.fill_value, spec.attrs, n, inner, sharded,
-                   spec.ragged)
+            _array(g, name, spec.dtype, spec.fill_value, spec.attrs, n, inner, sharded, spec.ragged)
     return {k: bytes(v.to_bytes()) for k, v in store._store_dict.items()}
 
 
 def _array(group, name, dtype, fill, attrs, n, inner, sharded, ragged):
-    common = {"shape": (n,), "chunks": (inner,), "shards": (n,) if sharded else None,
-              "filters": None, "attributes": dict(attrs), "dimension_names": [CELL_DIM],
-              "config": {"write_empty_chunks": False}}
+    common = {
+        "shape": (n,),
+        "chunks": (inner,),
+        "shards": (n,) if sharded else None,
+        "filters": None,
+        "attributes": dict(attrs),
+        "dimension_names": [CELL_DIM],
+        "config": {"write_empty_chunks": False},
+    }
     if ragged:
-        group.create_array(name, dtype=VLEN_DTYPE, fill_value=b"", serializer=VLenBytesCodec(),
-                           compressors=[ZstdCodec(level=3, checksum=False)], **common)
+        group.create_array(
+            name,
+            dtype=VLEN_DTYPE,
+            fill_value=b"",
+            serializer=VLenBytesCodec(),
+            compressors=[ZstdCodec(level=3, checksum=False)],
+            **common,
+        )
     else:
-        group.create_array(name, dtype=dtype.newbyteorder("<"), fill_value=fill,
-                           serializer=BytesCodec(endian="little"), compressors=None, **common)
+        group.create_array(
+            name,
+            dtype=dtype.newbyteorder("<"),
+            fill_value=fill,
+            serializer=BytesCodec(endian="little"),
+            compressors=None,
+            **common,
+        )
 
 
 def root_document(template_root: bytes, attrs: dict) -> bytes:
@@ -163,11 +197,20 @@ def clear(root: StoreRoot, rel: str) -> None:
     root.fs.invalidate_cache(root._full(node))
 
 
-def write_artifact(root: StoreRoot, rel: str, node_id: str,
-                   groups: dict[int, dict[str, DenseCells | RaggedCells]],
-                   specs: dict[str, FieldSpec], provenance: dict, *, cells_with_data: int,
-                   granule_count: int = 0, stamp_extra: dict | None = None,
-                   morton_attrs: dict | None = None, fresh: bool = False) -> dict:
+def write_artifact(
+    root: StoreRoot,
+    rel: str,
+    node_id: str,
+    groups: dict[int, dict[str, DenseCells | RaggedCells]],
+    specs: dict[str, FieldSpec],
+    provenance: dict,
+    *,
+    cells_with_data: int,
+    granule_count: int = 0,
+    stamp_extra: dict | None = None,
+    morton_attrs: dict | None = None,
+    fresh: bool = False,
+) -> dict:
     """Write one artifact at ``rel`` (template → chunks → root attrs + stamp last) and
     return its record: content hashes, stamp, bytes and objects written, and its stats
     sidecar payload (``record["sidecar"]``: key → payload) for the caller to write."""
@@ -180,9 +223,18 @@ def write_artifact(root: StoreRoot, rel: str, node_id: str,
     digests = {}
     for r, contents in groups.items():
         n, inner, sharded = group_layout(node_order, r)
-        arrays = [(MORTON, dense_cells(np.arange(n, dtype=np.int64),
-                                       group_words(node_id, node_order, r), np.dtype("<u8"), 0),
-                   0)]
+        arrays = [
+            (
+                MORTON,
+                dense_cells(
+                    np.arange(n, dtype=np.int64),
+                    group_words(node_id, node_order, r),
+                    np.dtype("<u8"),
+                    0,
+                ),
+                0,
+            )
+        ]
         arrays += [(name, contents[name], spec.fill_value) for name, spec in specs.items()]
         for name, cells, fill in arrays:
             if isinstance(cells, RaggedCells):
@@ -193,24 +245,44 @@ def write_artifact(root: StoreRoot, rel: str, node_id: str,
             for idx, data in enc.objects:
                 objects[f"{rel}/{r}/{name}/c/{idx}"] = data
     root.write_many(objects)
-    content = {"arrays": dict(sorted(digests.items())),
-               "combined": hashes.combined_digest(digests)}
+    content = {"arrays": dict(sorted(digests.items())), "combined": hashes.combined_digest(digests)}
     written_at = now_iso()
-    seal = {"spec": HIVE_SPEC, "complete": True, "cells_with_data": int(cells_with_data),
-            "granule_count": int(granule_count), "content_hashes": content,
-            "written_at": written_at, **(stamp_extra or {})}
+    seal = {
+        "spec": HIVE_SPEC,
+        "complete": True,
+        "cells_with_data": int(cells_with_data),
+        "granule_count": int(granule_count),
+        "content_hashes": content,
+        "written_at": written_at,
+        **(stamp_extra or {}),
+    }
     doc = root_document(template[ZARR_JSON], {**provenance, COMMIT_ATTR: seal})
     root.write_bytes(f"{rel}/{ZARR_JSON}", doc)
     nbytes = sum(object_size(v) for v in objects.values()) + len(doc)
-    record = {"path": rel, "node": node_id, "stamp": seal, "content_hashes": content,
-              "cells_with_data": int(cells_with_data), "written_at": written_at,
-              "bytes_written": nbytes, "objects_written": len(objects) + 1,
-              "seconds": time.perf_counter() - t0}
-    record["sidecar"] = {sidecar_key(rel): {
-        "spec": STATS_SPEC, "leaf": rel, "node": node_id, "cells_with_data": int(
-            cells_with_data), "granule_count": int(granule_count), "content_hashes": content,
-        "written_at": written_at, "bytes_written": nbytes,
-        "duration_s": record["seconds"]}}
+    record = {
+        "path": rel,
+        "node": node_id,
+        "stamp": seal,
+        "content_hashes": content,
+        "cells_with_data": int(cells_with_data),
+        "written_at": written_at,
+        "bytes_written": nbytes,
+        "objects_written": len(objects) + 1,
+        "seconds": time.perf_counter() - t0,
+    }
+    record["sidecar"] = {
+        sidecar_key(rel): {
+            "spec": STATS_SPEC,
+            "leaf": rel,
+            "node": node_id,
+            "cells_with_data": int(cells_with_data),
+            "granule_count": int(granule_count),
+            "content_hashes": content,
+            "written_at": written_at,
+            "bytes_written": nbytes,
+            "duration_s": record["seconds"],
+        }
+    }
     return record
 
 

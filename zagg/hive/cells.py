@@ -60,8 +60,9 @@ def _sliced(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=object)
     buf = np.ascontiguousarray(data).tobytes()
     bounds = (np.asarray(offsets, np.int64) - int(offsets[0])).tolist()
-    return np.fromiter(map(buf.__getitem__, map(slice, bounds[:-1], bounds[1:])), dtype=object,
-                       count=n)
+    return np.fromiter(
+        map(buf.__getitem__, map(slice, bounds[:-1], bounds[1:])), dtype=object, count=n
+    )
 
 
 class DigestRows(RaggedCells):

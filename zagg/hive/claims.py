@@ -50,13 +50,21 @@ def claim_key(leaf: str) -> str:
     return f"{leaf}.claim.json"
 
 
-def claim_leaf(root: StoreRoot, leaf: str, run_id: str | None, *,
-               ttl_s: float = CLAIM_TTL_S) -> Claim:
+def claim_leaf(
+    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = CLAIM_TTL_S
+) -> Claim:
     """Take the leaf's claim for this writer, or raise :class:`LeafHeldError`."""
     key = claim_key(leaf)
     token = uuid.uuid4().hex
-    body = dumps_json({"spec": CLAIM_SPEC, "run_id": run_id, "token": token,
-                       "claimed_at": time.time(), "ttl_s": float(ttl_s)})
+    body = dumps_json(
+        {
+            "spec": CLAIM_SPEC,
+            "run_id": run_id,
+            "token": token,
+            "claimed_at": time.time(),
+            "ttl_s": float(ttl_s),
+        }
+    )
     if root.create(key, body):
         return Claim(key, token, time.monotonic(), float(ttl_s))
     try:
@@ -72,11 +80,14 @@ def claim_leaf(root: StoreRoot, leaf: str, run_id: str | None, *,
             f"{age:.0f} s ago): two runs may not write one leaf at once without leaf versions. "
             "Wait for that run, or write with output.leaf_versions: true (the default), which "
             f"lets concurrent runs each write a version of their own; a claim older than "
-            f"{float(held.get('ttl_s') or CLAIM_TTL_S):.0f} s is taken over")
+            f"{float(held.get('ttl_s') or CLAIM_TTL_S):.0f} s is taken over"
+        )
     root.delete(key)  # stale: its writer is gone
     if not root.create(key, body):
-        raise LeafHeldError(f"leaf {root.url_of(leaf)}: another writer took over its stale "
-                            "claim at the same moment; run again once it is done")
+        raise LeafHeldError(
+            f"leaf {root.url_of(leaf)}: another writer took over its stale "
+            "claim at the same moment; run again once it is done"
+        )
     return Claim(key, token, time.monotonic(), float(ttl_s))
 
 
@@ -94,8 +105,9 @@ def release(root: StoreRoot, claim: Claim) -> None:
         root.delete(claim.key)
 
 
-def wait_for(root: StoreRoot, leaf: str, run_id: str | None, *,
-             ttl_s: float = SIBLINGS_TTL_S) -> Claim:
+def wait_for(
+    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = SIBLINGS_TTL_S
+) -> Claim:
     """Take the leaf's claim, waiting while another writer holds it (a live holder gives
     it back within its ``ttl_s``; a dead one's is taken over then)."""
     delay = 0.01
@@ -108,8 +120,9 @@ def wait_for(root: StoreRoot, leaf: str, run_id: str | None, *,
 
 
 @contextlib.contextmanager
-def holding(root: StoreRoot, leaf: str, run_id: str | None, *,
-            ttl_s: float = SIBLINGS_TTL_S) -> Iterator[Claim]:
+def holding(
+    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = SIBLINGS_TTL_S
+) -> Iterator[Claim]:
     """Hold the leaf's claim for the ``with`` block (see :func:`wait_for`)."""
     claim = wait_for(root, leaf, run_id, ttl_s=ttl_s)
     try:

@@ -245,7 +245,11 @@ def read_root_coverage(root) -> dict | None:
 
 
 def update_root_coverage(
-    root, shard_ids: Iterable[str], order: int, *, source: str = "dispatcher",
+    root,
+    shard_ids: Iterable[str],
+    order: int,
+    *,
+    source: str = "dispatcher",
     temporal: dict | None = None,
 ) -> dict | None:
     """GET-union-PUT the root ranges MOC with ``shard_ids``; returns what was written.
@@ -266,13 +270,15 @@ def update_root_coverage(
             # another run may have written its own union at the same moment: read back,
             # and union again until this run's shards are all listed
             back = read_root_coverage(root)
-            if back is not None and back.get("order") == order and mine <= set(
-                    expand_ranges(back)):
+            if back is not None and back.get("order") == order and mine <= set(expand_ranges(back)):
                 return envelope
             time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-        warnings.warn(f"root coverage at {root.url} kept losing this run's shards to "
-                      "concurrent writers; refresh it with a walk (zagg.hive."
-                      "refresh_root_coverage)", stacklevel=2)
+        warnings.warn(
+            f"root coverage at {root.url} kept losing this run's shards to "
+            "concurrent writers; refresh it with a walk (zagg.hive."
+            "refresh_root_coverage)",
+            stacklevel=2,
+        )
         return None
     except Exception as exc:  # fail-open by contract
         warnings.warn(f"root coverage at {root.url} was not updated: {exc}", stacklevel=2)

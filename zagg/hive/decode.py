@@ -44,10 +44,16 @@ def layout(meta: dict):
     shape = meta.get("shape")
     grid = meta.get("chunk_grid") or {}
     keys = meta.get("chunk_key_encoding") or {}
-    if (meta.get("zarr_format") != 3 or meta.get("node_type") != "array"
-            or not isinstance(shape, list) or len(shape) != 1 or meta.get("storage_transformers")
-            or grid.get("name") != "regular" or keys.get("name") != "default"
-            or (keys.get("configuration") or {}).get("separator", "/") != "/"):
+    if (
+        meta.get("zarr_format") != 3
+        or meta.get("node_type") != "array"
+        or not isinstance(shape, list)
+        or len(shape) != 1
+        or meta.get("storage_transformers")
+        or grid.get("name") != "regular"
+        or keys.get("name") != "default"
+        or (keys.get("configuration") or {}).get("separator", "/") != "/"
+    ):
         return None
     n = shape[0]
     chunk = (grid.get("configuration") or {}).get("chunk_shape")
@@ -55,8 +61,11 @@ def layout(meta: dict):
     sharded = len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed"
     if sharded:
         conf = codecs[0].get("configuration") or {}
-        if (chunk != [n] or conf.get("index_codecs") != _INDEX_CHAIN
-                or conf.get("index_location", "end") != "end"):
+        if (
+            chunk != [n]
+            or conf.get("index_codecs") != _INDEX_CHAIN
+            or conf.get("index_location", "end") != "end"
+        ):
             return None
         inner = conf.get("chunk_shape")
         codecs = conf.get("codecs") or []
@@ -127,8 +136,9 @@ def inner_chunks(root, key: str, found) -> list:
     obj = root.read_bytes(f"{key}/c/0")
     if obj is None:
         return [None] * n_inner
-    index = _parse_index(obj[-16 * n_inner - 4 :] if len(obj) >= 16 * n_inner + 4 else obj,
-                         n_inner, f"{key}/c/0")
+    index = _parse_index(
+        obj[-16 * n_inner - 4 :] if len(obj) >= 16 * n_inner + 4 else obj, n_inner, f"{key}/c/0"
+    )
     view = memoryview(obj)
     out: list = []
     for k, (off, nbytes) in enumerate(index.tolist()):
@@ -184,8 +194,11 @@ def fetch_chunks(root, key: str, found, wanted: np.ndarray) -> dict[int, bytes]:
         return {}
     if not sharded:
         keys = [f"{key}/c/{k}" for k in wanted.tolist()]
-        return {k: v for k, v in zip(wanted.tolist(), read_objects(root, keys), strict=True)
-                if v is not None}
+        return {
+            k: v
+            for k, v in zip(wanted.tolist(), read_objects(root, keys), strict=True)
+            if v is not None
+        }
     where = f"{key}/c/0"
     suffix = read_suffix(root, where, 16 * n_inner + 4)
     if suffix is None:
@@ -193,8 +206,11 @@ def fetch_chunks(root, key: str, found, wanted: np.ndarray) -> dict[int, bytes]:
     index = _parse_index(suffix, n_inner, where)
     offsets, sizes = index[wanted, 0], index[wanted, 1]
     present = ~((offsets == ABSENT) & (sizes == ABSENT))
-    ks, offsets, sizes = wanted[present], offsets[present].astype(np.int64), \
-        sizes[present].astype(np.int64)
+    ks, offsets, sizes = (
+        wanted[present],
+        offsets[present].astype(np.int64),
+        sizes[present].astype(np.int64),
+    )
     if not ks.size:
         return {}
     runs = _coalesce(offsets, sizes)
@@ -202,8 +218,9 @@ def fetch_chunks(root, key: str, found, wanted: np.ndarray) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     for (start, end, i0, i1), blob in zip(runs, blobs, strict=True):
         if len(blob) != end - start:
-            raise CorruptChunkError(f"{where}: inner chunks {ks[i0]}..{ks[i1 - 1]} run past "
-                                    "the shard's data")
+            raise CorruptChunkError(
+                f"{where}: inner chunks {ks[i0]}..{ks[i1 - 1]} run past the shard's data"
+            )
         view = memoryview(blob)
         for i in range(i0, i1):
             a = int(offsets[i]) - start
@@ -232,8 +249,9 @@ def _coalesce(offsets: np.ndarray, sizes: np.ndarray) -> list[tuple[int, int, in
 def _parse_index(suffix: bytes, n_inner: int, where: str) -> np.ndarray:
     size = 16 * n_inner
     if len(suffix) < size + 4:
-        raise CorruptChunkError(f"{where}: {len(suffix)} bytes cannot hold the index of "
-                                f"{n_inner} inner chunks")
+        raise CorruptChunkError(
+            f"{where}: {len(suffix)} bytes cannot hold the index of {n_inner} inner chunks"
+        )
     raw = bytes(suffix[-size - 4 : -4])
     if google_crc32c.value(raw) != struct.unpack("<I", bytes(suffix[-4:]))[0]:
         raise CorruptChunkError(f"{where}: the shard index fails its crc32c")
@@ -259,8 +277,9 @@ def read_ranges(root, key: str, ranges: list[tuple[int, int]]) -> list[bytes]:
         start, end = ranges[0]
         return [root.fs.cat_file(_full(root, key), start=start, end=end)]
     path = _full(root, key)
-    out = root.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges],
-                             [b for _, b in ranges], on_error="raise")
+    out = root.fs.cat_ranges(
+        [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
+    )
     return list(out)
 
 
@@ -281,8 +300,10 @@ def read_objects(root, keys: list[str]) -> list[bytes | None]:
 def dense_values(chunk, per: int, dtype: np.dtype, key: str, k: int) -> np.ndarray:
     """The ``per`` values of one encoded dense inner chunk (chain ``[bytes(little)]``)."""
     if len(chunk) != per * dtype.itemsize:
-        raise CorruptChunkError(f"{key}: inner chunk {k} holds {len(chunk)} bytes, "
-                                f"{per} cells of {dtype} need {per * dtype.itemsize}")
+        raise CorruptChunkError(
+            f"{key}: inner chunk {k} holds {len(chunk)} bytes, "
+            f"{per} cells of {dtype} need {per * dtype.itemsize}"
+        )
     return np.frombuffer(chunk, dtype=dtype)
 
 
@@ -316,8 +337,12 @@ def frame_cells(frame: bytes, per: int, key: str, k: int) -> tuple[np.ndarray, n
 
 @numba.njit(cache=True, nogil=True)
 def _u32(data, o):
-    return (np.int64(data[o]) | (np.int64(data[o + 1]) << 8) | (np.int64(data[o + 2]) << 16)
-            | (np.int64(data[o + 3]) << 24))
+    return (
+        np.int64(data[o])
+        | (np.int64(data[o + 1]) << 8)
+        | (np.int64(data[o + 2]) << 16)
+        | (np.int64(data[o + 3]) << 24)
+    )
 
 
 @numba.njit(cache=True, nogil=True)

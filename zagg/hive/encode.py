@@ -84,8 +84,11 @@ def fill_of(dtype: np.dtype, fill, n: int, per: int) -> _Fill:
 def _chunk_runs(ranks: np.ndarray, cells_per_chunk: int):
     """Touched chunk indices of ascending ``ranks`` and each chunk's bounds in ``ranks``."""
     k_of = ranks // cells_per_chunk
-    starts = np.flatnonzero(np.concatenate(([True], k_of[1:] != k_of[:-1]))) if ranks.size \
+    starts = (
+        np.flatnonzero(np.concatenate(([True], k_of[1:] != k_of[:-1])))
+        if ranks.size
         else np.zeros(0, np.int64)
+    )
     return k_of[starts], np.append(starts, ranks.size).astype(np.int64)
 
 
@@ -123,8 +126,9 @@ def _stream_digest(touched, pieces, fill: _Fill) -> str:
     return digest.hexdigest()
 
 
-def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: int,
-                 sharded: bool) -> EncodedArray:
+def encode_dense(
+    ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: int, sharded: bool
+) -> EncodedArray:
     """Chunk objects and digest of a fixed-width array of ``n`` cells holding ``values``
     (little-endian, declared dtype) at ascending ``ranks`` and the fill elsewhere."""
     dtype = values.dtype
@@ -151,8 +155,9 @@ def encode_dense(ranks: np.ndarray, values: np.ndarray, fill, n: int, n_inner: i
         tail[:-4] = index.reshape(-1).view(np.uint8)
         tail[-4:] = np.frombuffer(_crc(tail[:-4]), np.uint8)
         return EncodedArray([(0, buf)], digest)
-    return EncodedArray([(int(k), buf[t * nbytes : (t + 1) * nbytes])
-                         for t, k in enumerate(touched)], digest)
+    return EncodedArray(
+        [(int(k), buf[t * nbytes : (t + 1) * nbytes]) for t, k in enumerate(touched)], digest
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -164,8 +169,20 @@ def _put(buf, at, value, width):
 
 
 @numba.njit(cache=True, nogil=True)
-def _vlen_buffers(ranks, offsets, data, per, touched, bounds, frame_at, hash_at, frames, stream,
-                  want_frames, want_stream):
+def _vlen_buffers(
+    ranks,
+    offsets,
+    data,
+    per,
+    touched,
+    bounds,
+    frame_at,
+    hash_at,
+    frames,
+    stream,
+    want_frames,
+    want_stream,
+):
     """Per touched chunk t: its §1.4 framing at ``frames[frame_at[t]:]`` (u32 cell count,
     u32 length ‖ payload per cell) and its §5.2 hash stream at ``stream[hash_at[t]:]``
     (u64 length ‖ payload per cell), each only when wanted. Both buffers arrive zeroed:
@@ -215,8 +232,7 @@ def _row_words(means, weights, data, row_at):
 BATCH_BYTES = 16 * 2**20  # payload bytes framed and hashed per kernel call
 
 
-def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bool,
-                    stream: bool):
+def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bool, stream: bool):
     """Per touched inner chunk of a vlen array (see :func:`encode_ragged`), in ascending
     order: ``(chunk index, framing or None, hash stream or None)``, built a batch of
     about :data:`BATCH_BYTES` at a time."""
@@ -226,8 +242,9 @@ def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bo
     frame_size = 4 + 4 * per + payload
     hash_size = 8 * per + payload
     # whole 4-byte words when every payload is (t-digest rows always are)
-    words = rows is not None or (not np.any(offsets % 4) and data.size % 4 == 0
-                                 and data.view(np.uint32).flags.aligned)
+    words = rows is not None or (
+        not np.any(offsets % 4) and data.size % 4 == 0 and data.view(np.uint32).flags.aligned
+    )
     w = 4 if words else 1
     unit = np.uint32 if words else np.uint8
     t = 0
@@ -247,18 +264,38 @@ def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bo
             src = np.empty(int(offsets[b1]) - lo, np.uint8)
             _row_words(rows[0], rows[1], src.view(np.uint32), lo // 8)
             at = offsets - lo
-        _vlen_buffers(ranks, at // w, src.view(unit), per, touched[t:end],
-                      bounds[t : end + 1], frame_at // w, hash_at // w, fbuf.view(unit),
-                      hbuf.view(unit), frames, stream)
+        _vlen_buffers(
+            ranks,
+            at // w,
+            src.view(unit),
+            per,
+            touched[t:end],
+            bounds[t : end + 1],
+            frame_at // w,
+            hash_at // w,
+            fbuf.view(unit),
+            hbuf.view(unit),
+            frames,
+            stream,
+        )
         for i in range(end - t):
-            yield (int(touched[t + i]),
-                   fbuf[frame_at[i] : frame_at[i + 1]] if frames else None,
-                   hbuf[hash_at[i] : hash_at[i + 1]] if stream else None)
+            yield (
+                int(touched[t + i]),
+                fbuf[frame_at[i] : frame_at[i + 1]] if frames else None,
+                hbuf[hash_at[i] : hash_at[i + 1]] if stream else None,
+            )
         t = end
 
 
-def encode_ragged(ranks: np.ndarray, offsets: np.ndarray, data: np.ndarray | None, n: int,
-                  n_inner: int, level: int = ZSTD_LEVEL, rows=None) -> EncodedArray:
+def encode_ragged(
+    ranks: np.ndarray,
+    offsets: np.ndarray,
+    data: np.ndarray | None,
+    n: int,
+    n_inner: int,
+    level: int = ZSTD_LEVEL,
+    rows=None,
+) -> EncodedArray:
     """Chunk objects and digest of a vlen array of ``n`` cells: cell ``ranks[i]`` holds
     ``data[offsets[i]:offsets[i+1]]``, every other cell is empty. ``rows = (means,
     weights)`` (float32 columns, weights None for all ones) replaces ``data`` by t-digest
@@ -280,8 +317,9 @@ def encode_ragged_cells(cells, n: int, n_inner: int) -> EncodedArray:
     """:func:`encode_ragged` of :class:`~zagg.hive.cells.RaggedCells` (raw payloads) or
     :class:`~zagg.hive.cells.DigestRows` (t-digest columns)."""
     if hasattr(cells, "means"):
-        return encode_ragged(cells.ranks, cells.offsets, None, n, n_inner,
-                             rows=(cells.means, cells.weights))
+        return encode_ragged(
+            cells.ranks, cells.offsets, None, n, n_inner, rows=(cells.means, cells.weights)
+        )
     return encode_ragged(cells.ranks, cells.offsets, cells.data, n, n_inner)
 
 

@@ -109,8 +109,9 @@ def combined_digest(digests: Mapping[str, str] | list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(values)).encode("ascii")).hexdigest()
 
 
-def content_hashes(arrays: Mapping[str, np.ndarray],
-                   lengths: Mapping[str, np.ndarray] | None = None) -> dict:
+def content_hashes(
+    arrays: Mapping[str, np.ndarray], lengths: Mapping[str, np.ndarray] | None = None
+) -> dict:
     """The structured record ``{"arrays": {key: hex}, "combined": hex}``, keys sorted.
 
     ``arrays`` is keyed by the path relative to the leaf root (``"6/count"``).

@@ -243,16 +243,23 @@ def dggs_attrs(cell_order: int) -> dict:
 
 
 def template_documents(
-    geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None,
+    geometry: Geometry,
+    specs: dict[str, FieldSpec],
+    morton_attrs: dict | None = None,
     morton: bool = True,
 ) -> dict[str, bytes]:
     """The leaf template's metadata objects (``zarr.json`` keys → bytes), built by zarr once
     per distinct leaf layout in a process and reused: every leaf of a run shares them.
     ``morton=False`` leaves out the stored cell coordinate (a windowed leaf derives it)."""
     key = json.dumps(
-        [geometry.as_grid(), morton_attrs or {}, morton,
-         [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs] for n, sp in specs.items()]],
-        sort_keys=True, default=str,
+        [
+            geometry.as_grid(),
+            morton_attrs or {},
+            morton,
+            [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs] for n, sp in specs.items()],
+        ],
+        sort_keys=True,
+        default=str,
     )
     docs = _TEMPLATES.get(key)
     if docs is None:
@@ -269,7 +276,10 @@ _TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 
 def create_template(
-    store, geometry: Geometry, specs: dict[str, FieldSpec], morton_attrs: dict | None = None,
+    store,
+    geometry: Geometry,
+    specs: dict[str, FieldSpec],
+    morton_attrs: dict | None = None,
     morton: bool = True,
 ) -> dict[str, zarr.Array]:
     """Create the empty leaf (root group, cell group, arrays) in ``store``; no chunks yet.
@@ -278,8 +288,7 @@ def create_template(
     cells = root.create_group(str(geometry.cell_order), attributes=dggs_attrs(geometry.cell_order))
     arrays = {}
     if morton:
-        arrays[MORTON] = _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs,
-                                      geometry)
+        arrays[MORTON] = _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs, geometry)
     for name, spec in specs.items():
         if spec.ragged:
             arrays[name] = _ragged_array(cells, name, spec.attrs, geometry)

@@ -143,20 +143,61 @@ def write_leaf_cells(
     data = rel if version is None else f"{rel}/{versions.check_name(version)}"
     claim = None if version is not None else claims.claim_leaf(root, rel, run_id)
     try:
-        return _write(root, shard_id, rel, data, version, run_id, template, geometry, specs,
-                      contents, occupied, ids, granule_count, semantic_hash, write_stats,
-                      stats_extra, None if fresh or version is not None else
-                      _Clearing(root, rel), t_start, t_prepared, window, time_range,
-                      temporal, derived)
+        return _write(
+            root,
+            shard_id,
+            rel,
+            data,
+            version,
+            run_id,
+            template,
+            geometry,
+            specs,
+            contents,
+            occupied,
+            ids,
+            granule_count,
+            semantic_hash,
+            write_stats,
+            stats_extra,
+            None if fresh or version is not None else _Clearing(root, rel),
+            t_start,
+            t_prepared,
+            window,
+            time_range,
+            temporal,
+            derived,
+        )
     finally:
         if claim is not None:
             claims.release(root, claim)
 
 
-def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs, contents,
-           occupied, ids, granule_count, semantic_hash, write_stats, stats_extra, clearing,
-           t_start, t_prepared, window=None, time_range=None, temporal=None,
-           derived=None) -> dict:
+def _write(
+    root,
+    shard_id,
+    rel,
+    data,
+    version,
+    run_id,
+    template,
+    geometry,
+    specs,
+    contents,
+    occupied,
+    ids,
+    granule_count,
+    semantic_hash,
+    write_stats,
+    stats_extra,
+    clearing,
+    t_start,
+    t_prepared,
+    window=None,
+    time_range=None,
+    temporal=None,
+    derived=None,
+) -> dict:
     """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
     checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
     versioned leaf), then the siblings (:func:`_write_siblings`)."""
@@ -166,15 +207,18 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
         key: out.put(f"{data}/{key}", doc) for key, doc in template.items()
     }
     digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-        out, data, shard_id, geometry, specs, contents, occupied, morton=window is None)
+        out, data, shard_id, geometry, specs, contents, occupied, morton=window is None
+    )
     t_arrays = time.perf_counter()
 
     extra_bytes = 0
     bitmap_written = False
     if window is not None and geometry.depth > 0 and cells_with_data == geometry.n_cells:
         envelope = coverage.leaf_envelope(  # every cell occupied: no bitmap to read
-            coverage.box_of_ranks(shard_id, occupied, geometry.depth), geometry.cell_order,
-            full=True)
+            coverage.box_of_ranks(shard_id, occupied, geometry.depth),
+            geometry.cell_order,
+            full=True,
+        )
     elif geometry.depth > 0:
         payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
         extra_bytes += out.put(f"{data}/{paths.LEAF_COVERAGE_NAME}", payload)
@@ -186,15 +230,15 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
             raw_nbytes=raw_nbytes,
         )
     else:
-        envelope = coverage.leaf_envelope(coverage.box_of_ranks(shard_id, occupied, 0),
-                                          geometry.cell_order)
+        envelope = coverage.leaf_envelope(
+            coverage.box_of_ranks(shard_id, occupied, 0), geometry.cell_order
+        )
     if temporal is not None:  # the temporal record: before the stamp, fail closed
         extra_bytes += out.put(f"{data}/{paths.LEAF_TEMPORAL_NAME}", dumps_json(temporal))
     t_coverage = time.perf_counter()
     out.flush()  # every object of the leaf is stored before its stamp
     t_uploaded = time.perf_counter()
-    content = {"arrays": dict(sorted(digests.items())),
-               "combined": hashes.combined_digest(digests)}
+    content = {"arrays": dict(sorted(digests.items())), "combined": hashes.combined_digest(digests)}
     written_at = stamp.now_iso()
     seal = stamp.build_stamp(
         cells_with_data=cells_with_data,
@@ -212,8 +256,9 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
     claim = None if version is None else claims.wait_for(root, rel, run_id)
     try:
         if version is not None:  # the pointer: one PUT, only once the version is stamped
-            sizes["pointer"] = stamp.write_stamp(root, rel, template[stamp.ZARR_JSON],
-                                                 {**seal, "current": version})
+            sizes["pointer"] = stamp.write_stamp(
+                root, rel, template[stamp.ZARR_JSON], {**seal, "current": version}
+            )
         t_stamped = time.perf_counter()
         record = {
             "shard_id": shard_id,
@@ -226,7 +271,9 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
             "content_hashes": content,
             "coverage": envelope,
             "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
-            "objects_written": len(sizes) + chunk_objects + (1 if bitmap_written else 0)
+            "objects_written": len(sizes)
+            + chunk_objects
+            + (1 if bitmap_written else 0)
             + (1 if temporal is not None else 0),
             "written_at": written_at,
             "temporal": temporal,
@@ -240,16 +287,16 @@ def _write(root, shard_id, rel, data, version, run_id, template, geometry, specs
                 "total_s": t_stamped - t_start,
             },
         }
-        _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
-                        derived)
+        _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra, derived)
     finally:
         if claim is not None:
             claims.release(root, claim)
     return record
 
 
-def _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra,
-                    derived) -> None:
+def _write_siblings(
+    root, rel, record, ids, write_stats, semantic_hash, stats_extra, derived
+) -> None:
     """The leaf's identity and stats sidecars, then what ``derived`` writes from it."""
     shard_id, window = record["shard_id"], record["window"]
     siblings = {}
@@ -260,8 +307,11 @@ def _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_ex
     if write_stats:
         try:
             siblings[paths.stats_key(shard_id, window)] = stats.stats_record(
-                record, semantic_hash=semantic_hash, granules_sha=granules_sha,
-                extra=dict(stats_extra) if stats_extra else None)
+                record,
+                semantic_hash=semantic_hash,
+                granules_sha=granules_sha,
+                extra=dict(stats_extra) if stats_extra else None,
+            )
         except ValueError as exc:  # the sidecar is telemetry, never truth
             warnings.warn(f"stats sidecar for leaf {rel} was not made: {exc}", stacklevel=2)
     # the leaf's identity record lands with the leaf, so a run killed after this leaf can
@@ -313,16 +363,21 @@ def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry:
         cells = contents[name]
         expected = RaggedCells if spec.ragged else DenseCells
         if not isinstance(cells, expected):
-            raise ValueError(f"shard {shard_id}: field {name!r} needs {expected.__name__}, got "
-                             f"{type(cells).__name__}")
+            raise ValueError(
+                f"shard {shard_id}: field {name!r} needs {expected.__name__}, got "
+                f"{type(cells).__name__}"
+            )
         r = cells.ranks
         if r.size and (r[0] < 0 or r[-1] >= n or (r.size > 1 and np.any(r[1:] <= r[:-1]))):
-            raise ValueError(f"shard {shard_id}: field {name!r} ranks must be strictly "
-                             f"ascending cell positions in [0, {n})")
+            raise ValueError(
+                f"shard {shard_id}: field {name!r} ranks must be strictly "
+                f"ascending cell positions in [0, {n})"
+            )
         if spec.ragged:
             element = spec.attrs["ragged"]["element"]
             row = np.dtype(str(element["dtype"])).itemsize * int(
-                np.prod(element["shape"][1:], dtype=np.int64))
+                np.prod(element["shape"][1:], dtype=np.int64)
+            )
             bad = np.flatnonzero(cells.lengths % row)
             if bad.size:
                 i = int(bad[0])
@@ -332,12 +387,15 @@ def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry:
                     f"{element}"
                 )
         elif cells.values.dtype != spec.dtype.newbyteorder("<"):
-            raise ValueError(f"shard {shard_id}: field {name!r} values are "
-                             f"{cells.values.dtype}, declared {spec.dtype}")
+            raise ValueError(
+                f"shard {shard_id}: field {name!r} values are "
+                f"{cells.values.dtype}, declared {spec.dtype}"
+            )
 
 
-def _cells_from_arrays(shard_id: str, arrays: Mapping[str, np.ndarray],
-                       specs: dict[str, FieldSpec], geometry: Geometry) -> dict:
+def _cells_from_arrays(
+    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Geometry
+) -> dict:
     """The occupied cells of dense per-cell arrays (validated: names, shapes, dtypes, the
     cell law of a given ``morton``)."""
     n = geometry.n_cells
@@ -358,14 +416,17 @@ def _cells_from_arrays(shard_id: str, arrays: Mapping[str, np.ndarray],
             )
         if spec.ragged:
             out[name] = cells_.ragged_from_objects(
-                raw, lambda i, cell, name=name, spec=spec: _payload(name, i, cell, spec))
+                raw, lambda i, cell, name=name, spec=spec: _payload(name, i, cell, spec)
+            )
         else:
-            out[name] = cells_.dense_from_array(_dense_raw(name, raw, spec), spec.dtype,
-                                                spec.fill_value)
+            out[name] = cells_.dense_from_array(
+                _dense_raw(name, raw, spec), spec.dtype, spec.fill_value
+            )
     if MORTON in arrays:
         given = np.asarray(arrays[MORTON])
-        law = _grid.shard_cell_words(_grid.from_decimal(shard_id)[0], geometry.shard_order,
-                                     geometry.cell_order)
+        law = _grid.shard_cell_words(
+            _grid.from_decimal(shard_id)[0], geometry.shard_order, geometry.cell_order
+        )
         if given.shape != (n,) or not np.array_equal(given.astype(np.uint64), law):
             raise ValueError(
                 f"shard {shard_id}: the morton array given does not follow the cell law "
@@ -412,8 +473,11 @@ def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> De
     if c > 27:
         words = _grid.shard_cell_words(word, p, c)[ranks]
     else:
-        words = np.uint64(word) + np.uint64(c - p) + ranks.astype(np.uint64) * np.uint64(
-            _grid.stride(c))
+        words = (
+            np.uint64(word)
+            + np.uint64(c - p)
+            + ranks.astype(np.uint64) * np.uint64(_grid.stride(c))
+        )
     return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
 
 
@@ -467,8 +531,16 @@ class _Unstamped:
         self.pending = {}
 
 
-def _write_chunks(out: _Unstamped, rel, shard_id, geometry: Geometry, specs, contents,
-                  occupied, morton: bool = True):
+def _write_chunks(
+    out: _Unstamped,
+    rel,
+    shard_id,
+    geometry: Geometry,
+    specs,
+    contents,
+    occupied,
+    morton: bool = True,
+):
     """Write every array's chunk objects (the stored ``morton`` unless ``morton`` is
     false); returns (digests by key, bytes, objects)."""
     group = str(geometry.cell_order)
@@ -482,8 +554,7 @@ def _write_chunks(out: _Unstamped, rel, shard_id, geometry: Geometry, specs, con
         if isinstance(cells, RaggedCells):
             enc = encode.encode_ragged_cells(cells, n, k)
         else:
-            enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k,
-                                      geometry.dense_sharded)
+            enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k, geometry.dense_sharded)
         digests[f"{group}/{name}"] = enc.digest
         t0 = time.perf_counter()
         for idx, data in enc.objects:

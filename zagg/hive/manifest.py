@@ -57,8 +57,10 @@ def build_manifest(
     if pyramid is None:
         pyramid = {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}}
     if pyramid.get("spec") not in PYRAMID_SPECS:
-        raise ValueError(f"pyramid block declares spec {pyramid.get('spec')!r}; known "
-                         f"revisions are {list(PYRAMID_SPECS)}")
+        raise ValueError(
+            f"pyramid block declares spec {pyramid.get('spec')!r}; known "
+            f"revisions are {list(PYRAMID_SPECS)}"
+        )
     mirror = {"multiscales": multiscales} if multiscales is not None else {}
     if temporal is not None and not temporal.get("schedule"):
         raise ValueError(f"a temporal block names its schedule, got {temporal!r}")
@@ -93,10 +95,11 @@ def read_manifest(root: str | StoreRoot) -> dict | None:
             f"{HIVE_SPEC!r} and {HIVE_SPEC_WINDOWED!r} stores only"
         )
     temporal = payload.get("temporal")
-    if spec == HIVE_SPEC_WINDOWED and not (isinstance(temporal, dict)
-                                           and temporal.get("schedule")):
-        raise ValueError(f"{root.url_of(MANIFEST_KEY)} is {HIVE_SPEC_WINDOWED} but has no "
-                         "temporal block naming its schedule")
+    if spec == HIVE_SPEC_WINDOWED and not (isinstance(temporal, dict) and temporal.get("schedule")):
+        raise ValueError(
+            f"{root.url_of(MANIFEST_KEY)} is {HIVE_SPEC_WINDOWED} but has no "
+            "temporal block naming its schedule"
+        )
     for key in ("cell_order", "shard_order"):
         if not isinstance(payload.get(key), int):
             raise ValueError(f"{root.url_of(MANIFEST_KEY)}: {key} must be an integer")
@@ -160,10 +163,14 @@ def check_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> dict 
             meaning = ""
             if "semantic_hash" in diffs:
                 said = explain(existing) if explain is not None else None
-                meaning = " " + (said or (
-                    "The semantic hash covers the config's data_source, aggregation, "
-                    "output.dataset and output.grid.sharded: one of them differs from the "
-                    "config this store was made with."))
+                meaning = " " + (
+                    said
+                    or (
+                        "The semantic hash covers the config's data_source, aggregation, "
+                        "output.dataset and output.grid.sharded: one of them differs from the "
+                        "config this store was made with."
+                    )
+                )
             raise ManifestConflictError(
                 f"refusing to write leaves into {root.url}: frozen manifest keys differ from the "
                 f"existing store: {detail}.{meaning} The store already holds leaves under "

@@ -114,8 +114,9 @@ class StoreRoot:
             tmp = _staging_name(full)
             try:
                 with open(tmp, "wb") as f:
-                    size = sum(f.write(p) for p in data) if isinstance(data, Parts) else \
-                        f.write(data)
+                    size = (
+                        sum(f.write(p) for p in data) if isinstance(data, Parts) else f.write(data)
+                    )
                 os.replace(tmp, full)  # whole, like a PUT: no reader or writer sees a part
             except BaseException:
                 _discard(tmp)
@@ -192,9 +193,13 @@ class StoreRoot:
 
     def _copy_onto_itself(self, full: str) -> None:
         bucket, key, _ = self.fs.split_path(full)
-        self.fs.call_s3("copy_object", Bucket=bucket, Key=key,
-                        CopySource={"Bucket": bucket, "Key": key},
-                        MetadataDirective="REPLACE")
+        self.fs.call_s3(
+            "copy_object",
+            Bucket=bucket,
+            Key=key,
+            CopySource={"Bucket": bucket, "Key": key},
+            MetadataDirective="REPLACE",
+        )
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (recursively), relative to the root, sorted."""
@@ -202,9 +207,10 @@ class StoreRoot:
         if self.is_local:  # a plain directory walk: no listing cache to bypass
             base = self.path.rstrip("/") + "/"
             if os.path.isfile(full):
-                return [full[len(base):]]
-            return sorted(os.path.join(d, f)[len(base):] for d, _, files in os.walk(full)
-                          for f in files)
+                return [full[len(base) :]]
+            return sorted(
+                os.path.join(d, f)[len(base) :] for d, _, files in os.walk(full) for f in files
+            )
         try:
             self.fs.invalidate_cache(full)
         except Exception:
@@ -214,7 +220,7 @@ class StoreRoot:
         except FileNotFoundError:
             return []
         base = self.path.rstrip("/") + "/"
-        return sorted(f[len(base):] if f.startswith(base) else f for f in found)
+        return sorted(f[len(base) :] if f.startswith(base) else f for f in found)
 
     def read_json(self, key: str) -> Any | None:
         """Parse one JSON object; ``None`` when absent, ``ValueError`` when unparsable."""
@@ -294,23 +300,29 @@ def check_store_root(root: StoreRoot, manifest_key: str) -> bool:
     if root.is_local:
         path = root.path
         if os.path.exists(path) and not os.path.isdir(path):
-            raise StoreRootError(f"store {root.url!r} is a file, not a directory; give a new or "
-                                 "empty directory, or an existing hive store")
+            raise StoreRootError(
+                f"store {root.url!r} is a file, not a directory; give a new or "
+                "empty directory, or an existing hive store"
+            )
         probe = path
         while not os.path.exists(probe):
             probe = os.path.dirname(probe) or "."
         if not os.access(probe, os.W_OK | os.X_OK):
-            raise StoreRootError(f"cannot write the store {root.url!r}: {probe!r} is not "
-                                 "writable; check its permissions or choose another location")
+            raise StoreRootError(
+                f"cannot write the store {root.url!r}: {probe!r} is not "
+                "writable; check its permissions or choose another location"
+            )
     dirs, files = root.list_dir("")
     if manifest_key in files:
         return True
     others = [n for n in dirs + files if not n.startswith(".")]
     if others:
         shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
-        raise StoreRootError(f"store {root.url!r} is not empty ({shown}) but holds no "
-                             f"{manifest_key}: it is not a hive store (or its manifest was "
-                             "removed); give a new or empty location")
+        raise StoreRootError(
+            f"store {root.url!r} is not empty ({shown}) but holds no "
+            f"{manifest_key}: it is not a hive store (or its manifest was "
+            "removed); give a new or empty location"
+        )
     return False
 
 
@@ -357,5 +369,6 @@ def background() -> concurrent.futures.ThreadPoolExecutor:
     with _background_lock:
         if _background_pool is None:
             _background_pool = concurrent.futures.ThreadPoolExecutor(
-                4, thread_name_prefix="zagg-store-background")
+                4, thread_name_prefix="zagg-store-background"
+            )
         return _background_pool

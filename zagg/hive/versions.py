@@ -29,8 +29,9 @@ def new_version(run_id: str) -> str:
 
 def check_name(version: str) -> str:
     if not isinstance(version, str) or not _NAME.match(version):
-        raise ValueError(f"{version!r} is not a version name (run-{{run_id}}-{{attempt}}, "
-                         "lowercase hex)")
+        raise ValueError(
+            f"{version!r} is not a version name (run-{{run_id}}-{{attempt}}, lowercase hex)"
+        )
     return version
 
 
@@ -53,8 +54,9 @@ class Collected:
         return sum(len(v) for v in self.removed.values())
 
 
-def collect(root: StoreRoot, leaves: list[str], *, keep: int = 0,
-            dry_run: bool = False) -> Collected:
+def collect(
+    root: StoreRoot, leaves: list[str], *, keep: int = 0, dry_run: bool = False
+) -> Collected:
     """Remove the superseded versions of each leaf: every version subgroup but the one
     its pointer names and the ``keep`` newest others (by their stamp's time). A leaf
     without a readable pointer is left alone."""

@@ -51,8 +51,11 @@ def walk_windows(root: str | StoreRoot) -> dict[str, list[tuple[str, str]]]:
         node, node_id = stack.pop()
         children, files = root.list_dir(node)
         for name in children + files:
-            if name.startswith(f"{node_id}_") and name.endswith(".zarr") and \
-                    not name.endswith(".pyramid.zarr"):
+            if (
+                name.startswith(f"{node_id}_")
+                and name.endswith(".zarr")
+                and not name.endswith(".pyramid.zarr")
+            ):
                 label = name[len(node_id) + 1 : -len(".zarr")]
                 found.setdefault(label, []).append((f"{node}/{name}", node_id))
             elif _DIGIT_RE.match(name) and name in children:
@@ -69,5 +72,4 @@ def all_leaves(root: str | StoreRoot) -> list[tuple[str, str]]:
     """Every leaf of the tree, unwindowed ones first, then each window's (labels
     ascending): what store-wide maintenance (version collection) goes over."""
     root = as_root(root)
-    return walk_leaves(root) + [leaf for leaves in walk_windows(root).values()
-                                for leaf in leaves]
+    return walk_leaves(root) + [leaf for leaves in walk_windows(root).values() for leaf in leaves]

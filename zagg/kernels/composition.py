@@ -143,8 +143,13 @@ def lane_counts(conf, order, offsets, threshold: int, rows):
     conf = np.ascontiguousarray(conf)
     if conf.ndim != 2 or conf.shape[1] != N_SURFACES or conf.dtype.kind not in "iu":
         raise ValueError(f"conf must be an (n, 5) integer array, got {conf.dtype} {conf.shape}")
-    return _lane_counts(conf, np.asarray(order, np.int64), np.asarray(offsets, np.int64),
-                        np.int64(threshold), np.ascontiguousarray(rows, dtype=np.bool_))
+    return _lane_counts(
+        conf,
+        np.asarray(order, np.int64),
+        np.asarray(offsets, np.int64),
+        np.int64(threshold),
+        np.ascontiguousarray(rows, dtype=np.bool_),
+    )
 
 
 @nb.njit(cache=True, nogil=True)

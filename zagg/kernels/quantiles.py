@@ -24,8 +24,10 @@ def rows_of(payloads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     if np.any(lengths % ROW_BYTES):
         bad = int(np.flatnonzero(lengths % ROW_BYTES)[0])
-        raise ValueError(f"t-digest payload {bad} holds {lengths[bad]} bytes, not whole "
-                         "(mean, weight) float32 rows")
+        raise ValueError(
+            f"t-digest payload {bad} holds {lengths[bad]} bytes, not whole "
+            "(mean, weight) float32 rows"
+        )
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(lengths // ROW_BYTES, out=offsets[1:])
     rows = np.frombuffer(b"".join(items), dtype="<f4").reshape(-1, 2)

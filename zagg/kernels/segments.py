@@ -133,8 +133,7 @@ def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:
     offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
     m = _order_from_runs(run_keys, run_start, run_len, run_order, order, ranks, offsets)
     offsets = offsets[: m + 1]
-    return Grouping((ranks[:m] << _U64(shift)) | _U64(cell_order), offsets, offsets[:-1],
-                    order)
+    return Grouping((ranks[:m] << _U64(shift)) | _U64(cell_order), offsets, offsets[:-1], order)
 
 
 @nb.njit(cache=True, inline="always")

@@ -329,8 +329,9 @@ def _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, dst, 
     if k == 1:
         return _merge_pair(means, run_starts[r0], run_sizes[r0], 0, 0, dst, base)
     if k == 2:
-        return _merge_pair(means, run_starts[r0], run_sizes[r0], run_starts[r0 + 1],
-                           run_sizes[r0 + 1], dst, base)
+        return _merge_pair(
+            means, run_starts[r0], run_sizes[r0], run_starts[r0 + 1], run_sizes[r0 + 1], dst, base
+        )
     o = 0
     m = 0
     for r in range(r0, r1, 2):
@@ -358,8 +359,9 @@ def _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, dst, 
 
 
 @njit(cache=True, nogil=True)
-def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w,
-                out_off):
+def _merge_runs(
+    means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w, out_off
+):
     """Kernel of :func:`merge_runs`: cell j's centroids are the runs
     ``cell_runs[j]:cell_runs[j + 1]`` of ``(means, weights)``, each sorted by mean. A cell
     made of one loss-free counts run is copied straight to the output; the others are gathered,
@@ -408,8 +410,7 @@ def _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, o
             for r in range(r0, r1):
                 n += run_sizes[r]
             if n <= delta:
-                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn,
-                                 out_m, pos)
+                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, out_m, pos)
                 if out_w is not None:
                     for i in range(n):
                         out_w[pos + i] = 1.0
@@ -667,8 +668,17 @@ def _check_delta(delta):
     return delta
 
 
-def build(values, offsets, delta=DEFAULT_DELTA, *, weights=None, return_members=False,
-          out_dtype=np.float64, starts=None, drop_unit_weights=False):
+def build(
+    values,
+    offsets,
+    delta=DEFAULT_DELTA,
+    *,
+    weights=None,
+    return_members=False,
+    out_dtype=np.float64,
+    starts=None,
+    drop_unit_weights=False,
+):
     """Build one digest per segment of ``values`` (grouped by segment, unsorted within).
 
     Values are cast to float32 and non-finite ones (including float32 overflow) dropped.
@@ -726,8 +736,11 @@ def _segment_starts(starts, offsets, n):
     """Checked int64 ``starts`` and segment sizes (from ``offsets``) within ``n`` values."""
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     sizes = np.diff(np.asarray(offsets, np.int64))
-    if starts.shape != sizes.shape or np.any(sizes < 0) or (
-            starts.size and (starts.min() < 0 or np.max(starts + sizes) > n)):
+    if (
+        starts.shape != sizes.shape
+        or np.any(sizes < 0)
+        or (starts.size and (starts.min() < 0 or np.max(starts + sizes) > n))
+    ):
         raise ValueError("starts must give one in-bounds start per segment of offsets")
     return starts, sizes
 
@@ -814,7 +827,13 @@ def check_weights_compatible(a_decl, b_decl):
 
 
 def merge(
-    means, weights, offsets, delta=DEFAULT_DELTA, *, declaration="counts", return_members=False,
+    means,
+    weights,
+    offsets,
+    delta=DEFAULT_DELTA,
+    *,
+    declaration="counts",
+    return_members=False,
     out_dtype=np.float64,
 ):
     """Merge the concatenated centroids of several digests per segment into one digest.
@@ -846,8 +865,17 @@ def merge(
     return _with_members(_trimmed(*out, k), members, starts, k, int(offsets[-1] - offsets[0]))
 
 
-def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_DELTA, *,
-               declaration="counts", out_dtype=np.float32):
+def merge_runs(
+    means,
+    weights,
+    run_starts,
+    run_sizes,
+    cell_runs,
+    delta=DEFAULT_DELTA,
+    *,
+    declaration="counts",
+    out_dtype=np.float32,
+):
     """:func:`merge` of centroids that sit in sorted runs scattered over the inputs.
 
     Cell j merges runs ``cell_runs[j]:cell_runs[j + 1]``; run r is the rows
@@ -867,10 +895,16 @@ def merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta=DEFAULT_D
     rows = int(run_sizes.sum())
     delta = _check_delta(delta)
     # unit weights that stay loss-free in every cell give unit weights back (None)
-    unit = weights is None and not flux and (
-        cell_runs.size < 2 or np.add.reduceat(run_sizes, cell_runs[:-1]).max() <= delta)
-    out = (np.empty(rows, out_dtype), None if unit else np.empty(rows, out_dtype),
-           np.empty(cell_runs.size, np.int64))
+    unit = (
+        weights is None
+        and not flux
+        and (cell_runs.size < 2 or np.add.reduceat(run_sizes, cell_runs[:-1]).max() <= delta)
+    )
+    out = (
+        np.empty(rows, out_dtype),
+        None if unit else np.empty(rows, out_dtype),
+        np.empty(cell_runs.size, np.int64),
+    )
     k = _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, *out)
     if unit:
         return out[0][:k], None, out[2]

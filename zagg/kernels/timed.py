@@ -20,14 +20,14 @@ from . import located as located_
 from . import segments, tdigest
 
 
-def centroid_times(words: np.ndarray, member_index: np.ndarray,
-                   member_offsets: np.ndarray) -> np.ndarray:
+def centroid_times(
+    words: np.ndarray, member_index: np.ndarray, member_offsets: np.ndarray
+) -> np.ndarray:
     """Each centroid's time word: the toc join of its members' words."""
     if member_offsets.size <= 1:
         return np.zeros(0, np.uint64)
     member = np.ascontiguousarray(words[member_index], dtype=np.uint64)
-    return np.asarray(mortie.toc_reduce(member, offsets=member_offsets.astype(np.int64)),
-                      np.uint64)
+    return np.asarray(mortie.toc_reduce(member, offsets=member_offsets.astype(np.int64)), np.uint64)
 
 
 def order_ties(means, weights, offsets, companions: list[np.ndarray]) -> list[np.ndarray]:
@@ -79,8 +79,7 @@ def timed_chunk(points, spec):
     if opts.get("weights") == "flux":
         weights = points.contiguous_values(opts["weight_source"]).astype(np.float64, copy=False)
     locs = points.contiguous_values(POINT_WORDS) if opts.get("located") else None
-    result = tdigest.build(v, grp.offsets, int(opts["delta"]), weights=weights,
-                           return_members=True)
+    result = tdigest.build(v, grp.offsets, int(opts["delta"]), weights=weights, return_members=True)
     return _finish(result, words, locs)
 
 
@@ -99,12 +98,11 @@ def timed_combine(values, groups, spec):
     offsets = np.concatenate(([0], np.cumsum(cell_rows))).astype(np.int64)
     means = segments.gather_runs(means, run_starts, run_sizes)
     weights = segments.gather_runs(weights, run_starts, run_sizes)
-    times = segments.gather_runs(np.concatenate([d.times for d in values]), run_starts,
-                                 run_sizes)
+    times = segments.gather_runs(np.concatenate([d.times for d in values]), run_starts, run_sizes)
     locs = None
     if opts.get("located"):
-        locs = segments.gather_runs(np.concatenate([d.locs for d in values]), run_starts,
-                                    run_sizes)
-    result = tdigest.merge(means, weights, offsets, int(opts["delta"]),
-                           declaration=declaration, return_members=True)
+        locs = segments.gather_runs(np.concatenate([d.locs for d in values]), run_starts, run_sizes)
+    result = tdigest.merge(
+        means, weights, offsets, int(opts["delta"]), declaration=declaration, return_members=True
+    )
     return _finish(result, times, locs)

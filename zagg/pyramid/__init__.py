@@ -14,7 +14,10 @@
 
 from zagg.lazy import lazy_package
 
-lazy_package(__name__, {
-    "sweep": ".sweep",
-    "SweepRefused": ".lease",
-})
+lazy_package(
+    __name__,
+    {
+        "sweep": ".sweep",
+        "SweepRefused": ".lease",
+    },
+)

@@ -52,7 +52,8 @@ def digests_of(cells: RaggedCells, locations: RaggedCells | None = None) -> Dige
     locs = None
     if locations is not None:
         locs = np.frombuffer(np.ascontiguousarray(locations.data).tobytes(), "<u8").astype(
-            np.uint64)
+            np.uint64
+        )
     if isinstance(cells, DigestRows):
         weights = cells.weights
         if locs is not None and weights is None:
@@ -85,27 +86,31 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
         fc = level.fields.get(name)
         if law.kind == "ragged":
             if fc is None or not len(fc):
-                out[name] = digest_rows(np.zeros(0, np.int64), np.zeros(1, np.int64),
-                                        np.zeros(0, np.float32))
+                out[name] = digest_rows(
+                    np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.float32)
+                )
                 if law.locations:
-                    out[law.locations] = ragged_cells(np.zeros(0, np.int64),
-                                                      np.zeros(1, np.int64),
-                                                      np.zeros(0, np.uint8))
+                    out[law.locations] = ragged_cells(
+                        np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
+                    )
                 continue
             ranks = G.cell_rank(fc.words, word, k, level.order)
             d = fc.values
             out[name] = digest_rows(ranks, d.offsets, d.means, d.weights)
             if law.locations:
                 words = np.ascontiguousarray(d.locs, dtype="<u8")
-                out[law.locations] = ragged_cells(ranks, (d.offsets - d.offsets[0]) * 8,
-                                                  words.view(np.uint8))
+                out[law.locations] = ragged_cells(
+                    ranks, (d.offsets - d.offsets[0]) * 8, words.view(np.uint8)
+                )
         else:
             dtype = law.dtype.newbyteorder("<")
             if fc is None or not len(fc):
                 out[name] = DenseCells(np.zeros(0, np.int64), np.zeros(0, dtype))
                 continue
-            out[name] = DenseCells(G.cell_rank(fc.words, word, k, level.order),
-                                   np.asarray(fc.values).astype(dtype, copy=False))
+            out[name] = DenseCells(
+                G.cell_rank(fc.words, word, k, level.order),
+                np.asarray(fc.values).astype(dtype, copy=False),
+            )
     return out
 
 
@@ -135,13 +140,14 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
     parts: dict[int, list] = {r: [] for r in raw}
     demoted: dict = {}
     for lo, hi in blocks(leaf, raw[-1], BLOCK_ROWS):
-        for r, (level, dem) in _raw_groups(slice_level(leaf, raw[-1], lo, hi), raw,
-                                           laws).items():
+        for r, (level, dem) in _raw_groups(slice_level(leaf, raw[-1], lo, hi), raw, laws).items():
             parts[r].append(level)
             for d in dem:  # one contributor (the leaf), whichever block fired
                 demoted[(d["field"], d["reason"])] = d
-    out = {r: (concat(parts[r], r), sorted(demoted.values(), key=lambda d: (
-        d["field"], d["reason"]))) for r in raw}
+    out = {
+        r: (concat(parts[r], r), sorted(demoted.values(), key=lambda d: (d["field"], d["reason"])))
+        for r in raw
+    }
     for r in decl.column_groups():
         if r not in out:
             out[r] = coarsen([out[decl.group_source(r)][0]], r, laws)
@@ -168,9 +174,18 @@ def materialized(decl: Declaration, laws: dict[str, Law]) -> dict:
     return {n: dict(decl.fields[n]) for n in laws}
 
 
-def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, fields: dict,
-                 attrs: dict, *, granule_count: int = 0, fresh: bool = False,
-                 window: str | None = None) -> dict | None:
+def write_column(
+    root,
+    shard_id: str,
+    contents: dict,
+    decl: Declaration | None,
+    fields: dict,
+    attrs: dict,
+    *,
+    granule_count: int = 0,
+    fresh: bool = False,
+    window: str | None = None,
+) -> dict | None:
     """Write the leaf column of ``shard_id`` (of its leaf of ``window``: the window's
     ``{window}.pyramid.zarr``) from the leaf's stored cells (``contents``) after its stamp;
     returns the artifact record (None: the declaration carries no column, and a stale one
@@ -188,17 +203,27 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
     try:
         p, c = decl.shard_order, decl.cell_order
         levels = column_levels(leaf_level(shard_id, contents, laws, p, c), decl, laws)
-        demotions = sorted((d for _, dem in levels.values() for d in dem),
-                           key=lambda d: (d["field"], d["reason"]))
+        demotions = sorted(
+            (d for _, dem in levels.values() for d in dem), key=lambda d: (d["field"], d["reason"])
+        )
         finest = decl.column_groups()[0]
         provenance = {
             "role": "column",
             artifact.COLUMN_ATTR: {
-                "spec": artifact.COLUMN_SPEC, "node": shard_id, "order": p,
-                "source_cell_order": c, "window": window or WINDOW_ALL,
+                "spec": artifact.COLUMN_SPEC,
+                "node": shard_id,
+                "order": p,
+                "source_cell_order": c,
+                "window": window or WINDOW_ALL,
                 "fields": materialized(decl, laws),
-                "groups": {str(r): {"regime": "leaf-column", "merges_from_raw": decl.group_mfr(r),
-                                    "n_cells": 4 ** (r - p)} for r in decl.column_groups()},
+                "groups": {
+                    str(r): {
+                        "regime": "leaf-column",
+                        "merges_from_raw": decl.group_mfr(r),
+                        "n_cells": 4 ** (r - p),
+                    }
+                    for r in decl.column_groups()
+                },
                 "cells_with_data_order": finest,
                 **({"demotions": demotions} if demotions else {}),
                 "generated_at": now_iso(),
@@ -210,26 +235,52 @@ def write_column(root, shard_id: str, contents: dict, decl: Declaration | None, 
             clearing.result()
     t_fold = time.perf_counter()
     record = artifact.write_artifact(
-        root, rel, shard_id, groups, artifact_specs(fields, attrs, laws), provenance,
-        cells_with_data=levels[finest][0].n_cells(), granule_count=granule_count,
-        morton_attrs=attrs.get("morton"), fresh=True)
+        root,
+        rel,
+        shard_id,
+        groups,
+        artifact_specs(fields, attrs, laws),
+        provenance,
+        cells_with_data=levels[finest][0].n_cells(),
+        granule_count=granule_count,
+        morton_attrs=attrs.get("morton"),
+        fresh=True,
+    )
     record["timings"] = {"fold_s": t_fold - t0, "total_s": time.perf_counter() - t0}
     return record
 
 
-def after_leaf(root, shard_id: str, contents: dict, record: dict | None, decl, fields: dict,
-               attrs: dict, window: str | None = None) -> dict | None:
+def after_leaf(
+    root,
+    shard_id: str,
+    contents: dict,
+    record: dict | None,
+    decl,
+    fields: dict,
+    attrs: dict,
+    window: str | None = None,
+) -> dict | None:
     """The leaf task's column step: once the leaf is stamped (``record``), its column and
     the column's sidecar (written here, like the leaf's); its time joins the leaf's."""
     if record is None:
         return None
-    col = write_column(root, shard_id, contents, decl, fields, attrs,
-                       granule_count=record.get("granule_count", 0), window=window)
+    col = write_column(
+        root,
+        shard_id,
+        contents,
+        decl,
+        fields,
+        attrs,
+        granule_count=record.get("granule_count", 0),
+        window=window,
+    )
     if col is None:
         return record
     root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})
-    record["column"] = {k: col[k] for k in ("path", "content_hashes", "bytes_written",
-                                            "objects_written", "written_at")}
+    record["column"] = {
+        k: col[k]
+        for k in ("path", "content_hashes", "bytes_written", "objects_written", "written_at")
+    }
     record["timings"]["column_s"] = col["timings"]["total_s"]
     record["bytes_written"] += col["bytes_written"]
     record["objects_written"] += col["objects_written"]

@@ -100,28 +100,39 @@ class Declaration:
         return {
             "spec": PYRAMID_V2,
             "overviews": self.levels(),
-            "overview": {"all_time": self.windowed and self.all_time, **FOLD_REGIME,
-                         "fields": {n: dict(e) for n, e in self.fields.items()}},
+            "overview": {
+                "all_time": self.windowed and self.all_time,
+                **FOLD_REGIME,
+                "fields": {n: dict(e) for n, e in self.fields.items()},
+            },
         }
 
     def multiscales(self, short_name: str | None) -> list[dict]:
         """The §4.9 ``multiscales`` mirror of :meth:`block`."""
-        datasets = [{"order": e["node"], "cells": list(e["cells"]),
-                     "artifact": "column" if e["node"] == self.shard_order else "overview"}
-                    for e in self.levels()]
-        return [{
-            "spec": MULTISCALES_SPEC,
-            "name": short_name,
-            "base": {"order": self.shard_order, "cells": [self.cell_order]},
-            "datasets": datasets,
-            "order2res": {str(d["order"]): list(d["cells"]) for d in datasets},
-            "fields": {n: e["class"] for n, e in self.fields.items()},
-            "fold": dict(FOLD_REGIME),
-        }]
+        datasets = [
+            {
+                "order": e["node"],
+                "cells": list(e["cells"]),
+                "artifact": "column" if e["node"] == self.shard_order else "overview",
+            }
+            for e in self.levels()
+        ]
+        return [
+            {
+                "spec": MULTISCALES_SPEC,
+                "name": short_name,
+                "base": {"order": self.shard_order, "cells": [self.cell_order]},
+                "datasets": datasets,
+                "order2res": {str(d["order"]): list(d["cells"]) for d in datasets},
+                "fields": {n: e["class"] for n, e in self.fields.items()},
+                "fold": dict(FOLD_REGIME),
+            }
+        ]
 
 
-def resolutions(value, p: int, ci: int, c: int, where: str = "output.pyramid", *,
-                windowed: bool = False) -> tuple | None:
+def resolutions(
+    value, p: int, ci: int, c: int, where: str = "output.pyramid", *, windowed: bool = False
+) -> tuple | None:
     """The declared leaf resolutions of an ``output.pyramid`` value (None: declared off),
     refusing, by key, every rule of spec §4.4–4.5 (``windowed``: the store declares a
     window schedule, whose pyramid always carries the all-time fold)."""
@@ -133,44 +144,67 @@ def resolutions(value, p: int, ci: int, c: int, where: str = "output.pyramid", *
         if p < ci < c and ci <= 2 * p + 1:
             return (ci,)
         if value is True:
-            fail(where, f"the default pyramid is one resolution at the chunk order {ci}, which "
-                 f"must lie strictly between parent_order {p} and child_order {c} and be at "
-                 f"most 2 * parent_order + 1 = {2 * p + 1}; spell overviews: [...]")
+            fail(
+                where,
+                f"the default pyramid is one resolution at the chunk order {ci}, which "
+                f"must lie strictly between parent_order {p} and child_order {c} and be at "
+                f"most 2 * parent_order + 1 = {2 * p + 1}; spell overviews: [...]",
+            )
         return None
     if not isinstance(value, Mapping):
         fail(where, f"expected false, true or a mapping with 'overviews', got {value!r}")
     legacy = sorted(set(value) & set(_LEGACY))
     if legacy:
-        fail(f"{where}.{legacy[0]}", "the zagg-pyramid/1 schedule keys (orders, spacing, "
-             "exact_levels, fold_source, ...) are not supported: declare the leaf "
-             "resolutions with overviews (the ladder above the shard is fixed)")
+        fail(
+            f"{where}.{legacy[0]}",
+            "the zagg-pyramid/1 schedule keys (orders, spacing, "
+            "exact_levels, fold_source, ...) are not supported: declare the leaf "
+            "resolutions with overviews (the ladder above the shard is fixed)",
+        )
     check_keys(value, _KEYS, where, ())
     raw = value.get("overviews", ci if p < ci < c else None)
     if raw is None:
-        fail(f"{where}.overviews", f"no default: the chunk order {ci} is not strictly between "
-             f"parent_order {p} and child_order {c}; give the leaf resolutions")
+        fail(
+            f"{where}.overviews",
+            f"no default: the chunk order {ci} is not strictly between "
+            f"parent_order {p} and child_order {c}; give the leaf resolutions",
+        )
     items = [raw] if isinstance(raw, int) and not isinstance(raw, bool) else raw
-    if not isinstance(items, list) or not items or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in items):
-        fail(f"{where}.overviews", f"expected an integer or a non-empty list of integers, "
-             f"got {raw!r}")
+    if (
+        not isinstance(items, list)
+        or not items
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in items)
+    ):
+        fail(
+            f"{where}.overviews",
+            f"expected an integer or a non-empty list of integers, got {raw!r}",
+        )
     for r in items:
         if not p < r < c:
-            fail(f"{where}.overviews", f"{r} is not strictly between parent_order {p} and "
-                 f"child_order {c} (a member at the shard order is the column's own "
-                 "aggregate, one at the cell order is the base data)")
+            fail(
+                f"{where}.overviews",
+                f"{r} is not strictly between parent_order {p} and "
+                f"child_order {c} (a member at the shard order is the column's own "
+                "aggregate, one at the cell order is the base data)",
+            )
     if any(b >= a for a, b in zip(items, items[1:], strict=False)):
         fail(f"{where}.overviews", f"{items} must be strictly descending")
     missing = sorted(set(range(items[-1], items[0] + 1)) - set(items), reverse=True)
     if missing:
-        fail(f"{where}.overviews", f"{items} is not consecutive: missing {missing}; the "
-             "leaf resolutions form one contiguous tier")
+        fail(
+            f"{where}.overviews",
+            f"{items} is not consecutive: missing {missing}; the "
+            "leaf resolutions form one contiguous tier",
+        )
     base = items[-1]
     if base > 2 * p + 1:
-        fail(f"{where}.overviews", f"base {base} (the coarsest resolution) exceeds "
-             f"2 * parent_order + 1 = {2 * p + 1}: the ladder's order-0 cells (order "
-             f"{base - p}) would lie below the shard order and leave the leaf column tier "
-             f"gapped; declare a base of at most {2 * p + 1}")
+        fail(
+            f"{where}.overviews",
+            f"base {base} (the coarsest resolution) exceeds "
+            f"2 * parent_order + 1 = {2 * p + 1}: the ladder's order-0 cells (order "
+            f"{base - p}) would lie below the shard order and leave the leaf column tier "
+            f"gapped; declare a base of at most {2 * p + 1}",
+        )
     return tuple(items)
 
 
@@ -202,8 +236,13 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
             continue
         params = dict(f.get("params") or {})
         if red.kind == "ragged":
-            entry = {"class": red.pyramid_class, "method": law.method, "dtype": "float32",
-                     "inner_shape": [2], "delta": int(params.get("delta") or 0)}
+            entry = {
+                "class": red.pyramid_class,
+                "method": law.method,
+                "dtype": "float32",
+                "inner_shape": [2],
+                "delta": int(params.get("delta") or 0),
+            }
             entry["overview_delta"] = int(delta or entry["delta"])
             if params.get("weights", "counts") != "counts":
                 entry["weights"] = params["weights"]
@@ -234,12 +273,18 @@ def check_all_time(value, windowed: bool, where: str = "output.pyramid.all_time"
     """``all_time`` (spec §4.5): a windowed pyramid always folds its windows into
     ``all.zarr``, so only ``true`` is accepted, and only beside ``output.windowing``."""
     if not windowed:
-        fail(where, "the all-time fold is a windowed store's (an unwindowed store's ladder is "
-             "already all-time); drop the key or add output.windowing")
+        fail(
+            where,
+            "the all-time fold is a windowed store's (an unwindowed store's ladder is "
+            "already all-time); drop the key or add output.windowing",
+        )
     if value is not True:
-        fail(where, f"a windowed store's pyramid folds its windows into all.zarr at every "
-             f"ladder node, so all_time must be true (got {value!r}); drop the key, or set "
-             "output.pyramid: false for no pyramid")
+        fail(
+            where,
+            f"a windowed store's pyramid folds its windows into all.zarr at every "
+            f"ladder node, so all_time must be true (got {value!r}); drop the key, or set "
+            "output.pyramid: false for no pyramid",
+        )
 
 
 def _json_fill(fill):
@@ -248,16 +293,16 @@ def _json_fill(fill):
     return fill
 
 
-def declaration(grid: Mapping, fields: Mapping[str, Mapping], config_pyramid, *,
-                windowed: bool = False) -> Declaration | None:
+def declaration(
+    grid: Mapping, fields: Mapping[str, Mapping], config_pyramid, *, windowed: bool = False
+) -> Declaration | None:
     """The resolved declaration of a grid block, a fields block and ``output.pyramid``
     (``windowed``: the store declares ``output.windowing``)."""
     p, ci, c = int(grid["parent_order"]), int(grid["chunk_inner"]), int(grid["child_order"])
     res = resolutions(config_pyramid, p, ci, c, windowed=windowed)
     if res is None:
         return None
-    return Declaration(p, c, res, field_map(fields, overview_delta(config_pyramid)),
-                       windowed)
+    return Declaration(p, c, res, field_map(fields, overview_delta(config_pyramid)), windowed)
 
 
 def of_zattrs(zattrs: Mapping) -> Declaration | None:
@@ -265,8 +310,12 @@ def of_zattrs(zattrs: Mapping) -> Declaration | None:
     and the config's ``output.pyramid``)."""
     output = (zattrs.get("config") or {}).get("output") or {}
     try:
-        return declaration(zattrs["grid"], zattrs["fields"], output.get("pyramid"),
-                           windowed=zattrs.get("windowing") is not None)
+        return declaration(
+            zattrs["grid"],
+            zattrs["fields"],
+            output.get("pyramid"),
+            windowed=zattrs.get("windowing") is not None,
+        )
     except ConfigError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -279,8 +328,10 @@ def manifest_keys(zattrs: Mapping) -> dict:
     decl = of_zattrs(zattrs)
     if decl is None:
         return {"pyramid": {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}}}
-    return {"pyramid": decl.block(),
-            "multiscales": decl.multiscales((zattrs.get("dataset") or {}).get("short_name"))}
+    return {
+        "pyramid": decl.block(),
+        "multiscales": decl.multiscales((zattrs.get("dataset") or {}).get("short_name")),
+    }
 
 
 def of_manifest(manifest: Mapping) -> Declaration | None:
@@ -296,12 +347,14 @@ def of_manifest(manifest: Mapping) -> Declaration | None:
     res = tuple(sorted((int(r) for r in leaf[0]["cells"]), reverse=True))
     fields = dict(((block.get("overview") or {}).get("fields")) or {})
     known = ("exact", "approximate", "packed", "none")
-    fields = {n: (e if e.get("class") in known else {"class": "none"}) for n, e in
-              fields.items()}  # an unknown class token reads as non-composable
+    fields = {
+        n: (e if e.get("class") in known else {"class": "none"}) for n, e in fields.items()
+    }  # an unknown class token reads as non-composable
     windowed = manifest.get("temporal") is not None
     all_time = bool((block.get("overview") or {}).get("all_time"))
-    return Declaration(p, int(manifest["cell_order"]), res, fields, windowed,
-                       all_time or not windowed)
+    return Declaration(
+        p, int(manifest["cell_order"]), res, fields, windowed, all_time or not windowed
+    )
 
 
 def sweep_mode(value, where: str = "output.sweep") -> str | None:
@@ -309,6 +362,8 @@ def sweep_mode(value, where: str = "output.sweep") -> str | None:
     if value is None or value is False:
         return None
     if value != "stages":
-        fail(where, f"expected 'stages' (build the pyramid ladder after the run) or false, "
-             f"got {value!r}")
+        fail(
+            where,
+            f"expected 'stages' (build the pyramid ladder after the run) or false, got {value!r}",
+        )
     return "stages"

@@ -94,9 +94,11 @@ def gather_generation(ctx_columns: dict, leaves: list[str]) -> tuple[dict, str]:
     """The generation triple and content digest of a gather node over its leaf columns
     (leaf columns carry no run id: the term is empty at the finest tier)."""
     stamps = [ctx_columns[s][COMMIT_ATTR] for s in leaves]
-    gen = {"n_leaves": len(leaves),
-           "max_leaf_timestamp": max((s.get("written_at") or "" for s in stamps), default=None),
-           "run_ids": []}
+    gen = {
+        "n_leaves": len(leaves),
+        "max_leaf_timestamp": max((s.get("written_at") or "" for s in stamps), default=None),
+        "run_ids": [],
+    }
     return gen, content_digest([(s, _combined(ctx_columns[s])) for s in leaves])
 
 
@@ -106,9 +108,14 @@ def child_info(attrs: dict | None) -> dict | None:
         return None
     block, stamp = attrs[artifact.OVERVIEW_ATTR], attrs[COMMIT_ATTR]
     gen = block.get("generation") or {}
-    return {"n_leaves": int(gen.get("n_leaves") or 0), "written_at": stamp.get("written_at"),
-            "run_id": stamp.get("run_id"), "run_ids": list(gen.get("run_ids") or []),
-            "combined": _combined(attrs), "mfr": int(block.get("merges_from_raw") or 0)}
+    return {
+        "n_leaves": int(gen.get("n_leaves") or 0),
+        "written_at": stamp.get("written_at"),
+        "run_id": stamp.get("run_id"),
+        "run_ids": list(gen.get("run_ids") or []),
+        "combined": _combined(attrs),
+        "mfr": int(block.get("merges_from_raw") or 0),
+    }
 
 
 def merge_generation(infos: dict[str, dict]) -> tuple[dict, str]:
@@ -118,10 +125,11 @@ def merge_generation(infos: dict[str, dict]) -> tuple[dict, str]:
         run_ids.update(i["run_ids"])
         if i.get("run_id"):
             run_ids.add(i["run_id"])
-    gen = {"n_leaves": sum(i["n_leaves"] for i in infos.values()),
-           "max_leaf_timestamp": max((i["written_at"] or "" for i in infos.values()),
-                                     default=None),
-           "run_ids": sorted(run_ids)}
+    gen = {
+        "n_leaves": sum(i["n_leaves"] for i in infos.values()),
+        "max_leaf_timestamp": max((i["written_at"] or "" for i in infos.values()), default=None),
+        "run_ids": sorted(run_ids),
+    }
     return gen, content_digest([(n, i["combined"]) for n, i in infos.items()])
 
 
@@ -130,13 +138,16 @@ def same_generation(recorded: dict | None, gen: dict) -> bool:
     never as a wildcard)."""
     if not isinstance(recorded, dict):
         return False
-    return (recorded.get("n_leaves") == gen["n_leaves"]
-            and recorded.get("max_leaf_timestamp") == gen["max_leaf_timestamp"]
-            and sorted(recorded.get("run_ids") or []) == gen["run_ids"])
+    return (
+        recorded.get("n_leaves") == gen["n_leaves"]
+        and recorded.get("max_leaf_timestamp") == gen["max_leaf_timestamp"]
+        and sorted(recorded.get("run_ids") or []) == gen["run_ids"]
+    )
 
 
-def plan(decl: Declaration, leaves: list[str], columns: dict, overviews: dict,
-         scope_of) -> dict[int, dict[str, NodePlan]]:
+def plan(
+    decl: Declaration, leaves: list[str], columns: dict, overviews: dict, scope_of
+) -> dict[int, dict[str, NodePlan]]:
     """Every ancestor node of ``leaves`` by order, with its regime, children and whether
     it must be folded (``columns``: leaf → stamped column attrs; ``overviews``: node →
     stamped overview attrs; ``scope_of(node)``: whether the sweep may refold it)."""
@@ -148,31 +159,44 @@ def plan(decl: Declaration, leaves: list[str], columns: dict, overviews: dict,
             by_node.setdefault(_prefix(sid, k), []).append(sid)
         nodes[k] = {}
         for nid, under in sorted(by_node.items(), key=lambda kv: G.from_decimal([kv[0]])[0]):
-            kids = sorted({_prefix(s, k + 1) for s in under},
-                          key=lambda s: int(G.from_decimal([s])[0]))
+            kids = sorted(
+                {_prefix(s, k + 1) for s in under}, key=lambda s: int(G.from_decimal([s])[0])
+            )
             attrs = overviews.get(nid)
             nodes[k][nid] = NodePlan(
-                nid, k, r, GATHER if r >= p else MERGE, kids, under,
+                nid,
+                k,
+                r,
+                GATHER if r >= p else MERGE,
+                kids,
+                under,
                 [s for s in under if s in columns],
                 None if attrs is None else attrs[artifact.OVERVIEW_ATTR],
-                None if attrs is None else attrs[COMMIT_ATTR], scope_of(nid))
+                None if attrs is None else attrs[COMMIT_ATTR],
+                scope_of(nid),
+            )
     for k, _r in decl.ladder():
         for node in nodes[k].values():
             if not node.columns:
                 continue  # nothing under it carries a column: no level to write
             if node.regime == GATHER:
                 node.generation, node.content = gather_generation(columns, node.columns)
-                changed = node.existing is None or not same_generation(
-                    node.existing.get("generation"), node.generation) or node.existing.get(
-                    "content_hash") != node.content
+                changed = (
+                    node.existing is None
+                    or not same_generation(node.existing.get("generation"), node.generation)
+                    or node.existing.get("content_hash") != node.content
+                )
             else:
                 kids = nodes[k + 1]
                 infos = {c: child_info(overviews.get(c)) for c in node.children}
                 infos = {c: i for c, i in infos.items() if i is not None}
                 gen, content = merge_generation(infos)
-                changed = node.existing is None or any(kids[c].dirty for c in node.children) \
-                    or not same_generation(node.existing.get("generation"), gen) \
+                changed = (
+                    node.existing is None
+                    or any(kids[c].dirty for c in node.children)
+                    or not same_generation(node.existing.get("generation"), gen)
                     or node.existing.get("content_hash") != content
+                )
             node.dirty = node.in_scope and changed
     return nodes
 
@@ -200,17 +224,21 @@ def column_level_groups(ctx: Context, sid: str, orders: list[int]) -> dict[int, 
     rel = artifact.column_path(sid, ctx.window)
     planned = _combined(ctx.columns[sid])
     for _attempt in range(2):
-        groups = (ctx.columns[sid][artifact.COLUMN_ATTR].get("groups") or {})
-        out = {r: group_level(ctx.root, rel, sid, r, ctx.laws) if str(r) in groups
-               else Level(r) for r in orders}
+        groups = ctx.columns[sid][artifact.COLUMN_ATTR].get("groups") or {}
+        out = {
+            r: group_level(ctx.root, rel, sid, r, ctx.laws) if str(r) in groups else Level(r)
+            for r in orders
+        }
         now = artifact.stamped_attrs(ctx.root, rel, "column")
         if now is not None and _combined(now) == planned:
             return out
         if now is None:
             break
         ctx.columns[sid], planned = now, _combined(now)
-    raise ColumnMoved(f"the leaf column {ctx.root.url_of(rel)} changed while the sweep read "
-                      "it (a run is writing that leaf): sweep again once the run is done")
+    raise ColumnMoved(
+        f"the leaf column {ctx.root.url_of(rel)} changed while the sweep read "
+        "it (a run is writing that leaf): sweep again once the run is done"
+    )
 
 
 def check_owner(ctx: Context, rel: str) -> None:
@@ -222,9 +250,11 @@ def check_owner(ctx: Context, rel: str) -> None:
         return
     other = stamp.get("run_id")
     if other and other != ctx.run_id and str(stamp.get("written_at") or "") > ctx.started_at:
-        raise ForeignStamp(f"{ctx.root.url_of(rel)} was written by sweep {other!r} at "
-                           f"{stamp.get('written_at')}, after this sweep ({ctx.run_id}) was "
-                           "admitted: two sweeps ran at once; sweep again when it is done")
+        raise ForeignStamp(
+            f"{ctx.root.url_of(rel)} was written by sweep {other!r} at "
+            f"{stamp.get('written_at')}, after this sweep ({ctx.run_id}) was "
+            "admitted: two sweeps ran at once; sweep again when it is done"
+        )
 
 
 def load_carry(ctx: Context, node: NodePlan) -> NodeResult:
@@ -233,8 +263,13 @@ def load_carry(ctx: Context, node: NodePlan) -> NodeResult:
     orders = list(range(ctx.decl.shard_order, node.cells + 1))
     per = [column_level_groups(ctx, s, orders) for s in node.columns]
     carry = {r: concat([g[r] for g in per], r) for r in orders}
-    info = child_info({artifact.OVERVIEW_ATTR: node.existing or {},
-                       COMMIT_ATTR: node.existing_stamp or {}}) if node.existing else None
+    info = (
+        child_info(
+            {artifact.OVERVIEW_ATTR: node.existing or {}, COMMIT_ATTR: node.existing_stamp or {}}
+        )
+        if node.existing
+        else None
+    )
     return NodeResult(node.id, carry[node.cells], carry, info or {})
 
 
@@ -266,8 +301,11 @@ def node_task(ctx: Context, node: NodePlan, inputs: list) -> NodeResult:
                     counts["folded"] += 1
                 except (OSError, ValueError) as exc:
                     counts["unreadable"] += 1
-                    warnings.warn(f"leaf column of {sid} is unreadable ({exc}); the overview "
-                                  f"at {node.id} under-covers it", stacklevel=2)
+                    warnings.warn(
+                        f"leaf column of {sid} is unreadable ({exc}); the overview "
+                        f"at {node.id} under-covers it",
+                        stacklevel=2,
+                    )
             parts = {o: [g[o] for g in per] for o in orders}
         else:
             got = [i for i in inputs if i is not None]
@@ -282,27 +320,44 @@ def node_task(ctx: Context, node: NodePlan, inputs: list) -> NodeResult:
         got = {i.id: i for i in inputs if i is not None and i.level is not None}
         counts["folded"] = len(got)
         counts["missing"] = len(node.children) - len(got)
-        level, demotions = coarsen([got[c].level for c in node.children if c in got], r,
-                                   ctx.laws)
+        level, demotions = coarsen([got[c].level for c in node.children if c in got], r, ctx.laws)
         carry = {}
         generation, content = merge_generation({c: got[c].info for c in got})
         mfr = 1 + max((got[c].info.get("mfr") or 0 for c in got), default=0)
     record = write_overview(ctx, node, level, counts, demotions, generation, content, mfr)
-    info = {"n_leaves": generation["n_leaves"], "written_at": record["written_at"],
-            "run_id": ctx.run_id, "run_ids": generation["run_ids"],
-            "combined": record["content_hashes"]["combined"], "mfr": mfr}
+    info = {
+        "n_leaves": generation["n_leaves"],
+        "written_at": record["written_at"],
+        "run_id": ctx.run_id,
+        "run_ids": generation["run_ids"],
+        "combined": record["content_hashes"]["combined"],
+        "mfr": mfr,
+    }
     return NodeResult(node.id, level, carry, info, _summary(record, node, counts, mfr))
 
 
 def _summary(record: dict, node: NodePlan, counts: dict, mfr: int) -> dict:
-    return {"node": node.id, "order": node.order, "regime": node.regime,
-            "merges_from_raw": mfr, "source_children": counts,
-            "bytes_written": record["bytes_written"],
-            "objects_written": record["objects_written"] + 1}
+    return {
+        "node": node.id,
+        "order": node.order,
+        "regime": node.regime,
+        "merges_from_raw": mfr,
+        "source_children": counts,
+        "bytes_written": record["bytes_written"],
+        "objects_written": record["objects_written"] + 1,
+    }
 
 
-def write_overview(ctx: Context, node: NodePlan, level: Level, counts: dict, demotions: list,
-                   generation: dict, content: str, mfr: int) -> dict:
+def write_overview(
+    ctx: Context,
+    node: NodePlan,
+    level: Level,
+    counts: dict,
+    demotions: list,
+    generation: dict,
+    content: str,
+    mfr: int,
+) -> dict:
     """The node's ``all.zarr`` (a window's ladder: ``{window}.zarr``): its one level
     group, ``role: overview`` and the ``zagg-overview/2`` provenance, stamp (with the run
     id) last, then its sidecar."""
@@ -310,28 +365,43 @@ def write_overview(ctx: Context, node: NodePlan, level: Level, counts: dict, dem
     rel = artifact.overview_path(node.id, ctx.window)
     check_owner(ctx, rel)
     block = {
-        "spec": artifact.OVERVIEW_SPEC, "node": node.id, "order": node.order,
-        "cell_order": node.cells, "source_shard_order": decl.shard_order,
-        "source_cell_order": decl.cell_order, "window": ctx.window or artifact.WINDOW_ALL,
+        "spec": artifact.OVERVIEW_SPEC,
+        "node": node.id,
+        "order": node.order,
+        "cell_order": node.cells,
+        "source_shard_order": decl.shard_order,
+        "source_cell_order": decl.cell_order,
+        "window": ctx.window or artifact.WINDOW_ALL,
         "fields": {n: dict(decl.fields[n]) for n in ctx.laws},
-        "regime": node.regime, "merges_from_raw": mfr, "source_children": dict(counts),
-        "run_id": ctx.run_id, "generation": generation, "content_hash": content,
+        "regime": node.regime,
+        "merges_from_raw": mfr,
+        "source_children": dict(counts),
+        "run_id": ctx.run_id,
+        "generation": generation,
+        "content_hash": content,
         **({"demotions": demotions} if demotions else {}),
         "generated_at": now_iso(),
     }
     return write_level(ctx, rel, node.id, node.cells, level, block)
 
 
-def write_level(ctx: Context, rel: str, node_id: str, cells: int, level: Level,
-                block: dict) -> dict:
+def write_level(
+    ctx: Context, rel: str, node_id: str, cells: int, level: Level, block: dict
+) -> dict:
     """One overview artifact at ``rel`` (its one level group and ``zagg_overview``
     provenance ``block``), stamp with the run id last, then its sidecar."""
     groups = {cells: node_contents(level, node_id, ctx.laws)}
     record = artifact.write_artifact(
-        ctx.root, rel, node_id, groups, ctx.specs,
+        ctx.root,
+        rel,
+        node_id,
+        groups,
+        ctx.specs,
         {"role": "overview", artifact.OVERVIEW_ATTR: block},
-        cells_with_data=level.n_cells(), stamp_extra={"run_id": ctx.run_id},
-        morton_attrs=ctx.morton_attrs)
+        cells_with_data=level.n_cells(),
+        stamp_extra={"run_id": ctx.run_id},
+        morton_attrs=ctx.morton_attrs,
+    )
     for key, payload in record.pop("sidecar").items():
         try:
             ctx.root.write_json(key, payload)

@@ -99,9 +99,15 @@ def _stale(payload: dict, now: datetime) -> bool:
 def acquire(root: StoreRoot, run_id: str, *, scope=None, ttl_s: int = DEFAULT_TTL) -> Lease:
     """Admit one sweep of ``root`` or raise :class:`SweepRefused` naming the holder."""
     now = now_iso()
-    payload = {"spec": LEASE_SPEC, "run_id": run_id,
-               "scope": None if scope is None else sorted(scope), "acquired_at": now,
-               "heartbeat_at": now, "ttl_s": int(ttl_s), "claimed_from": None}
+    payload = {
+        "spec": LEASE_SPEC,
+        "run_id": run_id,
+        "scope": None if scope is None else sorted(scope),
+        "acquired_at": now,
+        "heartbeat_at": now,
+        "ttl_s": int(ttl_s),
+        "claimed_from": None,
+    }
     if _create_exclusive(root, dumps_json(payload)):
         return Lease(root, run_id, payload)
     held = _read(root)
@@ -110,11 +116,14 @@ def acquire(root: StoreRoot, run_id: str, *, scope=None, ttl_s: int = DEFAULT_TT
             f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} holds this store "
             f"(acquired {held.get('acquired_at')}, last heartbeat {held.get('heartbeat_at')}, "
             f"ttl {held.get('ttl_s')} s); sweeps of one store run one at a time: wait for it "
-            "to finish (its lease is claimable once its heartbeat is older than its ttl)")
+            "to finish (its lease is claimable once its heartbeat is older than its ttl)"
+        )
     root.delete_prefix(LEASE_KEY)  # a dead sweep's lease: claim it
     payload["claimed_from"] = None if held is None else held.get("run_id")
     if _create_exclusive(root, dumps_json(payload)):
         return Lease(root, run_id, payload)
     held = _read(root) or {}
-    raise SweepRefused(f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} claimed the "
-                       "stale lease first; wait for it to finish")
+    raise SweepRefused(
+        f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} claimed the "
+        "stale lease first; wait for it to finish"
+    )

@@ -79,10 +79,19 @@ class Law:
             return None
         if red.kind == "ragged":
             located = bool(entry.get("location"))
-            opts = {"delta": int(entry.get("overview_delta") or entry["delta"]),
-                    "weights": entry.get("weights", "counts"), "located": located}
-            return cls(name, fold, "ragged", np.dtype(object), opts,
-                       locations=f"{name}_locations" if located else None)
+            opts = {
+                "delta": int(entry.get("overview_delta") or entry["delta"]),
+                "weights": entry.get("weights", "counts"),
+                "located": located,
+            }
+            return cls(
+                name,
+                fold,
+                "ragged",
+                np.dtype(object),
+                opts,
+                locations=f"{name}_locations" if located else None,
+            )
         return cls(name, fold, "dense", np.dtype(entry["dtype"]), {}, entry.get("of"))
 
 
@@ -92,8 +101,12 @@ def _by_method(entry: dict) -> str | None:
     if method == "sum":
         kind = np.dtype(entry.get("dtype") or "int64").kind
         return "count" if kind in "iu" else "sum"
-    return {"min": "min", "max": "max", "tdigest_kway": "tdigest",
-            "composition_kway": "composition"}.get(method)
+    return {
+        "min": "min",
+        "max": "max",
+        "tdigest_kway": "tdigest",
+        "composition_kway": "composition",
+    }.get(method)
 
 
 #: a digest budget no cell reaches: a fold at it is the cells' lossless sorted union
@@ -102,8 +115,11 @@ LOSSLESS = 2**62
 
 def lossless(laws: dict[str, Law]) -> dict[str, Law]:
     """The digest laws at :data:`LOSSLESS`: their fold keeps every centroid, sorted."""
-    return {n: dataclasses.replace(law, opts={**law.opts, "delta": LOSSLESS})
-            for n, law in laws.items() if law.kind == "ragged"}
+    return {
+        n: dataclasses.replace(law, opts={**law.opts, "delta": LOSSLESS})
+        for n, law in laws.items()
+        if law.kind == "ragged"
+    }
 
 
 def laws_of(fields: dict[str, dict]) -> dict[str, Law]:
@@ -130,12 +146,14 @@ def digests_take(d: Digests, index: np.ndarray) -> Digests:
     """Cells ``index`` of ``d``, in that order."""
     sizes = np.diff(d.offsets)[index]
     starts = d.offsets[:-1][index]
-    rows = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + \
-        np.arange(int(sizes.sum()))
+    rows = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + np.arange(
+        int(sizes.sum())
+    )
     weights = None if d.weights is None else d.weights[rows]
     locs = None if d.locs is None else d.locs[rows]
-    return Digests(d.means[rows], weights, np.concatenate(([0], np.cumsum(sizes))).astype(
-        np.int64), locs)
+    return Digests(
+        d.means[rows], weights, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64), locs
+    )
 
 
 def digest_weights(d: Digests) -> np.ndarray:
@@ -228,14 +246,21 @@ def gather(levels: list[Level], order: int, laws: dict[str, Law]) -> tuple[Level
                 fired["divisor-missing"][1] += len(word)
         for reason, (count, cells) in fired.items():
             if count:
-                demotions.append({"field": name, "class": "packed", "reason": reason,
-                                  "contributors": count, "of": law.of, "cells": cells})
+                demotions.append(
+                    {
+                        "field": name,
+                        "class": "packed",
+                        "reason": reason,
+                        "contributors": count,
+                        "of": law.of,
+                        "cells": cells,
+                    }
+                )
         kept.append((name, law.of))
     out = concat(levels, order)
     for name, of in kept:  # a word without its divisor is dropped
         for lv in levels:
-            if lv.fields.get(of) is None and lv.fields.get(name) is not None \
-                    and name in out.fields:
+            if lv.fields.get(of) is None and lv.fields.get(name) is not None and name in out.fields:
                 drop = np.isin(out.fields[name].words, lv.fields[name].words)
                 cells = out.fields[name]
                 out.fields[name] = FieldCells(cells.words[~drop], cells.values[~drop])
@@ -319,8 +344,13 @@ def _coarsen_packed(name: str, law: Law, levels: list[Level], order: int):
     for reason, count in fired.items():
         if not count:
             continue
-        rec = {"field": name, "class": "packed", "reason": reason, "contributors": count,
-               "of": law.of}
+        rec = {
+            "field": name,
+            "class": "packed",
+            "reason": reason,
+            "contributors": count,
+            "of": law.of,
+        }
         covered = set() if result is None else set(result.words.tolist())
         lost = cells[reason] - covered if reason == "divisor-missing" else cells[reason]
         if lost:

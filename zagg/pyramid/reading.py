@@ -49,8 +49,11 @@ def payload_digests(payloads: np.ndarray, locations: np.ndarray | None = None) -
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     if locations is None:
         return Digests.of(rows[:, 0].copy(), rows[:, 1].copy(), offsets)
-    locs = np.concatenate([np.asarray(w, np.uint64) for w in locations]) if len(locations) \
+    locs = (
+        np.concatenate([np.asarray(w, np.uint64) for w in locations])
+        if len(locations)
         else np.zeros(0, np.uint64)
+    )
     return Digests(rows[:, 0].copy(), rows[:, 1].copy(), offsets, locs)
 
 

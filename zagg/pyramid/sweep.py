@@ -60,8 +60,7 @@ class SweepSummary:
         return [
             f"store           {self.store}",
             f"sweep           {self.run_id}"
-            + (f" (claimed the stale lease of {self.claimed_from})" if self.claimed_from
-               else ""),
+            + (f" (claimed the stale lease of {self.claimed_from})" if self.claimed_from else ""),
             f"leaves          {self.leaves:,} ({self.columns:,} with a column)",
             f"ladder nodes    {self.nodes:,}: {self.folded:,} folded, {self.skipped:,} current",
             f"objects written {self.objects_written:,} ({self.bytes_written / 2**20:.2f} MiB)",
@@ -89,8 +88,15 @@ def _in_scope(scope: list[str] | None):
     return lambda node: any(node.startswith(s) or s.startswith(node) for s in scope)
 
 
-def sweep(store, *, storage_options=None, scope=None, tuple_width: int = 3,
-          ttl_s: int = _lease.DEFAULT_TTL, progress: bool = False) -> SweepSummary:
+def sweep(
+    store,
+    *,
+    storage_options=None,
+    scope=None,
+    tuple_width: int = 3,
+    ttl_s: int = _lease.DEFAULT_TTL,
+    progress: bool = False,
+) -> SweepSummary:
     """Build or refresh the pyramid ladder of ``store`` from its committed leaf columns.
 
     ``scope`` (node prefixes) limits which ancestor nodes are refolded; a refolded node
@@ -104,9 +110,11 @@ def sweep(store, *, storage_options=None, scope=None, tuple_width: int = 3,
         raise SweepError(f"no {MANIFEST_KEY} at {root.url}: not a hive store root")
     decl = of_manifest(manifest)
     if decl is None:
-        raise SweepError(f"{root.url_of(MANIFEST_KEY)} declares no zagg-pyramid/2 ladder "
-                         "(pyramid declared off): nothing to sweep; declare output.pyramid "
-                         "in the config and write the store with it")
+        raise SweepError(
+            f"{root.url_of(MANIFEST_KEY)} declares no zagg-pyramid/2 ladder "
+            "(pyramid declared off): nothing to sweep; declare output.pyramid "
+            "in the config and write the store with it"
+        )
     if not isinstance(tuple_width, int) or tuple_width < 1:
         raise SweepError(f"tuple_width must be a positive integer, got {tuple_width!r}")
     scope = parse_scope(scope)
@@ -129,8 +137,13 @@ def _committed_leaves(root: StoreRoot, manifest: dict) -> list[str]:
 
 def _read_attrs(root: StoreRoot, rels: dict[str, str], role: str) -> dict[str, dict]:
     with ThreadPoolExecutor(max_workers=READERS) as pool:
-        got = dict(zip(rels, pool.map(lambda rel: artifact.stamped_attrs(root, rel, role),
-                                      rels.values()), strict=True))
+        got = dict(
+            zip(
+                rels,
+                pool.map(lambda rel: artifact.stamped_attrs(root, rel, role), rels.values()),
+                strict=True,
+            )
+        )
     return {k: v for k, v in got.items() if v is not None}
 
 
@@ -139,8 +152,7 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     if decl.windowed:
         from zagg.pyramid.windowed import run_windowed
 
-        leaves, records = run_windowed(root, decl, laws, _in_scope(scope), width, held,
-                                       summary)
+        leaves, records = run_windowed(root, decl, laws, _in_scope(scope), width, held, summary)
         _finish(root, manifest, decl, leaves, records, summary)
         return
     leaves = _committed_leaves(root, manifest)
@@ -149,13 +161,13 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     _finish(root, manifest, decl, leaves, records, summary)
 
 
-def ladder(root, decl, laws, leaves: list[str], scope_of, width, held, summary,
-           window: str | None = None) -> list[dict]:
+def ladder(
+    root, decl, laws, leaves: list[str], scope_of, width, held, summary, window: str | None = None
+) -> list[dict]:
     """Plan and fold the ladder over ``leaves`` (a windowed store's: over the leaves of
     ``window``, writing that window's overviews); returns the records of the overviews
     written and adds its counts to ``summary``."""
-    columns = _read_attrs(root, {s: artifact.column_path(s, window) for s in leaves},
-                          "column")
+    columns = _read_attrs(root, {s: artifact.column_path(s, window) for s in leaves}, "column")
     summary.columns += len(columns)
     ancestors = {}
     for k, _r in decl.ladder():
@@ -172,8 +184,17 @@ def ladder(root, decl, laws, leaves: list[str], scope_of, width, held, summary,
     specs = array_specs(root, decl, laws, list(columns), window)
     laws = {n: law for n, law in laws.items() if n in specs}  # what the columns hold
     morton = morton_attrs(root, artifact.column_path(next(iter(columns)), window), decl.base)
-    ctx = Context(root, decl, laws, specs, held.run_id, morton, columns,
-                  started_at=held.payload["acquired_at"], window=window)
+    ctx = Context(
+        root,
+        decl,
+        laws,
+        specs,
+        held.run_id,
+        morton,
+        columns,
+        started_at=held.payload["acquired_at"],
+        window=window,
+    )
     records = _fold(ctx, nodes, width, held)
     summary.folded += len(records)
     summary.records.extend(records)
@@ -188,8 +209,15 @@ def array_specs(root, decl, laws: dict, leaves: list[str], window: str | None = 
     specs: dict = {}
     wanted = set(laws) | {law.locations for law in laws.values() if law.locations}
     for sid in leaves:
-        specs.update({k: v for k, v in specs_of(group_schema(
-            root, artifact.column_path(sid, window), decl.base), laws).items() if k not in specs})
+        specs.update(
+            {
+                k: v
+                for k, v in specs_of(
+                    group_schema(root, artifact.column_path(sid, window), decl.base), laws
+                ).items()
+                if k not in specs
+            }
+        )
         if wanted <= set(specs):
             break
     return specs
@@ -210,7 +238,7 @@ def _fold(ctx: Context, nodes: dict, width: int, held) -> list[dict]:
     prev: dict = {}  # node id → delayed result of the previous wave's coarsest order
     records = []
     for at in range(0, len(orders), width):
-        wave = orders[at: at + width]
+        wave = orders[at : at + width]
         made: dict = {}
         todo = []
         for k in wave:
@@ -218,12 +246,18 @@ def _fold(ctx: Context, nodes: dict, width: int, held) -> list[dict]:
             for node in nodes[k].values():
                 if not node.dirty:
                     continue
-                inputs = [] if node.order == p - 1 else [
-                    _input(ctx, nodes[k + 1][c], node, made.get(c, prev.get(c)), token)
-                    for c in node.children]
+                inputs = (
+                    []
+                    if node.order == p - 1
+                    else [
+                        _input(ctx, nodes[k + 1][c], node, made.get(c, prev.get(c)), token)
+                        for c in node.children
+                    ]
+                )
                 with dask.annotate(priority=p - k):
                     task = dask.delayed(node_task, pure=False)(
-                        ctx, node, inputs, dask_key_name=f"fold-node-{k}-{node.id}-{token}")
+                        ctx, node, inputs, dask_key_name=f"fold-node-{k}-{node.id}-{token}"
+                    )
                 made_k[node.id] = task
                 todo.append(task)
             made.update(made_k)
@@ -231,10 +265,14 @@ def _fold(ctx: Context, nodes: dict, width: int, held) -> list[dict]:
         _wait(done)
         held.beat()
         results = dict(zip((t.key for t in todo), done, strict=True))
-        prev = {nid: results[t.key] for nid, t in made.items()
-                if nodes[wave[-1]].get(nid) is not None}
-        records.extend(r["record"] for r in dask.compute(*[
-            dask.delayed(_record)(d) for d in done]) if r["record"] is not None)
+        prev = {
+            nid: results[t.key] for nid, t in made.items() if nodes[wave[-1]].get(nid) is not None
+        }
+        records.extend(
+            r["record"]
+            for r in dask.compute(*[dask.delayed(_record)(d) for d in done])
+            if r["record"] is not None
+        )
     return records
 
 
@@ -251,7 +289,8 @@ def _input(ctx: Context, child: NodePlan, parent: NodePlan, made, token: str):
     loader = load_level if parent.regime == MERGE else load_carry
     name = "load-level" if parent.regime == MERGE else "load-carry"
     return dask.delayed(loader, pure=False)(
-        ctx, child, dask_key_name=f"{name}-{child.order}-{child.id}-{token}")
+        ctx, child, dask_key_name=f"{name}-{child.order}-{child.id}-{token}"
+    )
 
 
 def _wait(done) -> None:
@@ -285,8 +324,10 @@ def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
     for entry in entries:
         node = int(entry["node"])
         if node == decl.shard_order:
-            want = {"regime": "leaf-column", "merges_from_raw": max(
-                decl.group_mfr(r) for r in entry["cells"])}
+            want = {
+                "regime": "leaf-column",
+                "merges_from_raw": max(decl.group_mfr(r) for r in entry["cells"]),
+            }
             if entry.get("actuals") != want:
                 entry["actuals"], changed = want, True
             continue
@@ -297,10 +338,13 @@ def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
         for r in mine:
             for key in counts:
                 counts[key] += r["source_children"][key]
-        entry["actuals"] = {"regime": mine[0]["regime"],
-                            "merges_from_raw": max(r["merges_from_raw"] for r in mine),
-                            "source_children": counts, "run_id": summary.run_id,
-                            "generated_at": now_iso()}
+        entry["actuals"] = {
+            "regime": mine[0]["regime"],
+            "merges_from_raw": max(r["merges_from_raw"] for r in mine),
+            "source_children": counts,
+            "run_id": summary.run_id,
+            "generated_at": now_iso(),
+        }
         changed = True
     if changed:
         root.write_json(MANIFEST_KEY, fresh)

@@ -19,5 +19,14 @@ from zagg.read.stats import cdf, quantile
 from zagg.read.tree import open_store
 from zagg.read.verify import IntegrityError
 
-__all__ = ["IntegrityError", "RegionError", "cdf", "composition_lanes", "decode_digest",
-           "open_hive", "open_leaf", "open_store", "quantile"]
+__all__ = [
+    "IntegrityError",
+    "RegionError",
+    "cdf",
+    "composition_lanes",
+    "decode_digest",
+    "open_hive",
+    "open_leaf",
+    "open_store",
+    "quantile",
+]

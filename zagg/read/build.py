@@ -33,8 +33,8 @@ def dask_array(label: str, token: str, tasks: list, chunks: tuple, dtype):
     if not tasks:
         return da.from_array(np.zeros((0,) * len(chunks), dtype=dtype), chunks=-1)
     graph = HighLevelGraph.from_collections(
-        name, {(name, *_block(i, len(chunks))): t for i, t in enumerate(tasks)},
-        dependencies=[])
+        name, {(name, *_block(i, len(chunks))): t for i, t in enumerate(tasks)}, dependencies=[]
+    )
     return da.Array(graph, name, chunks, dtype=dtype)
 
 
@@ -42,19 +42,40 @@ def _block(i: int, ndim: int) -> tuple:
     return (i,) if ndim == 1 else (0,) * (ndim - 1) + (i,)
 
 
-def field_tasks(root, leaves: list[Leaf], group: str, field: Field, *, dense: bool,
-                recorded: list | None) -> list:
+def field_tasks(
+    root, leaves: list[Leaf], group: str, field: Field, *, dense: bool, recorded: list | None
+) -> list:
     return [
-        (load_field, root, leaf.prefix, group, field, None if dense else leaf.ranks,
-         root.url_of(leaf.rel), None if recorded is None else recorded[i], leaf.occupied)
+        (
+            load_field,
+            root,
+            leaf.prefix,
+            group,
+            field,
+            None if dense else leaf.ranks,
+            root.url_of(leaf.rel),
+            None if recorded is None else recorded[i],
+            leaf.occupied,
+        )
         for i, leaf in enumerate(leaves)
     ]
 
 
-def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
-            geometry: Geometry, group_attrs: dict, morton_attrs: dict, *, dense: bool,
-            recorded: list | None, token: str, words: np.ndarray | None,
-            derived: bool = False):
+def dataset(
+    root,
+    manifest: dict,
+    leaves: list[Leaf],
+    fields: dict[str, Field],
+    geometry: Geometry,
+    group_attrs: dict,
+    morton_attrs: dict,
+    *,
+    dense: bool,
+    recorded: list | None,
+    token: str,
+    words: np.ndarray | None,
+    derived: bool = False,
+):
     """The Dataset of ``leaves``; ``words`` is the sparse morton coordinate (None: dense).
     ``derived``: the leaves store no ``morton`` (windowed leaves), so a dense read derives
     every leaf's coordinate from its id (spec §1.5)."""
@@ -68,16 +89,32 @@ def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
     data_vars = {}
     for name, field in fields.items():
         tasks = field_tasks(root, leaves, group, field, dense=dense, recorded=recorded)
-        data_vars[name] = ((CELL_DIM,), dask_array(name, token, tasks, chunks, field.dtype),
-                           dict(field.attrs))
+        data_vars[name] = (
+            (CELL_DIM,),
+            dask_array(name, token, tasks, chunks, field.dtype),
+            dict(field.attrs),
+        )
     if dense:
         p, c = geometry.shard_order, geometry.cell_order
-        tasks = [(load_morton, root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c,
-                  root.url_of(leaf.rel), None if recorded is None else recorded[i])
-                 for i, leaf in enumerate(leaves)]
+        tasks = [
+            (
+                load_morton,
+                root,
+                leaf.prefix,
+                f"{group}/{MORTON}",
+                leaf.shard_id,
+                p,
+                c,
+                root.url_of(leaf.rel),
+                None if recorded is None else recorded[i],
+            )
+            for i, leaf in enumerate(leaves)
+        ]
         if derived:
-            tasks = [(_grid.shard_cell_words, _grid.from_decimal([leaf.shard_id])[0], p, c)
-                     for leaf in leaves]
+            tasks = [
+                (_grid.shard_cell_words, _grid.from_decimal([leaf.shard_id])[0], p, c)
+                for leaf in leaves
+            ]
         morton = dask_array(MORTON, token, tasks, chunks, np.uint64)
         cell_ids = morton.map_blocks(nested_of, dtype=np.int64)
     else:
@@ -92,9 +129,11 @@ def dataset(root, manifest: dict, leaves: list[Leaf], fields: dict[str, Field],
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
     ds.attrs["zagg"] = zagg_attrs(manifest, geometry, leaves, fields, dense=dense)
-    ds.attrs["morton_hive"] = {k: manifest[k] for k in
-                               ("spec", "cell_order", "shard_order", "semantic_hash")
-                               if k in manifest}
+    ds.attrs["morton_hive"] = {
+        k: manifest[k]
+        for k in ("spec", "cell_order", "shard_order", "semantic_hash")
+        if k in manifest
+    }
     return ds
 
 
@@ -110,12 +149,17 @@ def nested_of(words: np.ndarray) -> np.ndarray:
 def cell_ids_attrs(cell_order: int) -> dict:
     """The xdggs HEALPix convention: NESTED ids at the store's order on WGS84 (authalic
     latitude, as the store's ``dggs.latitude`` records)."""
-    return {"grid_name": "healpix", "level": int(cell_order), "indexing_scheme": "nested",
-            "ellipsoid": "WGS84"}
+    return {
+        "grid_name": "healpix",
+        "level": int(cell_order),
+        "indexing_scheme": "nested",
+        "ellipsoid": "WGS84",
+    }
 
 
-def zagg_attrs(manifest: dict, geometry: Geometry, leaves: list[Leaf],
-               fields: dict[str, Field], *, dense: bool) -> dict:
+def zagg_attrs(
+    manifest: dict, geometry: Geometry, leaves: list[Leaf], fields: dict[str, Field], *, dense: bool
+) -> dict:
     """The ``zagg`` attrs block of a read (the engine's shape: ``shard_cells`` gives a
     sparse read's cells per leaf)."""
     out = {

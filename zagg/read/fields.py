@@ -39,19 +39,26 @@ def composition_lanes(ds: xr.Dataset, field: str, *, fractions: bool = False) ->
     require_dataset(ds, "zagg.composition_lanes", "open the store with zagg.open_hive(path)")
     listed = ", ".join(n for n, v in ds.data_vars.items() if "composition" in v.attrs) or "none"
     if field not in ds.data_vars:
-        raise KeyError(f"{field!r} is not a variable of this dataset; its composition fields: "
-                       f"{listed}")
+        raise KeyError(
+            f"{field!r} is not a variable of this dataset; its composition fields: {listed}"
+        )
     var = ds[field]
     block = var.attrs.get("composition")
     if not isinstance(block, dict):
-        raise ValueError(f"{field!r} carries no 'composition' attrs block, so it is not a "
-                         f"composition word; this dataset's composition fields: {listed}")
+        raise ValueError(
+            f"{field!r} carries no 'composition' attrs block, so it is not a "
+            f"composition word; this dataset's composition fields: {listed}"
+        )
     if block.get("spec") != COMPOSITION_SPEC:
-        raise ValueError(f"{field!r} declares composition spec {block.get('spec')!r}; this "
-                         f"reader understands {COMPOSITION_SPEC!r} only")
+        raise ValueError(
+            f"{field!r} declares composition spec {block.get('spec')!r}; this "
+            f"reader understands {COMPOSITION_SPEC!r} only"
+        )
     if list(block.get("lanes") or []) != list(LANES):
-        raise ValueError(f"{field!r} declares lanes {block.get('lanes')!r}; "
-                         f"{COMPOSITION_SPEC} fixes them to {list(LANES)}")
+        raise ValueError(
+            f"{field!r} declares lanes {block.get('lanes')!r}; "
+            f"{COMPOSITION_SPEC} fixes them to {list(LANES)}"
+        )
     if var.dtype != np.uint64:
         raise ValueError(f"{field!r} holds {var.dtype}; a composition word is uint64")
     import dask.array as da
@@ -59,14 +66,22 @@ def composition_lanes(ds: xr.Dataset, field: str, *, fractions: bool = False) ->
 
     data = var.data
     if isinstance(data, da.Array):
-        lanes = data.map_blocks(_lanes, fractions, dtype=np.float64 if fractions else np.uint8,
-                                new_axis=data.ndim, chunks=(*data.chunks, (len(LANES),)))
+        lanes = data.map_blocks(
+            _lanes,
+            fractions,
+            dtype=np.float64 if fractions else np.uint8,
+            new_axis=data.ndim,
+            chunks=(*data.chunks, (len(LANES),)),
+        )
     else:
         lanes = _lanes(np.asarray(data), fractions)
     out = xr.DataArray(lanes, dims=(*var.dims, LANE_DIM), coords=var.coords, name=field)
     out = out.assign_coords({LANE_DIM: list(LANES)})
-    out.attrs = {"of": block.get("of"), "threshold": block.get("threshold"),
-                 "units": "1" if fractions else "1/255"}
+    out.attrs = {
+        "of": block.get("of"),
+        "threshold": block.get("threshold"),
+        "units": "1" if fractions else "1/255",
+    }
     return out
 
 

@@ -52,9 +52,13 @@ def manifest_of(root: StoreRoot) -> dict:
     return manifest
 
 
-def candidates(root: StoreRoot, manifest: dict, discover: str,
-               region: Region | None = None, window: str | None = None
-               ) -> list[tuple[str, str]]:
+def candidates(
+    root: StoreRoot,
+    manifest: dict,
+    discover: str,
+    region: Region | None = None,
+    window: str | None = None,
+) -> list[tuple[str, str]]:
     """``(leaf prefix, shard id)`` of the leaves that may hold data (in the region), in
     ascending word order; ``window`` picks a windowed store's leaves of that window (the
     root coverage lists shards of any window, so those are found by the walk)."""
@@ -89,8 +93,14 @@ def candidates(root: StoreRoot, manifest: dict, discover: str,
     return [leaf for leaf, k in zip(found, keep, strict=True) if k]
 
 
-def admit(root: StoreRoot, manifest: dict, found: list[tuple[str, str]],
-          region: Region | None, *, stacklevel: int = 3) -> list[Leaf]:
+def admit(
+    root: StoreRoot,
+    manifest: dict,
+    found: list[tuple[str, str]],
+    region: Region | None,
+    *,
+    stacklevel: int = 3,
+) -> list[Leaf]:
     """Stamp, coverage and region check of every candidate, concurrently; debris is
     skipped with a warning, a leaf without a cell in the region is left out."""
     depth = manifest["cell_order"] - manifest["shard_order"]
@@ -141,8 +151,9 @@ def _box_meets(envelope: dict, region: Region) -> bool:
     return bool(region.overlaps(lo, hi).any())
 
 
-def occupied_ranks(root: StoreRoot, rel: str, prefix: str, envelope: dict | None,
-                   depth: int) -> np.ndarray | None:
+def occupied_ranks(
+    root: StoreRoot, rel: str, prefix: str, envelope: dict | None, depth: int
+) -> np.ndarray | None:
     """Ascending ranks of the leaf's occupied cells from its coverage, or None when its
     coverage does not say (box-only, no envelope, a missing sidecar)."""
     if envelope is None:
@@ -157,8 +168,12 @@ def occupied_ranks(root: StoreRoot, rel: str, prefix: str, envelope: dict | None
     sidecar = envelope.get("sidecar") or _paths.LEAF_COVERAGE_NAME
     payload = root.read_bytes(f"{prefix}/{sidecar}")
     if payload is None:
-        warnings.warn(f"{root.url_of(prefix)}/{sidecar} is missing: reading the leaf's "
-                      "occupancy from its arrays", UserWarning, stacklevel=4)
+        warnings.warn(
+            f"{root.url_of(prefix)}/{sidecar} is missing: reading the leaf's "
+            "occupancy from its arrays",
+            UserWarning,
+            stacklevel=4,
+        )
         return None
     try:
         bits = _coverage.decode_bitmap(payload, depth)
@@ -173,8 +188,7 @@ def cell_nested(shard_id: str, depth: int, ranks: np.ndarray) -> np.ndarray:
     return (shard_nested << (2 * depth)) + np.asarray(ranks, dtype=np.int64)
 
 
-def cell_words(shard_id: str, shard_order: int, cell_order: int,
-               ranks: np.ndarray) -> np.ndarray:
+def cell_words(shard_id: str, shard_order: int, cell_order: int, ranks: np.ndarray) -> np.ndarray:
     """The cell coordinate (spec §1.5 "The cell coordinate") at ``ranks`` of a shard."""
     word = _grid.from_decimal([shard_id])[0]
     ranks = np.asarray(ranks, dtype=np.int64)

@@ -57,8 +57,16 @@ def levels(manifest: dict) -> dict[int, dict]:
     return dict(sorted(out.items(), reverse=True))
 
 
-def open_level(store, order: int, storage_options: dict[str, Any] | None = None, *,
-               region=None, bbox=None, cells=None, window: str | None = None) -> xr.Dataset:
+def open_level(
+    store,
+    order: int,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    region=None,
+    bbox=None,
+    cells=None,
+    window: str | None = None,
+) -> xr.Dataset:
     """The occupied cells of one pyramid level (cell order ``order``) as a lazy Dataset.
 
     ``region`` / ``bbox`` / ``cells`` keep the cells inside that region (at the level's
@@ -74,22 +82,26 @@ def open_level(store, order: int, storage_options: dict[str, Any] | None = None,
     table = levels(manifest)
     order = int(order)
     if order not in table:
-        raise ValueError(f"cell order {order} is not a level of {root.url}: its levels are "
-                         f"{sorted(table, reverse=True)} (the pyramid declared in its "
-                         "manifest; output.pyramid sets it)")
+        raise ValueError(
+            f"cell order {order} is not a level of {root.url}: its levels are "
+            f"{sorted(table, reverse=True)} (the pyramid declared in its "
+            "manifest; output.pyramid sets it)"
+        )
     entry = table[order]
-    if window is None and manifest.get("temporal") is not None and \
-            entry["artifact"] != "overview":
-        raise ValueError(f"level {order} of the windowed store {root.url} is a "
-                         f"{entry['artifact']} level: it exists per time window only (the "
-                         "all-time fold starts above the shard); pass window='<label>'")
+    if window is None and manifest.get("temporal") is not None and entry["artifact"] != "overview":
+        raise ValueError(
+            f"level {order} of the windowed store {root.url} is a "
+            f"{entry['artifact']} level: it exists per time window only (the "
+            "all-time fold starts above the shard); pass window='<label>'"
+        )
     if entry["artifact"] == "source":
         return open_hive(root, region=region, bbox=bbox, cells=cells, window=window)
     reg = parse_region(region, bbox, cells, order=order)
     found = _leaves.candidates(root, manifest, "auto", window=window)  # the region cuts below
     k = entry["order"]
-    nodes = sorted({_prefix(sid, k) for _rel, sid in found},
-                   key=lambda n: int(G.from_decimal([n])[0]))
+    nodes = sorted(
+        {_prefix(sid, k) for _rel, sid in found}, key=lambda n: int(G.from_decimal([n])[0])
+    )
     if reg is not None and nodes:
         lo, hi = subtree_intervals(G.from_decimal(nodes), reg.order)
         nodes = [n for n, keep in zip(nodes, reg.overlaps(lo, hi), strict=True) if keep]
@@ -101,14 +113,22 @@ def open_level(store, order: int, storage_options: dict[str, Any] | None = None,
     role = entry["artifact"]
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
         attrs = list(pool.map(lambda n: artifact.stamped_attrs(root, path(n), role), nodes))
-    stamped = [(n, a) for n, a in zip(nodes, attrs, strict=True) if a is not None
-               and _carries(a, role, order)]
+    stamped = [
+        (n, a)
+        for n, a in zip(nodes, attrs, strict=True)
+        if a is not None and _carries(a, role, order)
+    ]
     if not stamped:
-        how = ("re-run the leaves with output.pyramid declared" if role == "column" else
-               f"build it with `python -m zagg sweep {root.url}`")
+        how = (
+            "re-run the leaves with output.pyramid declared"
+            if role == "column"
+            else f"build it with `python -m zagg sweep {root.url}`"
+        )
         what = "" if window is None else f" of window {window!r}"
-        raise ValueError(f"level {order}{what} of {root.url} is declared but no committed "
-                         f"{role} holds it yet: {how}")
+        raise ValueError(
+            f"level {order}{what} of {root.url} is declared but no committed "
+            f"{role} holds it yet: {how}"
+        )
     return _open(root, manifest, stamped, path, k, order, role, reg)
 
 
@@ -118,8 +138,10 @@ def _window_of(root, manifest: dict, window) -> str | None:
     if window is None or window == artifact.WINDOW_ALL:
         return None
     if manifest.get("temporal") is None:
-        raise ValueError(f"{root.url} is not a windowed store (its manifest declares no "
-                         f"window schedule): drop window={window!r}")
+        raise ValueError(
+            f"{root.url} is not a windowed store (its manifest declares no "
+            f"window schedule): drop window={window!r}"
+        )
     return str(window)
 
 
@@ -160,20 +182,44 @@ def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.D
     geom = Geometry(k, r, r, True)
     parts = [_leaves.cell_words(leaf.shard_id, k, r, leaf.ranks) for leaf in got]
     words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    token = tokenize(root.url, r, [(leaf.rel, leaf.stamp) for leaf in got], reg is not None
-                     and [leaf.ranks for leaf in got])
-    ds = _build.dataset(root, manifest, got, fields, geom, group_attrs,
-                        dict(arrays[MORTON].attrs), dense=False, recorded=None, token=token,
-                        words=words)
+    token = tokenize(
+        root.url,
+        r,
+        [(leaf.rel, leaf.stamp) for leaf in got],
+        reg is not None and [leaf.ranks for leaf in got],
+    )
+    ds = _build.dataset(
+        root,
+        manifest,
+        got,
+        fields,
+        geom,
+        group_attrs,
+        dict(arrays[MORTON].attrs),
+        dense=False,
+        recorded=None,
+        token=token,
+        words=words,
+    )
     ds.attrs["morton_hive"] = {**ds.attrs["morton_hive"], "cell_order": r, "shard_order": k}
-    ds.attrs[LEVEL_ATTR] = {"cell_order": r, "order": k, "artifact": role,
-                            "artifacts": [leaf.rel for leaf in got]}
+    ds.attrs[LEVEL_ATTR] = {
+        "cell_order": r,
+        "order": k,
+        "artifact": role,
+        "artifacts": [leaf.rel for leaf in got],
+    }
     return ds
 
 
-def open_pyramid(store, storage_options: dict[str, Any] | None = None, *,
-                 region=None, bbox=None, cells=None, window: str | None = None
-                 ) -> xr.DataTree:
+def open_pyramid(
+    store,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    region=None,
+    bbox=None,
+    cells=None,
+    window: str | None = None,
+) -> xr.DataTree:
     """Every materialized level of a store as one DataTree: a child ``o{order}`` per
     level, finest first (the native cells included); declared levels nobody has written
     yet are left out with a warning. On a windowed store ``window`` picks the window;
@@ -188,16 +234,19 @@ def open_pyramid(store, storage_options: dict[str, Any] | None = None, *,
         if all_time and e["artifact"] != "overview":
             continue
         try:
-            children[f"o{r}"] = open_level(root, r, region=region, bbox=bbox, cells=cells,
-                                           window=window)
+            children[f"o{r}"] = open_level(
+                root, r, region=region, bbox=bbox, cells=cells, window=window
+            )
         except ValueError as exc:
             if "no committed" not in str(exc):
                 raise
             warnings.warn(str(exc), stacklevel=2)
     tree = xr.DataTree.from_dict(children)
-    tree.attrs = {"morton_hive": {k: manifest[k] for k in ("spec", "cell_order",
-                                                           "shard_order") if k in manifest},
-                  "pyramid": manifest.get("pyramid"),
-                  **({"multiscales": manifest["multiscales"]} if "multiscales" in manifest
-                     else {})}
+    tree.attrs = {
+        "morton_hive": {
+            k: manifest[k] for k in ("spec", "cell_order", "shard_order") if k in manifest
+        },
+        "pyramid": manifest.get("pyramid"),
+        **({"multiscales": manifest["multiscales"]} if "multiscales" in manifest else {}),
+    }
     return tree

@@ -20,8 +20,16 @@ from zagg.read.schema import Field, array_meta, check_array, describe, same_fiel
 from zagg.read.schema import zarr_values as _zarr_values
 
 
-def load_field(root: StoreRoot, prefix: str, group: str, field: Field, ranks, where: str,
-               recorded: dict | None, occupied) -> np.ndarray:
+def load_field(
+    root: StoreRoot,
+    prefix: str,
+    group: str,
+    field: Field,
+    ranks,
+    where: str,
+    recorded: dict | None,
+    occupied,
+) -> np.ndarray:
     """The values of ``field`` in the leaf at ``prefix``: at ``ranks`` (ascending cell
     positions; None: every cell). With ``recorded`` (the stamp's digests) the whole array is
     decoded and verified first, and checked against the coverage ``occupied``."""
@@ -49,15 +57,19 @@ def checked_meta(root, prefix, group, field: Field, where: str):
     path = f"{group}/{field.name}"
     doc = root.read_json(f"{prefix}/{path}/zarr.json")
     if not isinstance(doc, dict) or doc.get("node_type") != "array":
-        raise ValueError(f"leaf {where} has no array {path}, which the store's other leaves "
-                         "have: one store holds one schema (the leaf is damaged or foreign)")
+        raise ValueError(
+            f"leaf {where} has no array {path}, which the store's other leaves "
+            "have: one store holds one schema (the leaf is damaged or foreign)"
+        )
     arr = array_meta(doc)
     check_array(where, group, field.name, arr)
     mine = schema({field.name: arr})[field.name]
     if not same_field(mine, field):
-        raise ValueError(f"leaf {where} stores {path} as {describe({field.name: mine})}, unlike "
-                         f"the store's {describe({field.name: field})}: one store holds one "
-                         "schema")
+        raise ValueError(
+            f"leaf {where} stores {path} as {describe({field.name: mine})}, unlike "
+            f"the store's {describe({field.name: field})}: one store holds one "
+            "schema"
+        )
     return arr
 
 
@@ -79,7 +91,7 @@ def _zarr_cells(root, prefix, path, arr, ranks) -> np.ndarray:
     parts = []
     for i, k in enumerate(wanted.tolist()):
         block = _zarr_values(root, prefix, path, slice(k * per, (k + 1) * per))
-        parts.append(block[ranks[bounds[i]:bounds[i + 1]] - k * per])
+        parts.append(block[ranks[bounds[i] : bounds[i + 1]] - k * per])
     if not parts:
         return np.zeros(0, dtype=arr.dtype)
     return np.concatenate(parts)
@@ -94,29 +106,43 @@ def words_of(payloads: np.ndarray, where: str) -> np.ndarray:
         if not p:
             flat[i] = empty
         elif len(p) % 8:
-            raise ValueError(f"{where}: cell {i} holds {len(p)} bytes, not whole uint64 words "
-                             "(the array is damaged)")
+            raise ValueError(
+                f"{where}: cell {i} holds {len(p)} bytes, not whole uint64 words "
+                "(the array is damaged)"
+            )
         else:
             flat[i] = np.frombuffer(p, dtype="<u8").astype(np.uint64, copy=False)
     return out
 
 
-def load_morton(root: StoreRoot, prefix: str, path: str, shard_id: str, p: int, c: int,
-                where: str, recorded: dict | None) -> np.ndarray:
+def load_morton(
+    root: StoreRoot,
+    prefix: str,
+    path: str,
+    shard_id: str,
+    p: int,
+    c: int,
+    where: str,
+    recorded: dict | None,
+) -> np.ndarray:
     """The leaf's whole stored ``morton`` array, checked against the cell law (and its
     digest with ``recorded``); returns the law's words (written or not)."""
     doc = root.read_json(f"{prefix}/{path}/zarr.json")
     arr = array_meta(doc) if isinstance(doc, dict) else None
     if arr is None:
-        raise ValueError(f"leaf {where} has no {path} array: an unwindowed leaf must store its "
-                         "cell coordinate (the leaf is corrupt; rewrite it)")
+        raise ValueError(
+            f"leaf {where} has no {path} array: an unwindowed leaf must store its "
+            "cell coordinate (the leaf is corrupt; rewrite it)"
+        )
     stored = np.asarray(_whole(root, prefix, path, arr), dtype=np.uint64)
     if recorded is not None:
         _verify.check_digest(where, path, stored, recorded)
     law = _grid.shard_cell_words(_grid.from_decimal([shard_id])[0], p, c)
     if law.shape != stored.shape:
-        raise ValueError(f"{where}: {path} holds {stored.shape[0]} cells, a shard of order {p} "
-                         f"at cell order {c} has {law.shape[0]}")
+        raise ValueError(
+            f"{where}: {path} holds {stored.shape[0]} cells, a shard of order {p} "
+            f"at cell order {c} has {law.shape[0]}"
+        )
     bad = (stored != 0) & (stored != law)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -68,8 +68,16 @@ def open_hive(
     if windows is not None:
         from zagg.read.windows import open_windows
 
-        return open_windows(root, manifest, windows, region=region, bbox=bbox, cells=cells,
-                            dense=dense, verify=verify)
+        return open_windows(
+            root,
+            manifest,
+            windows,
+            region=region,
+            bbox=bbox,
+            cells=cells,
+            dense=dense,
+            verify=verify,
+        )
     _check_window(root, manifest, window)
     reg = parse_region(region, bbox, cells, order=manifest["cell_order"])
     found = _leaves.candidates(root, manifest, discover, reg, window)
@@ -119,33 +127,47 @@ def _check_window(root: StoreRoot, manifest: dict, window: str | None) -> None:
     """Refuse a window on an unwindowed store, and a windowed store read without one."""
     windowed = manifest.get("temporal") is not None
     if window is not None and not windowed:
-        raise ValueError(f"window={window!r}: {root.url} is not a time-windowed store (its "
-                         "manifest declares no temporal schedule); open it without window=")
+        raise ValueError(
+            f"window={window!r}: {root.url} is not a time-windowed store (its "
+            "manifest declares no temporal schedule); open it without window="
+        )
     if window is None and windowed:
         from zagg.hive.walk import walk_windows
 
         labels = list(walk_windows(root))
-        raise ValueError(f"{root.url} is a time-windowed store: pass window=... (one of "
-                         f"{labels[:12]}) or windows=[...] / windows='all' for a window "
-                         "dimension")
+        raise ValueError(
+            f"{root.url} is a time-windowed store: pass window=... (one of "
+            f"{labels[:12]}) or windows=[...] / windows='all' for a window "
+            "dimension"
+        )
     if window is not None:
         _grid.validate_window(window)
 
 
-def _first_stamped(root: StoreRoot, manifest: dict, discover: str,
-                   window: str | None = None) -> _leaves.Leaf:
+def _first_stamped(
+    root: StoreRoot, manifest: dict, discover: str, window: str | None = None
+) -> _leaves.Leaf:
     """The first stamped leaf of the store (the schema of an empty region read)."""
     for rel, sid in _leaves.candidates(root, manifest, discover, window=window):
         stamp = read_stamp(root, rel)
         if stamp is not None:
             stamp = check_stamp(stamp, rel)
-            return _leaves.Leaf(rel, sid, stamp, data_prefix(rel, stamp),
-                                np.zeros(0, np.int64), None)
+            return _leaves.Leaf(
+                rel, sid, stamp, data_prefix(rel, stamp), np.zeros(0, np.int64), None
+            )
     raise ValueError(f"{root.url} has no commit-stamped leaf: nothing to open")
 
 
-def _open(root: StoreRoot, manifest: dict, leaves: list[_leaves.Leaf], *, dense: bool,
-          verify: bool, region=None, schema_leaf: _leaves.Leaf | None = None) -> xr.Dataset:
+def _open(
+    root: StoreRoot,
+    manifest: dict,
+    leaves: list[_leaves.Leaf],
+    *,
+    dense: bool,
+    verify: bool,
+    region=None,
+    schema_leaf: _leaves.Leaf | None = None,
+) -> xr.Dataset:
     first = schema_leaf or leaves[0]
     group = str(manifest["cell_order"])
     where = root.url_of(first.rel)
@@ -154,28 +176,52 @@ def _open(root: StoreRoot, manifest: dict, leaves: list[_leaves.Leaf], *, dense:
     if TIME in arrays:
         from zagg.read.raster import open_raster
 
-        return open_raster(root, manifest, leaves, arrays, geom, group_attrs, dense=dense,
-                           verify=verify, schema_leaf=first)
+        return open_raster(
+            root,
+            manifest,
+            leaves,
+            arrays,
+            geom,
+            group_attrs,
+            dense=dense,
+            verify=verify,
+            schema_leaf=first,
+        )
     fields = schema(arrays)
     if not dense:
-        leaves = _resolve_occupancy(root, leaves, group, fields, region,
-                                    manifest["cell_order"] - manifest["shard_order"])
+        leaves = _resolve_occupancy(
+            root, leaves, group, fields, region, manifest["cell_order"] - manifest["shard_order"]
+        )
     recorded = None
     if verify:
-        recorded = [_verify.recorded_hashes(leaf.stamp, root.url_of(leaf.rel))
-                    for leaf in leaves]
+        recorded = [_verify.recorded_hashes(leaf.stamp, root.url_of(leaf.rel)) for leaf in leaves]
         _verify_layout(root, leaves, group, recorded, manifest, dense)
     words = None
     if not dense:
         p, c = manifest["shard_order"], manifest["cell_order"]
         parts = [_leaves.cell_words(leaf.shard_id, p, c, leaf.ranks) for leaf in leaves]
         words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    token = tokenize(root.url, dense, verify,
-                     [(leaf.rel, leaf.stamp, None if dense else leaf.ranks) for leaf in leaves])
+    token = tokenize(
+        root.url,
+        dense,
+        verify,
+        [(leaf.rel, leaf.stamp, None if dense else leaf.ranks) for leaf in leaves],
+    )
     morton_attrs = dict(arrays[MORTON].attrs) if MORTON in arrays else {}
-    return _build.dataset(root, manifest, leaves, fields, geom, group_attrs, morton_attrs,
-                          dense=dense, recorded=recorded, token=token, words=words,
-                          derived=MORTON not in arrays)
+    return _build.dataset(
+        root,
+        manifest,
+        leaves,
+        fields,
+        geom,
+        group_attrs,
+        morton_attrs,
+        dense=dense,
+        recorded=recorded,
+        token=token,
+        words=words,
+        derived=MORTON not in arrays,
+    )
 
 
 def _resolve_occupancy(root, leaves, group, fields, region, depth) -> list[_leaves.Leaf]:
@@ -188,14 +234,14 @@ def _resolve_occupancy(root, leaves, group, fields, region, depth) -> list[_leav
     def occupancy(leaf):
         found = np.zeros(4**depth, dtype=bool)
         for field in fields.values():
-            values = load_field(root, leaf.prefix, group, field, None, root.url_of(leaf.rel),
-                                None, None)
+            values = load_field(
+                root, leaf.prefix, group, field, None, root.url_of(leaf.rel), None, None
+            )
             found |= _held(values, field.fill)
         occupied = np.flatnonzero(found).astype(np.int64)
         ranks = occupied
         if region is not None:
-            ranks = occupied[region.contains(
-                _leaves.cell_nested(leaf.shard_id, depth, occupied))]
+            ranks = occupied[region.contains(_leaves.cell_nested(leaf.shard_id, depth, occupied))]
         return _leaves.Leaf(leaf.rel, leaf.shard_id, leaf.stamp, leaf.prefix, ranks, occupied)
 
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
@@ -215,8 +261,9 @@ def _verify_layout(root, leaves, group, recorded, manifest, dense) -> None:
         _attrs, arrays = leaf_group(root, leaf.prefix, group, where)
         _verify.check_key_set(where, recorded[i], {f"{group}/{name}" for name in arrays})
         if not dense and MORTON in arrays:
-            load_morton(root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c, where,
-                        recorded[i])
+            load_morton(
+                root, leaf.prefix, f"{group}/{MORTON}", leaf.shard_id, p, c, where, recorded[i]
+            )
 
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
         list(pool.map(check, range(len(leaves))))

@@ -94,8 +94,9 @@ def parse_region(region=None, bbox=None, cells=None, *, order: int) -> Region | 
     """The region one of ``region`` (GeoJSON: a mapping, JSON text, a file path or the name
     of a shipped region), ``bbox`` ``(lon0, lat0, lon1, lat1)`` or ``cells`` (morton words
     or decimal ids) describes, at cell order ``order``; None when none is given."""
-    given = [name for name, v in (("region", region), ("bbox", bbox), ("cells", cells))
-             if v is not None]
+    given = [
+        name for name, v in (("region", region), ("bbox", bbox), ("cells", cells)) if v is not None
+    ]
     if len(given) > 1:
         raise RegionError(f"give one of region=, bbox= or cells=, not {' and '.join(given)}")
     if region is not None:
@@ -116,9 +117,11 @@ def _geojson(region) -> tuple[dict, str]:
     if isinstance(region, dict):
         return region, "the GeoJSON region"
     if not isinstance(region, str | Path):
-        raise RegionError(f"region= takes GeoJSON (a mapping, JSON text or a file path), got "
-                          f"{type(region).__name__}; use bbox= for a lon/lat box and cells= "
-                          "for morton cells")
+        raise RegionError(
+            f"region= takes GeoJSON (a mapping, JSON text or a file path), got "
+            f"{type(region).__name__}; use bbox= for a lon/lat box and cells= "
+            "for morton cells"
+        )
     text = str(region)
     if text.lstrip().startswith("{"):
         try:
@@ -131,8 +134,10 @@ def _geojson(region) -> tuple[dict, str]:
 
         shipped = find("region", text)
         if shipped is None:
-            raise RegionError(f"region {text!r} is neither a GeoJSON file nor a shipped region "
-                              f"(shipped: {', '.join(names('region'))})")
+            raise RegionError(
+                f"region {text!r} is neither a GeoJSON file nor a shipped region "
+                f"(shipped: {', '.join(names('region'))})"
+            )
         path = shipped
     try:
         return json.loads(path.read_text()), f"region {text}"
@@ -151,11 +156,15 @@ def _polygons(geo, label: str) -> list[list]:
     if kind in ("Polygon", "MultiPolygon"):
         coords = geo.get("coordinates")
         if not isinstance(coords, list) or not coords:
-            raise RegionError(f"{label}: a {kind} needs a non-empty 'coordinates' list of "
-                              "rings of [lon, lat] positions")
+            raise RegionError(
+                f"{label}: a {kind} needs a non-empty 'coordinates' list of "
+                "rings of [lon, lat] positions"
+            )
         return [coords] if kind == "Polygon" else list(coords)
-    raise RegionError(f"{label}: GeoJSON of type {kind!r} has no polygon; use a Polygon, "
-                      "MultiPolygon, Feature or FeatureCollection")
+    raise RegionError(
+        f"{label}: GeoJSON of type {kind!r} has no polygon; use a Polygon, "
+        "MultiPolygon, Feature or FeatureCollection"
+    )
 
 
 def _cover_geojson(geo, label: str, order: int) -> np.ndarray:
@@ -171,14 +180,18 @@ def _cover_geojson(geo, label: str, order: int) -> np.ndarray:
             except (TypeError, ValueError):
                 arr = np.zeros((0, 0))
             if arr.ndim != 2 or arr.shape[0] < 4 or arr.shape[1] < 2:
-                raise RegionError(f"{label}: a polygon ring needs at least 4 [lon, lat] "
-                                  f"positions, got {str(ring)[:80]}")
+                raise RegionError(
+                    f"{label}: a polygon ring needs at least 4 [lon, lat] "
+                    f"positions, got {str(ring)[:80]}"
+                )
             if not (np.isfinite(arr[:, :2]).all() and (np.abs(arr[:, 1]) <= 90).all()):
-                raise RegionError(f"{label}: ring positions must be finite [lon, lat] with "
-                                  "-90 <= lat <= 90")
+                raise RegionError(
+                    f"{label}: ring positions must be finite [lon, lat] with -90 <= lat <= 90"
+                )
             checked.append(arr[:, :2])
-        parts.append(np.asarray(mortie.from_wkb(_wkb_polygon(checked), order=order, moc=True),
-                                np.uint64))
+        parts.append(
+            np.asarray(mortie.from_wkb(_wkb_polygon(checked), order=order, moc=True), np.uint64)
+        )
     return np.concatenate(parts)
 
 
@@ -198,11 +211,14 @@ def _check_bbox(bbox) -> tuple[float, float, float, float]:
     try:
         lon0, lat0, lon1, lat1 = (float(v) for v in bbox)
     except (TypeError, ValueError):
-        raise RegionError(f"bbox={bbox!r}: expected four numbers (lon0, lat0, lon1, lat1)") \
-            from None
+        raise RegionError(
+            f"bbox={bbox!r}: expected four numbers (lon0, lat0, lon1, lat1)"
+        ) from None
     if not (-180 <= lon0 < lon1 <= 360 and -90 <= lat0 < lat1 <= 90):
-        raise RegionError(f"bbox={bbox!r}: need -180 <= lon0 < lon1 <= 360 and "
-                          "-90 <= lat0 < lat1 <= 90 (west, south, east, north)")
+        raise RegionError(
+            f"bbox={bbox!r}: need -180 <= lon0 < lon1 <= 360 and "
+            "-90 <= lat0 < lat1 <= 90 (west, south, east, north)"
+        )
     return lon0, lat0, lon1, lat1
 
 
@@ -229,8 +245,10 @@ def _cell_words(cells) -> np.ndarray:
         elif isinstance(item, int | np.integer) and not isinstance(item, bool) and item > 0:
             words[i] = np.uint64(item)
         else:
-            raise RegionError(f"cells=: {item!r} is neither a morton word (a positive uint64) "
-                              "nor a decimal id such as '-5121141141'")
+            raise RegionError(
+                f"cells=: {item!r} is neither a morton word (a positive uint64) "
+                "nor a decimal id such as '-5121141141'"
+            )
     try:
         mortie.validate_morton(words)
     except ValueError as exc:

@@ -74,8 +74,11 @@ def array_meta(meta: dict) -> ArrayMeta:
     grid = (meta.get("chunk_grid") or {}).get("configuration") or {}
     codecs = meta.get("codecs") or []
     sharded = bool(codecs) and codecs[0].get("name") == "sharding_indexed"
-    chunks = tuple((codecs[0].get("configuration") or {}).get("chunk_shape") or ()) \
-        if sharded else tuple(grid.get("chunk_shape") or ())
+    chunks = (
+        tuple((codecs[0].get("configuration") or {}).get("chunk_shape") or ())
+        if sharded
+        else tuple(grid.get("chunk_shape") or ())
+    )
     if vlen:
         dtype = np.dtype(object)
     else:
@@ -83,8 +86,16 @@ def array_meta(meta: dict) -> ArrayMeta:
             dtype = np.dtype(meta.get("data_type")).newbyteorder("<")
         except TypeError:
             dtype = np.dtype(object)
-    return ArrayMeta(shape, dtype, dict(meta.get("attributes") or {}), chunks, sharded,
-                     meta, found, tuple(meta.get("dimension_names") or ()))
+    return ArrayMeta(
+        shape,
+        dtype,
+        dict(meta.get("attributes") or {}),
+        chunks,
+        sharded,
+        meta,
+        found,
+        tuple(meta.get("dimension_names") or ()),
+    )
 
 
 def leaf_group(root: StoreRoot, prefix: str, group: str, where: str):
@@ -112,8 +123,10 @@ def check_array(where: str, group: str, name: str, arr: ArrayMeta) -> None:
     label = f"{where}: array {group}/{name}"
     raster = len(arr.shape) == 2 and arr.dims == (TIME, "cells")
     if len(arr.shape) != 1 and not raster:
-        raise ValueError(f"{label} has shape {list(arr.shape)}: this reader reads arrays on "
-                         "the cells axis and (time, cells) raster bands")
+        raise ValueError(
+            f"{label} has shape {list(arr.shape)}: this reader reads arrays on "
+            "the cells axis and (time, cells) raster bands"
+        )
     attrs = arr.attrs
     if meta.get("data_type") in _VLEN_NAMES:
         try:
@@ -136,16 +149,22 @@ def check_array(where: str, group: str, name: str, arr: ArrayMeta) -> None:
         if not isinstance(block, dict):
             continue
         if "spec" in block and block["spec"] != spec:
-            raise ValueError(f"{label} declares {key} spec {block['spec']!r}; this reader "
-                             f"understands {spec!r} only")
+            raise ValueError(
+                f"{label} declares {key} spec {block['spec']!r}; this reader "
+                f"understands {spec!r} only"
+            )
         if shapes is None:
             continue
         if block.get("shape") not in shapes:
-            raise ValueError(f"{label} declares {key} shape {block.get('shape')!r}; this "
-                             f"reader implements {sorted(shapes)}")
+            raise ValueError(
+                f"{label} declares {key} shape {block.get('shape')!r}; this "
+                f"reader implements {sorted(shapes)}"
+            )
         if block.get("grammar") != _GRAMMARS[key]:
-            raise ValueError(f"{label} declares {key} grammar {block.get('grammar')!r}; this "
-                             f"reader implements {_GRAMMARS[key]!r}")
+            raise ValueError(
+                f"{label} declares {key} grammar {block.get('grammar')!r}; this "
+                f"reader implements {_GRAMMARS[key]!r}"
+            )
     if name == MORTON and arr.dtype != np.uint64:
         raise ValueError(f"{where}: {group}/morton has dtype {arr.dtype}, expected uint64")
 
@@ -168,8 +187,9 @@ def schema(arrays: dict[str, ArrayMeta]) -> dict[str, Field]:
         arr = arrays[name]
         kind = field_kind(name, arr)
         fill = b"" if arr.dtype.kind == "O" else fill_value(arr)
-        out[name] = Field(name, kind, arr.dtype, fill, dict(arr.attrs),
-                          str(arr.meta.get("data_type")))
+        out[name] = Field(
+            name, kind, arr.dtype, fill, dict(arr.attrs), str(arr.meta.get("data_type"))
+        )
     return out
 
 
@@ -190,15 +210,13 @@ def held(values: np.ndarray, fill) -> np.ndarray:
     non-empty payload for a vlen array; any non-NaN value under a NaN fill)."""
     if values.dtype.kind == "O":
         flat = values.reshape(-1)
-        return np.fromiter((len(v) > 0 for v in flat), bool, count=flat.size).reshape(
-            values.shape)
+        return np.fromiter((len(v) > 0 for v in flat), bool, count=flat.size).reshape(values.shape)
     if values.dtype.kind == "f" and fill is not None and np.isnan(fill):
         return ~np.isnan(values)
     return values != values.dtype.type(fill)
 
 
-def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str,
-             group: str) -> Geometry:
+def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: str) -> Geometry:
     """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""
     p, c = manifest["shard_order"], manifest["cell_order"]
     if MORTON not in arrays and manifest.get("temporal") is not None and arrays:
@@ -227,8 +245,10 @@ def _derived_geometry(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) 
     arr = arrays[name]
     n = arr.shape[0]
     if n != 4 ** (c - p):
-        raise ValueError(f"{where}: {name} holds {n} cells; a shard of order {p} "
-                         f"at cell order {c} has {4 ** (c - p)}")
+        raise ValueError(
+            f"{where}: {name} holds {n} cells; a shard of order {p} "
+            f"at cell order {c} has {4 ** (c - p)}"
+        )
     inner = arr.chunks[-1] if arr.chunks else n
     chunk_order = c - depth_of(inner)
     return Geometry(p, chunk_order, c, arr.sharded or chunk_order == p)

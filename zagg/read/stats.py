@@ -47,21 +47,30 @@ def cdf(ds: xr.Dataset, field: str, x) -> xr.DataArray:
 
 
 def digest_fields(ds) -> list[str]:
-    return [str(n) for n, v in ds.data_vars.items()
-            if (v.attrs.get("ragged") or {}).get("element") == DIGEST_ELEMENT]
+    return [
+        str(n)
+        for n, v in ds.data_vars.items()
+        if (v.attrs.get("ragged") or {}).get("element") == DIGEST_ELEMENT
+    ]
 
 
 def _digest_field(ds, field: str, call: str):
-    require_dataset(ds, call, "open the store with zagg.open_hive(path), or pass the Dataset "
-                    "zagg.aggregate returned")
+    require_dataset(
+        ds,
+        call,
+        "open the store with zagg.open_hive(path), or pass the Dataset zagg.aggregate returned",
+    )
     listed = ", ".join(digest_fields(ds)) or "none"
     if field not in ds.data_vars:
-        raise KeyError(f"{field!r} is not a variable of this dataset; its t-digest fields: "
-                       f"{listed}")
+        raise KeyError(
+            f"{field!r} is not a variable of this dataset; its t-digest fields: {listed}"
+        )
     var = ds[field]
     if "ragged" not in var.attrs:
-        raise ValueError(f"{field!r} is not a t-digest field (it holds one value per cell); "
-                         f"this dataset's t-digest fields: {listed}")
+        raise ValueError(
+            f"{field!r} is not a t-digest field (it holds one value per cell); "
+            f"this dataset's t-digest fields: {listed}"
+        )
     block = check_ragged_attrs(field, dict(var.attrs))
     if block["element"] != DIGEST_ELEMENT:
         raise ValueError(
@@ -77,8 +86,9 @@ def _numbers(value, name: str, what: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be {what}, got {value!r}") from exc
     if out.ndim != 1:
-        raise ValueError(f"{name} must be a number or a flat list of numbers, got shape "
-                         f"{np.shape(value)}")
+        raise ValueError(
+            f"{name} must be a number or a flat list of numbers, got shape {np.shape(value)}"
+        )
     return out
 
 
@@ -88,8 +98,13 @@ def _evaluate(var, field: str, points: np.ndarray, scalar: bool, dim: str, block
 
     data = var.data
     if isinstance(data, da.Array):
-        values = data.map_blocks(block, points, dtype=np.float64, new_axis=data.ndim,
-                                 chunks=(*data.chunks, (points.size,)))
+        values = data.map_blocks(
+            block,
+            points,
+            dtype=np.float64,
+            new_axis=data.ndim,
+            chunks=(*data.chunks, (points.size,)),
+        )
     else:
         values = block(np.asarray(data), points)
     out = xr.DataArray(values, dims=(*var.dims, dim), coords=var.coords, name=field)

@@ -32,12 +32,22 @@ def list_products(root: StoreRoot) -> list[str]:
     dirs, files = root.list_dir("")
     if MANIFEST_KEY in files:
         return []
-    return [d for d in dirs if _PRODUCT_RE.match(d) and not _BASE_RE.match(d)
-            and root.read_bytes(f"{d}/{MANIFEST_KEY}") is not None]
+    return [
+        d
+        for d in dirs
+        if _PRODUCT_RE.match(d)
+        and not _BASE_RE.match(d)
+        and root.read_bytes(f"{d}/{MANIFEST_KEY}") is not None
+    ]
 
 
-def open_store(store: str | StoreRoot, storage_options: dict[str, Any] | None = None, *,
-               products: list[str] | None = None, **open_kwargs) -> xr.DataTree:
+def open_store(
+    store: str | StoreRoot,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    products: list[str] | None = None,
+    **open_kwargs,
+) -> xr.DataTree:
     """Open a store root (multi-product or bare) as a DataTree, one child per product.
 
     ``products`` opens only those products; ``open_kwargs`` (``region=``, ``bbox=``,
@@ -53,16 +63,20 @@ def open_store(store: str | StoreRoot, storage_options: dict[str, Any] | None = 
         if products is not None:
             unknown = sorted(set(products) - set(roster))
             if unknown or not products:
-                raise ValueError(f"{root.url} has no product {unknown[0] if unknown else '[]'!r}"
-                                 f"; its products: {', '.join(roster)}")
+                raise ValueError(
+                    f"{root.url} has no product {unknown[0] if unknown else '[]'!r}"
+                    f"; its products: {', '.join(roster)}"
+                )
             names = [n for n in roster if n in products]
-        nodes = {n: _node(StoreRoot(root.url_of(n), root.storage_options), open_kwargs)
-                 for n in names}
+        nodes = {
+            n: _node(StoreRoot(root.url_of(n), root.storage_options), open_kwargs) for n in names
+        }
     else:
         manifest = manifest_of(root)  # raises naming the root when it is no store at all
         if products is not None:
-            raise ValueError(f"{root.url} is a bare store with no named products; open it "
-                             "without products=")
+            raise ValueError(
+                f"{root.url} is a bare store with no named products; open it without products="
+            )
         name = str((manifest.get("dataset") or {}).get("short_name") or "product").lower()
         store_attrs.update(bare=True, node=name)
         nodes = {name: _node(root, open_kwargs)}

@@ -40,19 +40,25 @@ def check_key_set(where: str, recorded: dict[str, str], present: set[str]) -> No
     extra = sorted(present - set(recorded))
     missing = sorted(set(recorded) - present)
     if extra:
-        raise IntegrityError(f"leaf {where}: array {extra[0]} is present but its stamp records "
-                             "no hash for it (a foreign or debris array); rewrite the leaf")
+        raise IntegrityError(
+            f"leaf {where}: array {extra[0]} is present but its stamp records "
+            "no hash for it (a foreign or debris array); rewrite the leaf"
+        )
     if missing:
-        raise IntegrityError(f"leaf {where}: array {missing[0]} is recorded in its stamp but "
-                             "missing; the leaf is damaged: rewrite it")
+        raise IntegrityError(
+            f"leaf {where}: array {missing[0]} is recorded in its stamp but "
+            "missing; the leaf is damaged: rewrite it"
+        )
 
 
 def check_digest(where: str, key: str, values: np.ndarray, recorded: dict[str, str]) -> None:
     """Raise unless ``values`` (the whole decoded array) hash as the stamp recorded."""
     expected = recorded.get(key)
     if expected is None:
-        raise IntegrityError(f"leaf {where}: array {key} is present but its stamp records no "
-                             "hash for it; rewrite the leaf")
+        raise IntegrityError(
+            f"leaf {where}: array {key} is present but its stamp records no "
+            "hash for it; rewrite the leaf"
+        )
     got = array_digest(values)
     if got != expected:
         raise IntegrityError(

@@ -19,19 +19,22 @@ from zagg.read.open import open_hive
 def labels_of(root, manifest: dict, windows) -> list[str]:
     """The labels asked for: ``"all"`` for every window the store holds, else the list."""
     if manifest.get("temporal") is None:
-        raise ValueError(f"windows=...: {root.url} is not a time-windowed store; open it "
-                         "without window arguments")
+        raise ValueError(
+            f"windows=...: {root.url} is not a time-windowed store; open it "
+            "without window arguments"
+        )
     held = list(walk_windows(root))
     if isinstance(windows, str):
         if windows != "all":
-            raise ValueError(f"windows={windows!r}: give a list of labels or 'all' (for one "
-                             "window use window=...)")
+            raise ValueError(
+                f"windows={windows!r}: give a list of labels or 'all' (for one "
+                "window use window=...)"
+            )
         return held
     labels = [str(w) for w in windows]
     missing = [w for w in labels if w not in held]
     if missing:
-        raise ValueError(f"windows {missing} have no leaf in {root.url}; it holds "
-                         f"{held[:24]}")
+        raise ValueError(f"windows {missing} have no leaf in {root.url}; it holds {held[:24]}")
     return labels
 
 
@@ -42,8 +45,7 @@ def window_bounds(manifest: dict, labels: list[str]) -> tuple[np.ndarray, np.nda
     from zagg.windows.schedule import parse_windowing
 
     block = dict(manifest["temporal"])
-    raw = {k: block[k] for k in ("schedule", "time_field", "epoch", "scale", "units")
-           if k in block}
+    raw = {k: block[k] for k in ("schedule", "time_field", "epoch", "scale", "units") if k in block}
     if "windows" in block:
         raw["windows"] = block["windows"]
     w = parse_windowing(raw, (block.get("time_field"),))
@@ -91,8 +93,9 @@ def open_windows(root, manifest: dict, windows, **kwargs):
     parts = [open_hive(root, window=label, **kwargs) for label in labels]
     fills = {}
     for name, var in parts[0].data_vars.items():
-        fills[name] = b"" if var.dtype == object else var.attrs.get(
-            "_FillValue", _fill_of(parts[0], name))
+        fills[name] = (
+            b"" if var.dtype == object else var.attrs.get("_FillValue", _fill_of(parts[0], name))
+        )
     spans = [_span(ds) for ds in parts]
     cleaned = []
     for ds in parts:  # aligned on the cell words (a dense read's are derived, in memory)
@@ -100,20 +103,33 @@ def open_windows(root, manifest: dict, windows, **kwargs):
         words = np.asarray(ds["morton"].values, np.uint64)
         ds = ds.drop_vars("morton").assign_coords(morton=("cells", words, ds["morton"].attrs))
         cleaned.append(ds.set_xindex("morton"))
-    out = xr.concat(cleaned, dim="window", join="outer", fill_value=fills,
-                    coords="minimal", compat="override", combine_attrs="override")
+    out = xr.concat(
+        cleaned,
+        dim="window",
+        join="outer",
+        fill_value=fills,
+        coords="minimal",
+        compat="override",
+        combine_attrs="override",
+    )
     start, end = window_bounds(manifest, labels)
     out = out.assign_coords(
         window=("window", np.array(labels, dtype=object)),
-        window_start=("window", start), window_end=("window", end),
+        window_start=("window", start),
+        window_end=("window", end),
         time_first=("window", np.array([s[0] for s in spans], "datetime64[ns]")),
-        time_last=("window", np.array([s[1] for s in spans], "datetime64[ns]")))
+        time_last=("window", np.array([s[1] for s in spans], "datetime64[ns]")),
+    )
     from zagg.read.build import cell_ids_attrs, nested_of
 
     words = np.asarray(out["morton"].values, dtype=np.uint64)
-    out = out.assign_coords(cell_ids=("cells", nested_of(words) if words.size else
-                                      np.zeros(0, np.int64),
-                                      cell_ids_attrs(manifest["cell_order"])))
+    out = out.assign_coords(
+        cell_ids=(
+            "cells",
+            nested_of(words) if words.size else np.zeros(0, np.int64),
+            cell_ids_attrs(manifest["cell_order"]),
+        )
+    )
     out.attrs = dict(parts[0].attrs)
     out.attrs["zagg"] = {**parts[0].attrs["zagg"], "windows": labels}
     out.attrs["zagg"].pop("time_ranges", None)
@@ -132,11 +148,15 @@ def decode_times(words):
     values = np.asarray(words.values if hasattr(words, "values") else words, np.uint64)
     start, end = decode(values)
     empty = values == 0
-    start, end = np.where(empty, np.datetime64("NaT"), start), np.where(
-        empty, np.datetime64("NaT"), end)
+    start, end = (
+        np.where(empty, np.datetime64("NaT"), start),
+        np.where(empty, np.datetime64("NaT"), end),
+    )
     if isinstance(words, xr.DataArray):
-        return (words.copy(data=start.astype("datetime64[ns]")),
-                words.copy(data=end.astype("datetime64[ns]")))
+        return (
+            words.copy(data=start.astype("datetime64[ns]")),
+            words.copy(data=end.astype("datetime64[ns]")),
+        )
     return start.astype("datetime64[ns]"), end.astype("datetime64[ns]")
 
 

@@ -8,10 +8,13 @@ others.
 
 from zagg.lazy import lazy_package
 
-lazy_package(__name__, {
-    "DEFAULT_REGION": ".synthetic",
-    "open_granules": ".granules",
-    "parse_granule_source": ".granules",
-    "synthetic_photons": ".synthetic",
-    "write_granules": ".write_granules",
-})
+lazy_package(
+    __name__,
+    {
+        "DEFAULT_REGION": ".synthetic",
+        "open_granules": ".granules",
+        "parse_granule_source": ".granules",
+        "synthetic_photons": ".synthetic",
+        "write_granules": ".write_granules",
+    },
+)

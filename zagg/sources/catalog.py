@@ -74,8 +74,16 @@ GPS_EPOCH = dt.datetime(1980, 1, 6, tzinfo=dt.UTC)
 GPS_UTC_LEAP_SECONDS = 18  # GPS - UTC since 2017-01-01
 ATLAS_SDP_GPS_EPOCH = 1198800018.0  # GPS seconds of 2018-01-01T00:00:00Z
 READ_ROWS = 4_000_000  # coordinate rows read at once while building
-_FIELDS = ("id", "href", "rows", "footprint", "time_start", "time_end", "delta_time_min",
-           "delta_time_max")  # required in every entry; "size" is optional (older catalogs)
+_FIELDS = (
+    "id",
+    "href",
+    "rows",
+    "footprint",
+    "time_start",
+    "time_end",
+    "delta_time_min",
+    "delta_time_max",
+)  # required in every entry; "size" is optional (older catalogs)
 
 
 class CatalogError(ValueError):
@@ -116,7 +124,8 @@ class Catalog:
     source: Mapping = dataclasses.field(default_factory=dict)
     failed: tuple[Mapping, ...] = ()
     storage_options: StorageOptions = dataclasses.field(
-        default_factory=StorageOptions, repr=False, compare=False)
+        default_factory=StorageOptions, repr=False, compare=False
+    )
 
     def __iter__(self):
         return iter(self.entries)
@@ -129,8 +138,12 @@ class Catalog:
         return [e.id for e in self.entries]
 
     def header(self) -> dict:
-        return {"zagg_catalog": CATALOG_VERSION, "order": self.order,
-                "source": dict(self.source), "failed": [dict(f) for f in self.failed]}
+        return {
+            "zagg_catalog": CATALOG_VERSION,
+            "order": self.order,
+            "source": dict(self.source),
+            "failed": [dict(f) for f in self.failed],
+        }
 
 
 # --------------------------------------------------------------------------- time
@@ -149,11 +162,16 @@ def delta_time_to_utc(delta_time: float, epoch: float = ATLAS_SDP_GPS_EPOCH) -> 
 
 def check_order(order) -> int:
     """``order`` if it is a valid footprint order (0..MAX_ORDER), else a CatalogError."""
-    if isinstance(order, bool) or not isinstance(order, int | np.integer) \
-            or not 0 <= order <= MAX_ORDER:
-        raise CatalogError(f"catalog order must be an integer in 0..{MAX_ORDER}, got "
-                           f"{order!r}; give the run's shard order (grid.parent_order, "
-                           f"{DEFAULT_ORDER} in the example configs) or any finer order")
+    if (
+        isinstance(order, bool)
+        or not isinstance(order, int | np.integer)
+        or not 0 <= order <= MAX_ORDER
+    ):
+        raise CatalogError(
+            f"catalog order must be an integer in 0..{MAX_ORDER}, got "
+            f"{order!r}; give the run's shard order (grid.parent_order, "
+            f"{DEFAULT_ORDER} in the example configs) or any finer order"
+        )
     return int(order)
 
 
@@ -191,8 +209,7 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
     def safe(href):
         try:
             old = known.get(_absolute(href))
-            if old is not None and old.size is not None \
-                    and _current_size(href, opts) == old.size:
+            if old is not None and old.size is not None and _current_size(href, opts) == old.size:
                 return dataclasses.replace(old, href=href)
             return _entry(scan_source, href, order)
         except GranuleError as exc:
@@ -212,10 +229,14 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
         raise CatalogError(
             f"none of the {len(hrefs)} granule(s) at {where!r} could be read, so the catalog "
             f"would be empty and a run would have nothing to aggregate; fix or replace the "
-            f"granules (first error: {failed[0]['error'] if failed else 'none'})")
-    described = {"granules": where, "groups": list(source.groups or []),
-                 "coordinates": {"latitude": source.latitude, "longitude": source.longitude},
-                 "delta_time": source.delta_time}
+            f"granules (first error: {failed[0]['error'] if failed else 'none'})"
+        )
+    described = {
+        "granules": where,
+        "groups": list(source.groups or []),
+        "coordinates": {"latitude": source.latitude, "longitude": source.longitude},
+        "delta_time": source.delta_time,
+    }
     return Catalog(order, tuple(entries), described, tuple(failed), opts)
 
 
@@ -237,15 +258,18 @@ def _current_size(href: str, options: Mapping) -> int | None:
         return os.path.getsize(_local(href))
     except Exception as exc:
         msg = StorageOptions(options).redact(f"{type(exc).__name__}: {exc}")
-        raise GranuleError(f"granule {granule_id(href)!r} ({href}): cannot read its size: "
-                           f"{msg}") from None
+        raise GranuleError(
+            f"granule {granule_id(href)!r} ({href}): cannot read its size: {msg}"
+        ) from None
 
 
 def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
     gid = granule_id(href)
     try:
-        with _open_with_stamp(href, source.storage_options,
-                              source.reads.metadata_block_size) as (f, stamp):
+        with _open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
+            f,
+            stamp,
+        ):
             scan = _scan_file(source, f, href, gid, stamp)
             epoch = ATLAS_SDP_GPS_EPOCH
             if "ancillary_data/atlas_sdp_gps_epoch" in f:
@@ -256,8 +280,9 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
                     stop = min(start + READ_ROWS, g.rows)
 
                     def rows(template, g=g, start=start, stop=stop):
-                        return _read_scanned(f, href, g, template, start, stop,
-                                             source.storage_options, source.reads)
+                        return _read_scanned(
+                            f, href, g, template, start, stop, source.storage_options, source.reads
+                        )
 
                     words, ok = G.point_words(rows(source.latitude), rows(source.longitude))
                     cells.append(np.unique(G.ancestor(words[ok], order)))
@@ -269,15 +294,22 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
         raise
     except Exception as exc:
         msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
-        raise GranuleError(f"granule {gid!r} ({href}): cannot read for the catalog: {msg}") \
-            from None
+        raise GranuleError(
+            f"granule {gid!r} ({href}): cannot read for the catalog: {msg}"
+        ) from None
     cells = np.unique(np.concatenate(cells)) if cells else np.zeros(0, np.uint64)
     t_min, t_max = (float(min(times)), float(max(times))) if times else (None, None)
     return CatalogEntry(
-        gid, href, int(sum(g.rows for g in scan.groups)), tuple(G.to_decimal(cells)),
+        gid,
+        href,
+        int(sum(g.rows for g in scan.groups)),
+        tuple(G.to_decimal(cells)),
         delta_time_to_utc(t_min, epoch) if times else None,
         delta_time_to_utc(t_max, epoch) if times else None,
-        t_min, t_max, _stamp_size(href, scan.stamp))
+        t_min,
+        t_max,
+        _stamp_size(href, scan.stamp),
+    )
 
 
 # --------------------------------------------------------------------------- files
@@ -295,8 +327,10 @@ def write_catalog(catalog: Catalog, path, *, storage_options: Mapping | None = N
     kind = check_catalog_path(path)
     if not catalog.entries:
         failed = f" ({len(catalog.failed)} skipped as unreadable)" if catalog.failed else ""
-        raise CatalogError(f"catalog {path!r} would list no granules{failed}: a run from it "
-                           "would have nothing to aggregate; build it from readable granules")
+        raise CatalogError(
+            f"catalog {path!r} would list no granules{failed}: a run from it "
+            "would have nothing to aggregate; build it from readable granules"
+        )
     opts = dict(catalog.storage_options if storage_options is None else storage_options)
     base = _catalog_dir(path)
     entries = [dataclasses.replace(e, href=_stored_href(e.href, base)) for e in catalog]
@@ -330,8 +364,7 @@ def _stored_href(href: str, base: str | None) -> str:
     return full
 
 
-def _write(catalog: Catalog, entries: list[CatalogEntry], path: str, kind: str,
-           opts: dict) -> None:
+def _write(catalog: Catalog, entries: list[CatalogEntry], path: str, kind: str, opts: dict) -> None:
     import fsspec
 
     if kind == "json":
@@ -382,14 +415,18 @@ def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
             header = json.loads(meta) if meta else None
             rows = table.to_pylist()
     except FileNotFoundError:
-        raise CatalogError(f"catalog {path!r} does not exist; build it with build_catalog and "
-                           "write_catalog") from None
+        raise CatalogError(
+            f"catalog {path!r} does not exist; build it with build_catalog and write_catalog"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise CatalogError(f"catalog {path!r} cannot be read: "
-                           f"{redact(f'{type(exc).__name__}: {exc}')}") from None
+        raise CatalogError(
+            f"catalog {path!r} cannot be read: {redact(f'{type(exc).__name__}: {exc}')}"
+        ) from None
     if not isinstance(header, dict) or header.get("zagg_catalog") != CATALOG_VERSION:
-        raise CatalogError(f"{path!r} is not a zagg catalog (version {CATALOG_VERSION}); "
-                           "write one with zagg.sources.catalog.write_catalog")
+        raise CatalogError(
+            f"{path!r} is not a zagg catalog (version {CATALOG_VERSION}); "
+            "write one with zagg.sources.catalog.write_catalog"
+        )
     order = header.get("order")
     if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= MAX_ORDER:
         raise CatalogError(f"catalog {path!r}: order {order!r} is not in 0..{MAX_ORDER}")
@@ -398,24 +435,35 @@ def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
     entries = []
     for i, r in enumerate(rows):
         if not isinstance(r, dict) or any(k not in r for k in _FIELDS):
-            raise CatalogError(f"catalog {path!r}: granule entry {i} lacks one of "
-                               f"{', '.join(_FIELDS)}")
+            raise CatalogError(
+                f"catalog {path!r}: granule entry {i} lacks one of {', '.join(_FIELDS)}"
+            )
         size = r.get("size")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or size < 0):
-            raise CatalogError(f"catalog {path!r}: granule entry {i} has size {size!r}; "
-                               "rebuild the catalog")
-        entries.append(CatalogEntry(r["id"], _resolved_href(r["href"], path), int(r["rows"]),
-                                    tuple(r["footprint"] or ()), r["time_start"], r["time_end"],
-                                    r["delta_time_min"], r["delta_time_max"], size))
-    return Catalog(order, tuple(entries), header.get("source") or {},
-                   tuple(header.get("failed") or ()), opts)
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise CatalogError(
+                f"catalog {path!r}: granule entry {i} has size {size!r}; rebuild the catalog"
+            )
+        entries.append(
+            CatalogEntry(
+                r["id"],
+                _resolved_href(r["href"], path),
+                int(r["rows"]),
+                tuple(r["footprint"] or ()),
+                r["time_start"],
+                r["time_end"],
+                r["delta_time_min"],
+                r["delta_time_max"],
+                size,
+            )
+        )
+    return Catalog(
+        order, tuple(entries), header.get("source") or {}, tuple(header.get("failed") or ()), opts
+    )
 
 
 def _resolved_href(href: str, path: str) -> str:
     """A stored href as an openable one: relative hrefs against the catalog's directory."""
-    if _is_url(href) or href.startswith("file://") or os.path.isabs(href) \
-            or ":" in href[:3]:
+    if _is_url(href) or href.startswith("file://") or os.path.isabs(href) or ":" in href[:3]:
         return href
     base = _catalog_dir(path)
     if base is not None:
@@ -439,8 +487,9 @@ def _pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise CatalogError("parquet catalogs need pyarrow: pip install pyarrow, or use a "
-                           ".json catalog") from None
+        raise CatalogError(
+            "parquet catalogs need pyarrow: pip install pyarrow, or use a .json catalog"
+        ) from None
     return pa, pq
 
 
@@ -465,12 +514,16 @@ def select(catalog: Catalog, shards, *, shard_order: int | None = None) -> Catal
         return dataclasses.replace(catalog, entries=())
     p = orders[0]
     if shard_order is not None and p != shard_order:
-        raise CatalogError(f"shards are at order {p} but shard_order is {shard_order}; give "
-                           f"shards at order {shard_order}")
+        raise CatalogError(
+            f"shards are at order {p} but shard_order is {shard_order}; give "
+            f"shards at order {shard_order}"
+        )
     if catalog.order < p:
-        raise CatalogError(f"catalog footprints are at order {catalog.order}, coarser than "
-                           f"the shards (order {p}); rebuild the catalog with "
-                           f"build_catalog(..., order={p}) or any order >= {p}")
+        raise CatalogError(
+            f"catalog footprints are at order {catalog.order}, coarser than "
+            f"the shards (order {p}); rebuild the catalog with "
+            f"build_catalog(..., order={p}) or any order >= {p}"
+        )
     wanted = np.unique(words)
     keep = []
     for e in catalog:

@@ -95,9 +95,14 @@ def layout_of(dset) -> Layout:
     kind = dcpl.get_layout()
     filters = tuple(int(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters()))
     fill = dset.fillvalue
-    common = {"path": dset.name, "dtype": dset.dtype.str, "shape": tuple(dset.shape),
-              "filters": filters, "fill": fill.item() if hasattr(fill, "item") else fill,
-              "nan_fill": float_fill(dset)}
+    common = {
+        "path": dset.name,
+        "dtype": dset.dtype.str,
+        "shape": tuple(dset.shape),
+        "filters": filters,
+        "fill": fill.item() if hasattr(fill, "item") else fill,
+        "nan_fill": float_fill(dset),
+    }
     fallback = None
     if dcpl.get_external_count():
         fallback = "external storage"
@@ -111,8 +116,7 @@ def layout_of(dset) -> Layout:
         return Layout(chunks=None, offset=None if offset is None else int(offset), **common)
     else:
         fallback = "compact or virtual layout"
-    return Layout(chunks=tuple(dset.chunks) if dset.chunks else None, fallback=fallback,
-                  **common)
+    return Layout(chunks=tuple(dset.chunks) if dset.chunks else None, fallback=fallback, **common)
 
 
 def float_fill(dset) -> float | None:
@@ -132,8 +136,9 @@ def chunk_index(dset, layout: Layout) -> np.ndarray:
 
     def add(info):
         off = info.chunk_offset
-        out.append((off[0], off[1] if len(off) > 1 else 0, info.byte_offset, info.size,
-                    info.filter_mask))
+        out.append(
+            (off[0], off[1] if len(off) > 1 else 0, info.byte_offset, info.size, info.filter_mask)
+        )
 
     dset.id.chunk_iter(add)
     index = np.asarray(out, dtype=np.int64).reshape(-1, len(INDEX_COLUMNS))
@@ -160,8 +165,11 @@ def _plan_requests(offsets: np.ndarray, sizes: np.ndarray, settings: FetchSettin
     ranges, members = [], []
     for i in order.tolist():
         lo, hi = int(offsets[i]), int(offsets[i] + sizes[i])
-        if ranges and lo - ranges[-1][1] <= settings.max_gap \
-                and hi - ranges[-1][0] <= settings.request_size:
+        if (
+            ranges
+            and lo - ranges[-1][1] <= settings.max_gap
+            and hi - ranges[-1][0] <= settings.request_size
+        ):
             ranges[-1][1] = max(ranges[-1][1], hi)
             members[-1].append(i)
         else:
@@ -170,8 +178,9 @@ def _plan_requests(offsets: np.ndarray, sizes: np.ndarray, settings: FetchSettin
     return ranges, members
 
 
-def fetch_ranges(href: str, offsets, sizes, storage_options: Mapping | None,
-                 settings: FetchSettings) -> tuple[list, int]:
+def fetch_ranges(
+    href: str, offsets, sizes, storage_options: Mapping | None, settings: FetchSettings
+) -> tuple[list, int]:
     """The bytes at each (offset, size) of ``href`` and the number of bytes fetched.
 
     A local file is read with ``os.pread`` (no Python-level buffering, the GIL released);
@@ -187,11 +196,15 @@ def fetch_ranges(href: str, offsets, sizes, storage_options: Mapping | None,
         import fsspec
 
         fs = fsspec.filesystem("s3", **dict(storage_options or {}))
-        blobs = fs.cat_ranges([href] * len(ranges), [r[0] for r in ranges],
-                              [r[1] for r in ranges], batch_size=settings.concurrency,
-                              on_error="raise")
+        blobs = fs.cat_ranges(
+            [href] * len(ranges),
+            [r[0] for r in ranges],
+            [r[1] for r in ranges],
+            batch_size=settings.concurrency,
+            on_error="raise",
+        )
     else:
-        path = href[len("file://"):] if href.startswith("file://") else href
+        path = href[len("file://") :] if href.startswith("file://") else href
         fd = os.open(path, os.O_RDONLY)
         try:
             blobs = [os.pread(fd, r[1] - r[0], r[0]) for r in ranges]
@@ -201,13 +214,15 @@ def fetch_ranges(href: str, offsets, sizes, storage_options: Mapping | None,
     fetched = 0
     for (lo, hi), idx, blob in zip(ranges, members, blobs, strict=True):
         if len(blob) != hi - lo:
-            raise OSError(f"bytes {lo}:{hi} of {href}: got {len(blob)} bytes, expected "
-                          f"{hi - lo} (the file is shorter than its metadata says)")
+            raise OSError(
+                f"bytes {lo}:{hi} of {href}: got {len(blob)} bytes, expected "
+                f"{hi - lo} (the file is shorter than its metadata says)"
+            )
         view = memoryview(blob)
         fetched += len(blob)
         for i in idx:
             a = int(offsets[i]) - lo
-            out[i] = view[a:a + int(sizes[i])]
+            out[i] = view[a : a + int(sizes[i])]
     return out, fetched
 
 
@@ -220,7 +235,7 @@ def _unshuffle(data, itemsize: int) -> bytes:
     buf = np.frombuffer(data, np.uint8)
     n = buf.size // itemsize
     body = buf[: n * itemsize].reshape(itemsize, n).T.tobytes()
-    return body + bytes(buf[n * itemsize:])  # a trailing remainder is stored as is
+    return body + bytes(buf[n * itemsize :])  # a trailing remainder is stored as is
 
 
 def decode_chunk(raw, layout: Layout, mask: int) -> np.ndarray:
@@ -239,8 +254,9 @@ def decode_chunk(raw, layout: Layout, mask: int) -> np.ndarray:
     shape = layout.chunks
     want = int(np.prod(shape, dtype=np.int64)) * itemsize
     if len(data) != want:
-        raise ValueError(f"a decoded chunk holds {len(data)} bytes, expected {want} for "
-                         f"chunk shape {shape}")
+        raise ValueError(
+            f"a decoded chunk holds {len(data)} bytes, expected {want} for chunk shape {shape}"
+        )
     return np.frombuffer(data, dtype=np.dtype(layout.dtype)).reshape(shape)
 
 
@@ -252,9 +268,15 @@ class ChunkError(ValueError):
         self.rows = rows
 
 
-def read_direct(href: str, layout: Layout, index: np.ndarray, start: int, stop: int,
-                storage_options: Mapping | None, settings: FetchSettings
-                ) -> tuple[np.ndarray, int]:
+def read_direct(
+    href: str,
+    layout: Layout,
+    index: np.ndarray,
+    start: int,
+    stop: int,
+    storage_options: Mapping | None,
+    settings: FetchSettings,
+) -> tuple[np.ndarray, int]:
     """Rows ``start:stop`` of a dataset read without h5py, in its stored dtype, and the
     bytes fetched. ``index`` holds (at least) the chunk entries of those rows; rows of
     unallocated chunks read as the dataset's fill value."""
@@ -265,22 +287,22 @@ def read_direct(href: str, layout: Layout, index: np.ndarray, start: int, stop: 
         if layout.offset is None or n <= 0:
             return np.full((max(n, 0),) + tail, layout.fill, dtype), 0
         rb = layout.row_bytes
-        [blob], fetched = fetch_ranges(href, [layout.offset + start * rb], [n * rb],
-                                       storage_options, settings)
+        [blob], fetched = fetch_ranges(
+            href, [layout.offset + start * rb], [n * rb], storage_options, settings
+        )
         return np.frombuffer(blob, dtype).reshape((n,) + tail).copy(), fetched
     if n <= 0:
         return np.zeros((0,) + tail, dtype), 0
     entries = rows_of(index, layout, start, stop)
     rows_per = layout.chunk_rows
     first, last = start // rows_per, (min(stop, layout.rows) - 1) // rows_per
-    per_row = int(np.prod([-(-s // c) for s, c in zip(tail, layout.chunks[1:], strict=True)],
-                          dtype=np.int64))
+    per_row = int(
+        np.prod([-(-s // c) for s, c in zip(tail, layout.chunks[1:], strict=True)], dtype=np.int64)
+    )
     complete = entries.shape[0] == (last - first + 1) * per_row
     # every chunk allocated: nothing to pre-fill; else never-written chunks read as fill
-    out = np.empty((n,) + tail, dtype) if complete else np.full((n,) + tail, layout.fill,
-                                                                 dtype)
-    blobs, fetched = fetch_ranges(href, entries[:, 2], entries[:, 3], storage_options,
-                                  settings)
+    out = np.empty((n,) + tail, dtype) if complete else np.full((n,) + tail, layout.fill, dtype)
+    blobs, fetched = fetch_ranges(href, entries[:, 2], entries[:, 3], storage_options, settings)
     for (row, col, _, _, mask), raw in zip(entries.tolist(), blobs, strict=True):
         lo, hi = max(row, start), min(row + rows_per, stop, layout.rows)
         try:
@@ -289,7 +311,7 @@ def read_direct(href: str, layout: Layout, index: np.ndarray, start: int, stop: 
             raise ChunkError(f"{type(exc).__name__}: {exc}", (row, row + rows_per)) from None
         if tail:
             width = min(layout.chunks[1], tail[0] - col)
-            out[lo - start:hi - start, col:col + width] = chunk[lo - row:hi - row, :width]
+            out[lo - start : hi - start, col : col + width] = chunk[lo - row : hi - row, :width]
         else:
-            out[lo - start:hi - start] = chunk[lo - row:hi - row]
+            out[lo - start : hi - start] = chunk[lo - row : hi - row]
     return out, fetched

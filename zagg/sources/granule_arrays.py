@@ -44,22 +44,21 @@ def _read_piece(p: Piece, options: StorageOptions, settings: FetchSettings) -> n
     granule, path and rows."""
     try:
         if p.layout.fallback is None:
-            return read_direct(p.href, p.layout, p.entries, p.start, p.stop, options,
-                               settings)[0]
+            return read_direct(p.href, p.layout, p.entries, p.start, p.stop, options, settings)[0]
         from .granules import open_h5
 
         with open_h5(p.href, options, settings.metadata_block_size) as f:
-            return np.asarray(f[p.hpath][p.start:p.stop])
+            return np.asarray(f[p.hpath][p.start : p.stop])
     except ChunkError as exc:
         a, b = exc.rows
-        what = (f"its storage chunk of rows {a}:{min(b, p.layout.rows)} cannot be decoded "
-                f"({exc})")
+        what = f"its storage chunk of rows {a}:{min(b, p.layout.rows)} cannot be decoded ({exc})"
     except Exception as exc:
         what = f"reading failed ({type(exc).__name__}: {exc})"
     msg = options.redact(
         f"granule {p.granule!r} ({p.href}): HDF5 path {p.hpath!r} rows {p.start}:{p.stop}: "
         f"{what}; the file is damaged or unreachable: fetch it again, or set "
-        "data_source.on_error: skip to leave such granules out of the run")
+        "data_source.on_error: skip to leave such granules out of the run"
+    )
     raise GranuleReadError(msg, p.granule, p.href)
 
 
@@ -80,9 +79,17 @@ class TemplateArray:
     NaN). ``coordinate``: refuse (``fail_all_nan``) or warn about a unit whose values are
     all non-finite, since none of its points can be placed."""
 
-    def __init__(self, pieces: list[Piece], dtype, width: int | None, fills: Mapping,
-                 storage_options: Mapping, settings: FetchSettings, coordinate: bool = False,
-                 fail_all_nan: bool = True):
+    def __init__(
+        self,
+        pieces: list[Piece],
+        dtype,
+        width: int | None,
+        fills: Mapping,
+        storage_options: Mapping,
+        settings: FetchSettings,
+        coordinate: bool = False,
+        fail_all_nan: bool = True,
+    ):
         self.pieces = pieces
         self.bounds = np.cumsum([0] + [p.stop - p.start for p in pieces]).astype(np.int64)
         self.dtype = np.dtype(dtype)
@@ -111,15 +118,20 @@ class TemplateArray:
         if self.width is not None and (arr.ndim != 2 or arr.shape[1] != self.width):
             raise GranuleReadError(
                 f"granule {p.granule!r} ({p.href}): HDF5 path {p.hpath!r} has shape "
-                f"{arr.shape[1:]} per row, expected ({self.width},)", p.granule, p.href)
+                f"{arr.shape[1:]} per row, expected ({self.width},)",
+                p.granule,
+                p.href,
+            )
         if self.coordinate and hi > lo and not np.isfinite(arr).any():
-            msg = (f"granule {p.granule!r} ({p.href}): coordinates at HDF5 path {p.hpath!r} "
-                   f"rows {lo}:{hi} are all NaN or fill; no point there can be placed")
+            msg = (
+                f"granule {p.granule!r} ({p.href}): coordinates at HDF5 path {p.hpath!r} "
+                f"rows {lo}:{hi} are all NaN or fill; no point there can be placed"
+            )
             if self.fail_all_nan:
-                raise GranuleReadError(msg + "; fix or remove the granule, or set "
-                                       "on_error: skip", p.granule, p.href)
-            warnings.warn(msg + "; its rows are dropped as invalid coordinates",
-                          stacklevel=2)
+                raise GranuleReadError(
+                    msg + "; fix or remove the granule, or set on_error: skip", p.granule, p.href
+                )
+            warnings.warn(msg + "; its rows are dropped as invalid coordinates", stacklevel=2)
         return arr
 
     def __getitem__(self, key) -> np.ndarray:
@@ -127,8 +139,10 @@ class TemplateArray:
         rows = key[0] if key else slice(None)
         rest = key[1:]
         if not isinstance(rows, slice):  # integer or fancy row indexing: read, then pick
-            return np.concatenate([self.read(i) for i in range(len(self.pieces))]
-                                  or [np.zeros((0,) + self.shape[1:], self.dtype)])[key]
+            return np.concatenate(
+                [self.read(i) for i in range(len(self.pieces))]
+                or [np.zeros((0,) + self.shape[1:], self.dtype)]
+            )[key]
         a, b, step = rows.indices(self.shape[0])
         parts = []
         first = int(np.searchsorted(self.bounds, a, side="right")) - 1
@@ -139,8 +153,11 @@ class TemplateArray:
             if hi <= a:
                 continue
             parts.append(self.read(i, max(a, lo) - lo, min(b, hi) - lo))
-        out = (np.concatenate(parts) if len(parts) > 1 else parts[0]) if parts else \
-            np.zeros((0,) + self.shape[1:], self.dtype)
+        out = (
+            (np.concatenate(parts) if len(parts) > 1 else parts[0])
+            if parts
+            else np.zeros((0,) + self.shape[1:], self.dtype)
+        )
         if step != 1:
             out = out[::step]
         return out[(slice(None), *rest)] if rest else out
@@ -176,5 +193,12 @@ def lazy(array_like, sizes, name: str):
 
     chunks = (tuple(sizes),) + tuple((s,) for s in array_like.shape[1:])
     meta = np.empty((0,) * array_like.ndim, array_like.dtype)
-    return da.from_array(array_like, chunks=chunks, name=name, inline_array=False,
-                         meta=meta, asarray=True, fancy=False)
+    return da.from_array(
+        array_like,
+        chunks=chunks,
+        name=name,
+        inline_array=False,
+        meta=meta,
+        asarray=True,
+        fancy=False,
+    )

@@ -17,8 +17,14 @@ from ..validation import check_keys, fail, parse_bytes
 from .chunks import FetchSettings
 from .readplan import ReadPlan, parse_read_plan
 
-__all__ = ["CATALOG_SUFFIXES", "GRANULE_SUFFIXES", "GranuleSource", "GranuleVariable",
-           "is_catalog", "parse_granule_source"]
+__all__ = [
+    "CATALOG_SUFFIXES",
+    "GRANULE_SUFFIXES",
+    "GranuleSource",
+    "GranuleVariable",
+    "is_catalog",
+    "parse_granule_source",
+]
 
 GRANULE_SUFFIXES = (".h5", ".hdf5", ".he5")
 CATALOG_SUFFIXES = (".json", ".parquet")
@@ -26,8 +32,18 @@ CATALOG_SUFFIXES = (".json", ".parquet")
 RESERVED_NAMES = ("latitude", "longitude", "time", "granule")
 ON_ERROR = ("fail", "skip")
 
-_KEYS = ("granules", "groups", "coordinates", "variables", "filters", "delta_time",
-         "on_error", "storage_options", "read_plan", "reads")
+_KEYS = (
+    "granules",
+    "groups",
+    "coordinates",
+    "variables",
+    "filters",
+    "delta_time",
+    "on_error",
+    "storage_options",
+    "read_plan",
+    "reads",
+)
 _READS = ("metadata_block_size", "max_gap", "request_size", "concurrency")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -61,8 +77,12 @@ class GranuleSource:
     @property
     def names(self) -> tuple[str, ...]:
         """The variables of the opened Dataset, in order (``granule`` excepted)."""
-        return ("latitude", "longitude", *(v.name for v in self.variables),
-                *(("time",) if self.delta_time else ()))
+        return (
+            "latitude",
+            "longitude",
+            *(v.name for v in self.variables),
+            *(("time",) if self.delta_time else ()),
+        )
 
     @property
     def is_catalog(self) -> bool:
@@ -80,8 +100,11 @@ class GranuleSource:
 def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSource:
     """Validate a granule ``data_source`` block; every refusal is a ``ConfigError``."""
     if isinstance(raw, Mapping) and "time" in raw:
-        fail(f"{path}.time", "granule sources set the time variable with 'delta_time' (an "
-              "HDF5 path such as '/{group}/heights/delta_time'); replace 'time' by it")
+        fail(
+            f"{path}.time",
+            "granule sources set the time variable with 'delta_time' (an "
+            "HDF5 path such as '/{group}/heights/delta_time'); replace 'time' by it",
+        )
     for key in ("input", "synthetic"):
         if isinstance(raw, Mapping) and key in raw:
             fail(f"{path}.{key}", f"give either 'granules' or '{key}', not both")
@@ -91,8 +114,7 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
     grouped = groups is not None
 
     coords = raw["coordinates"]
-    check_keys(coords, ("latitude", "longitude"), f"{path}.coordinates",
-                ("latitude", "longitude"))
+    check_keys(coords, ("latitude", "longitude"), f"{path}.coordinates", ("latitude", "longitude"))
     lat = _template(coords["latitude"], f"{path}.coordinates.latitude", grouped)
     lon = _template(coords["longitude"], f"{path}.coordinates.longitude", grouped)
 
@@ -105,19 +127,42 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
 
     on_error = raw.get("on_error", "fail")
     if on_error not in ON_ERROR:
-        fail(f"{path}.on_error", f"{on_error!r} is not valid; use 'fail' (stop at the first "
-              "unreadable granule) or 'skip' (leave it out and record it)")
+        fail(
+            f"{path}.on_error",
+            f"{on_error!r} is not valid; use 'fail' (stop at the first "
+            "unreadable granule) or 'skip' (leave it out and record it)",
+        )
     options = parse_storage_options(raw.get("storage_options"), f"{path}.storage_options")
-    plan = parse_read_plan(raw.get("read_plan"), f"{path}.read_plan",
-                           lambda v, p: _template(v, p, grouped))
-    if plan is not None and plan.kind == "segments" and not grouped and any(
-            "{group}" in t for _, t in plan.items()):
-        fail(f"{path}.read_plan", "the 'atl03' preset names '/{group}/geolocation/...' "
-              "paths, which need data_source.groups; list the groups or give the index "
-              "paths yourself")
+    plan = parse_read_plan(
+        raw.get("read_plan"), f"{path}.read_plan", lambda v, p: _template(v, p, grouped)
+    )
+    if (
+        plan is not None
+        and plan.kind == "segments"
+        and not grouped
+        and any("{group}" in t for _, t in plan.items())
+    ):
+        fail(
+            f"{path}.read_plan",
+            "the 'atl03' preset names '/{group}/geolocation/...' "
+            "paths, which need data_source.groups; list the groups or give the index "
+            "paths yourself",
+        )
     reads = _parse_reads(raw.get("reads"), f"{path}.reads")
-    return GranuleSource(granules, groups, lat, lon, variables, filters, delta_time, on_error,
-                         options, path, plan, reads)
+    return GranuleSource(
+        granules,
+        groups,
+        lat,
+        lon,
+        variables,
+        filters,
+        delta_time,
+        on_error,
+        options,
+        path,
+        plan,
+        reads,
+    )
 
 
 def _parse_reads(value, path: str) -> FetchSettings:
@@ -133,15 +178,19 @@ def _parse_reads(value, path: str) -> FetchSettings:
     c = value.get("concurrency")
     if c is not None:
         if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 256:
-            fail(f"{path}.concurrency", f"expected a whole number of requests in flight "
-                  f"1..256, got {c!r}")
+            fail(
+                f"{path}.concurrency",
+                f"expected a whole number of requests in flight 1..256, got {c!r}",
+            )
         out["concurrency"] = c
     return FetchSettings(**out)
 
 
 def _parse_location(value, path: str) -> str | tuple[str, ...]:
-    what = ("a local directory, a glob, an s3://bucket/prefix/, a catalog file (.json or "
-            ".parquet) or a list of granule files")
+    what = (
+        "a local directory, a glob, an s3://bucket/prefix/, a catalog file (.json or "
+        ".parquet) or a list of granule files"
+    )
     if isinstance(value, list):
         if not value:
             fail(path, f"the list of granule files is empty; give {what}")
@@ -162,13 +211,24 @@ def _parse_groups(value, path: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     if isinstance(value, str) or not isinstance(value, list) or not value:
-        fail(path, f"expected a non-empty list of group names such as [gt1l, gt1r, gt2l, gt2r, "
-              f"gt3l, gt3r], got {value!r}")
+        fail(
+            path,
+            f"expected a non-empty list of group names such as [gt1l, gt1r, gt2l, gt2r, "
+            f"gt3l, gt3r], got {value!r}",
+        )
     for i, g in enumerate(value):
-        if (not isinstance(g, str) or not g.strip() or "/" in g or g in (".", "..")
-                or "{" in g or "}" in g):
-            fail(f"{path}[{i}]", f"expected an HDF5 group name (no '/', braces or dots-only), "
-                  f"got {g!r}")
+        if (
+            not isinstance(g, str)
+            or not g.strip()
+            or "/" in g
+            or g in (".", "..")
+            or "{" in g
+            or "}" in g
+        ):
+            fail(
+                f"{path}[{i}]",
+                f"expected an HDF5 group name (no '/', braces or dots-only), got {g!r}",
+            )
     dup = sorted({g for g in value if value.count(g) > 1})
     if dup:
         fail(path, f"{dup} listed more than once; list each group once")
@@ -178,28 +238,39 @@ def _parse_groups(value, path: str) -> tuple[str, ...] | None:
 def _template(value, path: str, grouped: bool) -> str:
     """A validated HDF5 path template, normalised to start with '/'."""
     if not isinstance(value, str) or not value.strip():
-        fail(path, f"expected an HDF5 dataset path such as '/{{group}}/heights/lat_ph', "
-              f"got {value!r}")
+        fail(
+            path,
+            f"expected an HDF5 dataset path such as '/{{group}}/heights/lat_ph', got {value!r}",
+        )
     try:
         parts = list(string.Formatter().parse(value))
     except ValueError as exc:
-        fail(path, f"{value!r} has unbalanced braces ({exc}); the only placeholder is "
-              "'{group}'")
+        fail(path, f"{value!r} has unbalanced braces ({exc}); the only placeholder is '{{group}}'")
     fields = [(f, spec, conv) for _, f, spec, conv in parts if f is not None]
     for f, spec, conv in fields:
         if f != "group" or spec or conv:
-            fail(path, f"{value!r} uses the placeholder {{{f}}}; the only placeholder is "
-                  "'{group}'")
+            fail(
+                path, f"{value!r} uses the placeholder {{{f}}}; the only placeholder is '{{group}}'"
+            )
     if grouped and not fields:
-        fail(path, f"{value!r} does not contain '{{group}}'; with data_source.groups set, "
-              "every path must name its group, e.g. '/{group}/heights/h_ph'")
+        fail(
+            path,
+            f"{value!r} does not contain '{{group}}'; with data_source.groups set, "
+            "every path must name its group, e.g. '/{group}/heights/h_ph'",
+        )
     if not grouped and fields:
-        fail(path, f"{value!r} uses '{{group}}' but data_source.groups is not set; list the "
-              "groups, e.g. groups: [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r]")
+        fail(
+            path,
+            f"{value!r} uses '{{group}}' but data_source.groups is not set; list the "
+            "groups, e.g. groups: [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r]",
+        )
     norm = "/" + value.strip("/")
     if any(c in ("", ".", "..") for c in norm[1:].split("/")):
-        fail(path, f"{value!r} has an empty, '.' or '..' component; give an absolute HDF5 "
-              "path such as '/{group}/heights/h_ph'")
+        fail(
+            path,
+            f"{value!r} has an empty, '.' or '..' component; give an absolute HDF5 "
+            "path such as '/{group}/heights/h_ph'",
+        )
     return norm
 
 
@@ -207,24 +278,33 @@ def _parse_variables(value, path: str, grouped: bool) -> tuple[GranuleVariable, 
     if value is None:
         return ()
     if not isinstance(value, Mapping):
-        fail(path, f"expected a mapping of variable name to HDF5 path (or to {{path, "
-              f"column}}), e.g. {{h_ph: '/{{group}}/heights/h_ph'}}, got {value!r}")
+        fail(
+            path,
+            f"expected a mapping of variable name to HDF5 path (or to {{path, "
+            f"column}}), e.g. {{h_ph: '/{{group}}/heights/h_ph'}}, got {value!r}",
+        )
     out = []
     for name, spec in value.items():
         p = f"{path}.{name}"
         if not isinstance(name, str) or not _NAME_RE.match(name):
             fail(p, "variable names must be identifiers (letters, digits, underscores)")
         if name in RESERVED_NAMES:
-            fail(p, f"{name!r} is reserved for the Dataset's own variables "
-                  f"({', '.join(RESERVED_NAMES)}); choose another name")
+            fail(
+                p,
+                f"{name!r} is reserved for the Dataset's own variables "
+                f"({', '.join(RESERVED_NAMES)}); choose another name",
+            )
         column = None
         if isinstance(spec, Mapping):
             check_keys(spec, ("path", "column"), p, ("path",))
             column = spec.get("column")
-            if column is not None and (isinstance(column, bool) or not isinstance(column, int)
-                                       or column < 0):
-                fail(f"{p}.column", f"expected a non-negative column index of the 2-D "
-                      f"dataset, got {column!r}")
+            if column is not None and (
+                isinstance(column, bool) or not isinstance(column, int) or column < 0
+            ):
+                fail(
+                    f"{p}.column",
+                    f"expected a non-negative column index of the 2-D dataset, got {column!r}",
+                )
             spec = spec["path"]
             p = f"{p}.path"
         out.append(GranuleVariable(name, _template(spec, p, grouped), column))
@@ -235,11 +315,13 @@ def _parse_granule_filters(value, declared, path: str) -> tuple[Filter, ...]:
     if isinstance(value, list):
         for i, f in enumerate(value):
             if isinstance(f, Mapping) and "column" in f:
-                fail(f"{path}[{i}].column", "granule filters take no column; declare the "
-                      "column as its own variable, e.g. variables: {land_ice_conf: {path: "
-                      "'/{group}/heights/signal_conf_ph', column: 3}}, and filter on that name")
-            check_keys(f, ("variable", "op", "value"), f"{path}[{i}]",
-                        ("variable", "op", "value"))
+                fail(
+                    f"{path}[{i}].column",
+                    "granule filters take no column; declare the "
+                    "column as its own variable, e.g. variables: {land_ice_conf: {path: "
+                    "'/{group}/heights/signal_conf_ph', column: 3}}, and filter on that name",
+                )
+            check_keys(f, ("variable", "op", "value"), f"{path}[{i}]", ("variable", "op", "value"))
     return parse_filters(value, tuple(declared), path)
 
 

@@ -72,7 +72,7 @@ TIME_ATTRS = {
     "units": "seconds since 2018-01-01T00:00:00Z",
     "long_name": "GPS seconds since the ATLAS SDP epoch",
     "description": "the granules' delta_time, kept as float64 seconds; UTC is "
-                   "2018-01-01T00:00:00Z plus this (GPS-UTC = 18 s is inside the epoch)",
+    "2018-01-01T00:00:00Z plus this (GPS-UTC = 18 s is inside the epoch)",
 }
 
 
@@ -103,15 +103,21 @@ def list_granules(source: GranuleSource) -> list[str]:
     else:
         hrefs = _list_local(_local(loc), key)
     if not hrefs:
-        raise _config_error(key, f"no granule files ({', '.join(GRANULE_SUFFIXES)}) found at "
-                            f"{loc!r}; check the path or the glob")
+        raise _config_error(
+            key,
+            f"no granule files ({', '.join(GRANULE_SUFFIXES)}) found at "
+            f"{loc!r}; check the path or the glob",
+        )
     if not (isinstance(loc, str) and is_catalog(loc)):
         hrefs = sorted(hrefs, key=granule_id)
     ids = [granule_id(h) for h in hrefs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        raise _config_error(key, f"granule ids (file names) must be unique, but {dup[0]!r} "
-                            "appears more than once; narrow the glob or the list")
+        raise _config_error(
+            key,
+            f"granule ids (file names) must be unique, but {dup[0]!r} "
+            "appears more than once; narrow the glob or the list",
+        )
     return hrefs
 
 
@@ -125,7 +131,7 @@ def _read_catalog(source: GranuleSource):
 
 
 def _local(href: str) -> str:
-    return href[len("file://"):] if href.startswith("file://") else href
+    return href[len("file://") :] if href.startswith("file://") else href
 
 
 def _list_local(loc: str, key: str) -> list[str]:
@@ -134,18 +140,22 @@ def _list_local(loc: str, key: str) -> list[str]:
         return [p for p in found if p.lower().endswith(GRANULE_SUFFIXES) and os.path.isfile(p)]
     path = Path(loc)
     if path.is_dir():
-        return [str(p) for p in path.iterdir()
-                if p.suffix.lower() in GRANULE_SUFFIXES and p.is_file()]
+        return [
+            str(p) for p in path.iterdir() if p.suffix.lower() in GRANULE_SUFFIXES and p.is_file()
+        ]
     if path.is_file():
         return [str(path)]
-    raise _config_error(key, f"{loc!r} does not exist; give a directory, a glob, an s3:// "
-                        "prefix, a catalog file or a list of granule files")
+    raise _config_error(
+        key,
+        f"{loc!r} does not exist; give a directory, a glob, an s3:// "
+        "prefix, a catalog file or a list of granule files",
+    )
 
 
 def _list_s3(loc: str, options: StorageOptions, key: str) -> list[str]:
     try:
         fs = _s3(options)
-        bare = loc[len("s3://"):]
+        bare = loc[len("s3://") :]
         if any(c in bare for c in "*?["):
             found = fs.glob(bare)
         elif bare.lower().endswith(GRANULE_SUFFIXES):
@@ -162,8 +172,11 @@ def _config_error(key: str, msg: str) -> ConfigError:
 
 
 @contextlib.contextmanager
-def open_h5(href: str, storage_options: Mapping | None = None,
-            block_size: int = FetchSettings.metadata_block_size):
+def open_h5(
+    href: str,
+    storage_options: Mapping | None = None,
+    block_size: int = FetchSettings.metadata_block_size,
+):
     """An open ``h5py.File`` for a local path or an ``s3://`` URL (through s3fs, read in
     ranged requests of ``block_size`` bytes)."""
     with _open_with_stamp(href, storage_options, block_size) as (f, _):
@@ -176,8 +189,10 @@ def _open_with_stamp(href: str, storage_options: Mapping | None, block_size: int
 
     if href.startswith("s3://"):
         fs = _s3(storage_options or {})
-        with fs.open(href, "rb", block_size=block_size, cache_type="blockcache") as fobj, \
-                h5py.File(fobj, "r") as f:
+        with (
+            fs.open(href, "rb", block_size=block_size, cache_type="blockcache") as fobj,
+            h5py.File(fobj, "r") as f,
+        ):
             details = getattr(fobj, "details", None) or {}
             yield f, (details.get("ETag"), details.get("size"))
     else:
@@ -252,8 +267,10 @@ def _scan(source: GranuleSource, href: str, cover: ShardCover | None = None) -> 
     under a read plan with ``cover``, also the plan's index)."""
     gid = granule_id(href)
     try:
-        with _open_with_stamp(href, source.storage_options,
-                              source.reads.metadata_block_size) as (f, stamp):
+        with _open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
+            f,
+            stamp,
+        ):
             return _scan_file(source, f, href, gid, stamp, cover)
     except GranuleError:
         raise
@@ -262,8 +279,9 @@ def _scan(source: GranuleSource, href: str, cover: ShardCover | None = None) -> 
         raise GranuleError(f"granule {gid!r} ({href}): cannot open as HDF5: {msg}") from None
 
 
-def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp,
-               cover: ShardCover | None = None) -> _Scan:
+def _scan_file(
+    source: GranuleSource, f, href: str, gid: str, stamp, cover: ShardCover | None = None
+) -> _Scan:
     import h5py
 
     items = source.items()
@@ -280,35 +298,47 @@ def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp,
             hpath = hdf5_path(template, group)
             obj = f.get(hpath)
             if obj is None:
-                raise GranuleError(f"granule {gid!r}: HDF5 path {hpath!r} (data_source "
-                                   f"{_item_key(name)}) does not exist in {href}")
+                raise GranuleError(
+                    f"granule {gid!r}: HDF5 path {hpath!r} (data_source "
+                    f"{_item_key(name)}) does not exist in {href}"
+                )
             if not isinstance(obj, h5py.Dataset):
-                raise GranuleError(f"granule {gid!r}: HDF5 path {hpath!r} is a group, not a "
-                                   f"dataset; point {_item_key(name)} at a dataset")
+                raise GranuleError(
+                    f"granule {gid!r}: HDF5 path {hpath!r} is a group, not a "
+                    f"dataset; point {_item_key(name)} at a dataset"
+                )
             shape = obj.shape
             one_d = name in ("latitude", "longitude", "time")
             if len(shape) not in (1, 2) or (one_d and len(shape) != 1):
                 raise GranuleError(
                     f"granule {gid!r}: {hpath!r} has shape {shape}; "
-                    + (f"{_item_key(name)} must be 1-D along the observations" if one_d else
-                       f"a variable must be 1-D along the observations, 2-D (rows x columns, "
-                       f"read whole, such as signal_conf_ph for a composition), or one "
-                       f"column of a 2-D dataset chosen by {{path, column}} in "
-                       f"{_item_key(name)}"))
+                    + (
+                        f"{_item_key(name)} must be 1-D along the observations"
+                        if one_d
+                        else f"a variable must be 1-D along the observations, 2-D (rows x columns, "
+                        f"read whole, such as signal_conf_ph for a composition), or one "
+                        f"column of a 2-D dataset chosen by {{path, column}} in "
+                        f"{_item_key(name)}"
+                    )
+                )
             if column is not None and (len(shape) != 2 or column >= shape[1]):
                 raise GranuleError(
                     f"granule {gid!r}: {hpath!r} has shape {shape}; column {column} of "
-                    f"{_item_key(name)} needs a 2-D dataset with more than {column} columns")
+                    f"{_item_key(name)} needs a 2-D dataset with more than {column} columns"
+                )
             if rows is None:
                 rows = shape[0]
             elif shape[0] != rows:
                 raise GranuleError(
                     f"granule {gid!r}: {hpath!r} has {shape[0]} rows but the latitude "
                     f"{source.latitude.format(group=group)!r} has {rows}; every variable of "
-                    "one group must run along the same observations")
+                    "one group must run along the same observations"
+                )
             if obj.dtype.kind not in "biuf":
-                raise GranuleError(f"granule {gid!r}: {hpath!r} has dtype {obj.dtype}; only "
-                                   "numeric datasets can be read")
+                raise GranuleError(
+                    f"granule {gid!r}: {hpath!r} has dtype {obj.dtype}; only "
+                    "numeric datasets can be read"
+                )
             prev = dtypes.get(name)
             dtypes[name] = obj.dtype.str if prev is None else np.result_type(prev, obj.dtype).str
             if name not in attrs:
@@ -318,8 +348,7 @@ def _scan_file(source: GranuleSource, f, href: str, gid: str, stamp,
                 index[hpath] = chunk_index(obj, layouts[hpath])
         runs = None
         if cover is not None and source.read_plan is not None:
-            runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index,
-                                      cover)
+            runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index, cover)
             index_bytes += nbytes
         shapes.append(_GroupShape(group, int(rows), layouts, index, runs))
     return _Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes)
@@ -333,8 +362,9 @@ def _read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
     if layout.fallback is not None:
         arr, nbytes = np.asarray(dset[...]), int(dset.id.get_storage_size())
     else:
-        arr, nbytes = read_direct(href, layout, chunk_index(dset, layout), 0, layout.rows,
-                                  options, settings)
+        arr, nbytes = read_direct(
+            href, layout, chunk_index(dset, layout), 0, layout.rows, options, settings
+        )
     fill = float_fill(dset)
     if fill is not None:
         arr = arr.astype(np.float64)
@@ -342,8 +372,16 @@ def _read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
     return arr, nbytes
 
 
-def _read_scanned(f, href: str, shape: _GroupShape, template: str, start: int, stop: int,
-                  options, settings: FetchSettings) -> np.ndarray:
+def _read_scanned(
+    f,
+    href: str,
+    shape: _GroupShape,
+    template: str,
+    start: int,
+    stop: int,
+    options,
+    settings: FetchSettings,
+) -> np.ndarray:
     """Rows ``start:stop`` of a scanned group's dataset at ``template`` as float64 (fill
     as NaN), read directly when its layout allows, else through the open file ``f``."""
     hpath = hdf5_path(template, shape.group)
@@ -374,21 +412,25 @@ def _plan_runs(source: GranuleSource, f, href, gid, group, rows, layouts, index,
         obj = f.get(hpath)
         if not isinstance(obj, h5py.Dataset) or len(obj.shape) != 1:
             what = "does not exist" if obj is None else f"is not a 1-D dataset ({obj})"
-            raise GranuleError(f"granule {gid!r}: HDF5 path {hpath!r} ({key} {role}) {what} "
-                               f"in {href}; fix the read plan's paths or set {key}: false")
+            raise GranuleError(
+                f"granule {gid!r}: HDF5 path {hpath!r} ({key} {role}) {what} "
+                f"in {href}; fix the read plan's paths or set {key}: false"
+            )
         try:
-            arrays[role], n = _read_whole(f, href, hpath, source.storage_options,
-                                          source.reads)
+            arrays[role], n = _read_whole(f, href, hpath, source.storage_options, source.reads)
         except Exception as exc:
             msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
-            raise GranuleError(f"granule {gid!r} ({href}): the read plan's index {hpath!r} "
-                               f"cannot be read: {msg}") from None
+            raise GranuleError(
+                f"granule {gid!r} ({href}): the read plan's index {hpath!r} cannot be read: {msg}"
+            ) from None
         nbytes += n
     try:
         runs = needed_rows(plan, cover, rows, arrays)
     except ValueError as exc:
-        raise GranuleError(f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
-                           f"plan's index ({key}) does not describe these rows") from None
+        raise GranuleError(
+            f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
+            f"plan's index ({key}) does not describe these rows"
+        ) from None
     return tuple(runs), nbytes
 
 
@@ -423,8 +465,12 @@ def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
     src = cfg.data_source.granules
     if not (src.is_catalog or src.read_plan is not None):
         shards = None  # neither footprints nor an index to restrict the read with
-    return open_granules(src, shards=shards, only=only,
-                         shard_order=cfg.grid.parent_order if shards is not None else None)
+    return open_granules(
+        src,
+        shards=shards,
+        only=only,
+        shard_order=cfg.grid.parent_order if shards is not None else None,
+    )
 
 
 def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
@@ -445,21 +491,34 @@ def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
         try:
             return use(ds)
         except GranuleReadError as exc:
-            if recipe is None or recipe["source"].on_error != "skip" \
-                    or exc.granule in {s["granule"] for s in skipped} \
-                    or exc.granule not in ds.attrs.get("granules", []):
+            if (
+                recipe is None
+                or recipe["source"].on_error != "skip"
+                or exc.granule in {s["granule"] for s in skipped}
+                or exc.granule not in ds.attrs.get("granules", [])
+            ):
                 raise
             skipped.append({"granule": exc.granule, "error": str(exc)})
-            warnings.warn(f"granule {exc.granule!r} is damaged and left out of the run "
-                          f"(on_error: skip): {exc}", stacklevel=2)
+            warnings.warn(
+                f"granule {exc.granule!r} is damaged and left out of the run "
+                f"(on_error: skip): {exc}",
+                stacklevel=2,
+            )
             if reopen is not None:
                 ds = reopen(skipped)
             else:
                 ds = open_granules(recipe["source"], **recipe["kwargs"], skip=skipped)
 
 
-def open_granules(source, *, shards=None, shard_order: int | None = None,
-                  chunk_size: int = DEFAULT_CHUNK, skip=(), only=None) -> xr.Dataset:
+def open_granules(
+    source,
+    *,
+    shards=None,
+    shard_order: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    skip=(),
+    only=None,
+) -> xr.Dataset:
     """Open the granules of ``source`` as a lazy Dataset on dimension ``obs``.
 
     ``source`` is a :class:`GranuleSource` or a raw ``data_source`` mapping. Variables:
@@ -497,8 +556,10 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
         sizes = {e.href: e.size for e in catalog if e.size is not None}
         for e in catalog:
             if e.rows and not e.footprint:
-                msg = (f"granule {e.id!r}: its coordinates ({source.latitude}, "
-                       f"{source.longitude}) are all NaN or fill (catalog footprint is empty)")
+                msg = (
+                    f"granule {e.id!r}: its coordinates ({source.latitude}, "
+                    f"{source.longitude}) are all NaN or fill (catalog footprint is empty)"
+                )
                 if source.on_error == "fail":
                     raise GranuleError(msg + "; fix or remove the granule, or set on_error: skip")
                 failed.append({"granule": e.id, "error": msg})
@@ -506,12 +567,15 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
                 hrefs.append(e.href)
     else:
         if shards is not None and source.read_plan is None:
-            raise _config_error(f"{source.config_key}.granules", "selecting granules by "
-                                "shards needs their footprints: build a catalog with "
-                                "zagg.sources.catalog.build_catalog and write_catalog, then "
-                                "point this key at the .json or .parquet file (or set "
-                                f"{source.config_key}.read_plan to read only the rows the "
-                                "shards need)")
+            raise _config_error(
+                f"{source.config_key}.granules",
+                "selecting granules by "
+                "shards needs their footprints: build a catalog with "
+                "zagg.sources.catalog.build_catalog and write_catalog, then "
+                "point this key at the .json or .parquet file (or set "
+                f"{source.config_key}.read_plan to read only the rows the "
+                "shards need)",
+            )
         hrefs = list_granules(source)
     skipped = {s["granule"] for s in skip}
     hrefs = [h for h in hrefs if granule_id(h) not in skipped]
@@ -526,8 +590,15 @@ def open_granules(source, *, shards=None, shard_order: int | None = None,
     scans = _scan_all(source, hrefs, failed, cover)
     _check_sizes(source, scans, sizes)
     ds = _dataset(source, scans, failed, chunk_size)
-    ds.encoding["zagg_granules"] = {"source": source, "kwargs": {
-        "shards": shards, "shard_order": shard_order, "chunk_size": chunk_size, "only": only}}
+    ds.encoding["zagg_granules"] = {
+        "source": source,
+        "kwargs": {
+            "shards": shards,
+            "shard_order": shard_order,
+            "chunk_size": chunk_size,
+            "only": only,
+        },
+    }
     return ds
 
 
@@ -535,13 +606,17 @@ def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
     from .. import grid as G
 
     ids = [shards] if isinstance(shards, str | np.integer | int) else list(shards)
-    words = G.from_decimal(ids) if ids and isinstance(ids[0], str) \
-        else np.asarray(ids, dtype=np.uint64)
+    words = (
+        G.from_decimal(ids) if ids and isinstance(ids[0], str) else np.asarray(ids, dtype=np.uint64)
+    )
     orders = np.unique(words & np.uint64(63)) if words.size else np.zeros(0, np.uint64)
-    if orders.size > 1 or (shard_order is not None and orders.size
-                           and int(orders[0]) != shard_order):
-        raise ValueError(f"shards must all be cells at the shard order {shard_order}, got "
-                         f"orders {orders.tolist()}")
+    if orders.size > 1 or (
+        shard_order is not None and orders.size and int(orders[0]) != shard_order
+    ):
+        raise ValueError(
+            f"shards must all be cells at the shard order {shard_order}, got "
+            f"orders {orders.tolist()}"
+        )
     order = int(orders[0]) if orders.size else int(shard_order or 0)
     return ShardCover(words, order, margin)
 
@@ -558,11 +633,13 @@ def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, 
                 f"granule {granule_id(s.href)!r} ({s.href}) is {got} bytes but the catalog "
                 f"{source.granules!r} recorded {want}: the file changed after the catalog was "
                 "built, so its footprint and times may be wrong; rebuild the catalog "
-                "(python -m zagg catalog ..., or build_catalog and write_catalog)")
+                "(python -m zagg catalog ..., or build_catalog and write_catalog)"
+            )
 
 
-def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict],
-              cover: ShardCover | None = None) -> list[_Scan]:
+def _scan_all(
+    source: GranuleSource, hrefs: list[str], failed: list[dict], cover: ShardCover | None = None
+) -> list[_Scan]:
     def safe(href):
         try:
             return _scan(source, href, cover)
@@ -583,19 +660,25 @@ def _scan_all(source: GranuleSource, hrefs: list[str], failed: list[dict],
         missing = [g for g in source.groups if g not in present]
         prefix = _group_prefix(source.latitude)
         if len(missing) == len(source.groups):
-            raise _config_error(f"{source.config_key}.groups", f"none of the groups {missing} "
-                                f"is in any of the {len(scans)} granule(s) (no {prefix!r}); check "
-                                "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
-                                "and the coordinate paths")
+            raise _config_error(
+                f"{source.config_key}.groups",
+                f"none of the groups {missing} "
+                f"is in any of the {len(scans)} granule(s) (no {prefix!r}); check "
+                "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
+                "and the coordinate paths",
+            )
         if missing and len(scans) > 1:
-            warnings.warn(f"{source.config_key}.groups: {missing} are in none of the "
-                          f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
-                          "nothing",
-                          stacklevel=3)
+            warnings.warn(
+                f"{source.config_key}.groups: {missing} are in none of the "
+                f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
+                "nothing",
+                stacklevel=3,
+            )
     if hrefs and not scans:
         first = failed[0]["error"] if failed else ""
-        raise GranuleError(f"none of the {len(hrefs)} granule(s) could be read; first error: "
-                           f"{first}")
+        raise GranuleError(
+            f"none of the {len(hrefs)} granule(s) could be read; first error: {first}"
+        )
     return scans
 
 
@@ -617,18 +700,23 @@ def _width(template: str, name: str, scans: list[_Scan]) -> int | None:
         for g in s.groups:
             lay = g.layouts.get(hdf5_path(template, g.group))
             if lay is not None:
-                seen.setdefault(lay.shape[1] if len(lay.shape) == 2 else None,
-                                f"{granule_id(s.href)} {lay.path}")
+                seen.setdefault(
+                    lay.shape[1] if len(lay.shape) == 2 else None,
+                    f"{granule_id(s.href)} {lay.path}",
+                )
     if len(seen) > 1:
         (w1, at1), (w2, at2) = list(seen.items())[:2]
-        raise GranuleError(f"{_item_key(name)} ({template!r}) is stored with "
-                           f"{w1 or 'no'} columns in {at1} but {w2 or 'no'} in {at2}; every "
-                           "granule and group must store it alike")
+        raise GranuleError(
+            f"{_item_key(name)} ({template!r}) is stored with "
+            f"{w1 or 'no'} columns in {at1} but {w2 or 'no'} in {at2}; every "
+            "granule and group must store it alike"
+        )
     return next(iter(seen), None)
 
 
-def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
-             chunk_size: int) -> xr.Dataset:
+def _dataset(
+    source: GranuleSource, scans: list[_Scan], failed: list[dict], chunk_size: int
+) -> xr.Dataset:
     """The lazy Dataset over ``scans``: per path template one array whose chunks are the
     read units (granule x group x row range); variables are those arrays or columns of
     them, and ``granule`` an index that never touches a file."""
@@ -648,8 +736,9 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
     templates: dict[str, str] = {}  # template -> the first name reading it
     for name, template, _ in items:
         templates.setdefault(template, name)
-    t_dtype = {t: np.result_type(*[dtypes[n] for n, tt, _ in items if tt == t]).str
-               for t in templates}
+    t_dtype = {
+        t: np.result_type(*[dtypes[n] for n, tt, _ in items if tt == t]).str for t in templates
+    }
     t_width = {t: _width(t, templates[t], scans) for t in templates}
 
     units = []  # (contributing index, scan, group shape, start, stop)
@@ -666,13 +755,24 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
                 units.append((len(contributing) - 1, s, g, start, stop))
             h5py_paths |= {p for p, lay in g.layouts.items() if lay.fallback}
     if h5py_paths:
-        warnings.warn(f"{len(h5py_paths)} HDF5 dataset(s) are stored with filters or layouts "
-                      f"only h5py decodes (e.g. {sorted(h5py_paths)[0]}): they are read "
-                      "through h5py, one read at a time per process", stacklevel=3)
+        warnings.warn(
+            f"{len(h5py_paths)} HDF5 dataset(s) are stored with filters or layouts "
+            f"only h5py decodes (e.g. {sorted(h5py_paths)[0]}): they are read "
+            "through h5py, one read at a time per process",
+            stacklevel=3,
+        )
     sizes = [b - a for *_, a, b in units] or [0]
 
-    token = tokenize(source.granules, source.groups, items, dtypes, source.storage_options,
-                     source.reads, [(s.href, s.stamp, s.groups) for s in scans], chunk_size)
+    token = tokenize(
+        source.granules,
+        source.groups,
+        items,
+        dtypes,
+        source.storage_options,
+        source.reads,
+        [(s.href, s.stamp, s.groups) for s in scans],
+        chunk_size,
+    )
     fail_nan = source.on_error == "fail"
     arrays = {}
     planned = {}
@@ -689,13 +789,18 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
             elif layout.fallback is None and layout.chunks is None:
                 nbytes += (stop - start) * layout.row_bytes
             fills[hpath] = layout.nan_fill
-            pieces.append(Piece(s.href, granule_id(s.href), hpath, start, stop, layout,
-                                entries))
+            pieces.append(Piece(s.href, granule_id(s.href), hpath, start, stop, layout, entries))
         planned[template] = nbytes
-        reader = TemplateArray(pieces, t_dtype[template], t_width[template], fills,
-                               source.storage_options, source.reads,
-                               coordinate=template in (source.latitude, source.longitude),
-                               fail_all_nan=fail_nan)
+        reader = TemplateArray(
+            pieces,
+            t_dtype[template],
+            t_width[template],
+            fills,
+            source.storage_options,
+            source.reads,
+            coordinate=template in (source.latitude, source.longitude),
+            fail_all_nan=fail_nan,
+        )
         if not units:
             import dask.array as da
 
@@ -719,17 +824,20 @@ def _dataset(source: GranuleSource, scans: list[_Scan], failed: list[dict],
     rows = GranuleRows(sizes if units else [], [u[0] for u in units])
     import dask.array as da
 
-    index = lazy(rows, sizes, f"granule-index-{token}") if units else \
-        da.zeros(0, dtype=np.int32)
+    index = lazy(rows, sizes, f"granule-index-{token}") if units else da.zeros(0, dtype=np.int32)
     data_vars["granule"] = xr.Variable(
-        "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"})
+        "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
+    )
     where = source.granules if isinstance(source.granules, str) else list(source.granules)
-    return xr.Dataset(data_vars, attrs={
-        "source": "zagg.sources.granules",
-        "granule_source": where,
-        "groups": list(source.groups or []),
-        "granules": contributing,
-        "failed_granules": failed,
-        "index_bytes_read": int(sum(s.index_bytes for s in scans)),
-        "h5py_datasets": len(h5py_paths),
-    })
+    return xr.Dataset(
+        data_vars,
+        attrs={
+            "source": "zagg.sources.granules",
+            "granule_source": where,
+            "groups": list(source.groups or []),
+            "granules": contributing,
+            "failed_granules": failed,
+            "index_bytes_read": int(sum(s.index_bytes for s in scans)),
+            "h5py_datasets": len(h5py_paths),
+        },
+    )

@@ -27,8 +27,7 @@ import numpy as np
 from .. import grid as G
 from ..validation import fail
 
-__all__ = ["ATL03_SEGMENTS", "ReadPlan", "ShardCover", "blocks", "needed_rows",
-           "parse_read_plan"]
+__all__ = ["ATL03_SEGMENTS", "ReadPlan", "ShardCover", "blocks", "needed_rows", "parse_read_plan"]
 
 #: the ATL03 geolocation segment index, as paths relative to a beam group
 ATL03_SEGMENTS = {
@@ -62,8 +61,12 @@ class ReadPlan:
         """(role, path template) of the index datasets read at open time."""
         if self.kind == "coordinates":
             return ()
-        return (("latitude", self.latitude), ("longitude", self.longitude),
-                ("ph_index_beg", self.ph_index_beg), ("segment_ph_cnt", self.segment_ph_cnt))
+        return (
+            ("latitude", self.latitude),
+            ("longitude", self.longitude),
+            ("ph_index_beg", self.ph_index_beg),
+            ("segment_ph_cnt", self.segment_ph_cnt),
+        )
 
 
 def parse_read_plan(value, path: str, template) -> ReadPlan | None:
@@ -76,12 +79,16 @@ def parse_read_plan(value, path: str, template) -> ReadPlan | None:
     presets = "'atl03' (the 20 m geolocation segments), 'coordinates' (ATL06-like rows)"
     if isinstance(value, str):
         if value == "atl03":
-            return ReadPlan("segments", **{k: template(v, f"{path}") for k, v in
-                                           ATL03_SEGMENTS.items()})
+            return ReadPlan(
+                "segments", **{k: template(v, f"{path}") for k, v in ATL03_SEGMENTS.items()}
+            )
         if value == "coordinates":
             return ReadPlan("coordinates", margin=0.0)
-        fail(path, f"{value!r} is not a read plan; use {presets}, a mapping of the segment "
-              "index paths (latitude, longitude, ph_index_beg, segment_ph_cnt) or false")
+        fail(
+            path,
+            f"{value!r} is not a read plan; use {presets}, a mapping of the segment "
+            "index paths (latitude, longitude, ph_index_beg, segment_ph_cnt) or false",
+        )
     if not isinstance(value, Mapping):
         fail(path, f"expected {presets}, a mapping or false, got {value!r}")
     from ..validation import check_keys
@@ -91,8 +98,11 @@ def parse_read_plan(value, path: str, template) -> ReadPlan | None:
     if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 1000:
         fail(f"{path}.pad", f"expected a whole number of segments 0..1000, got {pad!r}")
     margin = value.get("margin", DEFAULT_MARGIN)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) \
-            or not 0 <= margin <= 100_000:
+    if (
+        isinstance(margin, bool)
+        or not isinstance(margin, int | float)
+        or not 0 <= margin <= 100_000
+    ):
         fail(f"{path}.margin", f"expected metres in 0..100000, got {margin!r}")
     roles = ("latitude", "longitude", "ph_index_beg", "segment_ph_cnt")
     given = [r for r in roles if r in value]
@@ -100,9 +110,12 @@ def parse_read_plan(value, path: str, template) -> ReadPlan | None:
         return ReadPlan("coordinates", pad=pad, margin=float(margin))
     missing = [r for r in roles if r not in value]
     if missing:
-        fail(f"{path}.{missing[0]}", "is required with the other segment-index paths (a "
-              "segment index names latitude, longitude, ph_index_beg and segment_ph_cnt, "
-              "as ATL03's /{group}/geolocation does); or use read_plan: atl03")
+        fail(
+            f"{path}.{missing[0]}",
+            "is required with the other segment-index paths (a "
+            "segment index names latitude, longitude, ph_index_beg and segment_ph_cnt, "
+            "as ATL03's /{group}/geolocation does); or use read_plan: atl03",
+        )
     paths = {r: template(value[r], f"{path}.{r}") for r in roles}
     return ReadPlan("segments", pad=pad, margin=float(margin), **paths)
 
@@ -122,16 +135,16 @@ class ShardCover:
             import mortie
 
             depth = 0
-            while (self.order + depth < FINE_ORDER
-                   and self.shards.size * 4 ** (depth + 1) <= MAX_COVER_CELLS):
+            while (
+                self.order + depth < FINE_ORDER
+                and self.shards.size * 4 ** (depth + 1) <= MAX_COVER_CELLS
+            ):
                 depth += 1
             self.fine = self.order + depth
             cells = self.shards
             if depth:
-                cells = np.sort(mortie.generate_morton_children(self.shards, self.fine)
-                                .ravel())
-            self.ring = np.asarray(mortie.morton_buffer_meters(cells, self.margin),
-                                   dtype=np.uint64)
+                cells = np.sort(mortie.generate_morton_children(self.shards, self.fine).ravel())
+            self.ring = np.asarray(mortie.morton_buffer_meters(cells, self.margin), dtype=np.uint64)
 
     def reaches(self, lat, lon, unplaced: bool) -> np.ndarray:
         """Per point, whether it lies in a shard or in the margin ring; points that cannot
@@ -158,8 +171,9 @@ def _dilate(mask: np.ndarray, pad: int) -> np.ndarray:
     return np.cumsum(out[:-1]) > 0
 
 
-def needed_rows(plan: ReadPlan, cover: ShardCover, rows: int, index: Mapping
-                ) -> list[tuple[int, int]]:
+def needed_rows(
+    plan: ReadPlan, cover: ShardCover, rows: int, index: Mapping
+) -> list[tuple[int, int]]:
     """Sorted, disjoint row ranges ``(start, stop)`` of one group that the run needs.
 
     ``index`` holds the plan's arrays for the group: for ``segments`` the four index
@@ -173,16 +187,20 @@ def needed_rows(plan: ReadPlan, cover: ShardCover, rows: int, index: Mapping
     beg = np.asarray(index["ph_index_beg"], dtype=np.int64)
     cnt = np.asarray(index["segment_ph_cnt"], dtype=np.int64)
     if not (beg.size == cnt.size == lat.size == lon.size):
-        raise ValueError(f"the segment index arrays differ in length (latitude {lat.size}, "
-                         f"longitude {lon.size}, ph_index_beg {beg.size}, segment_ph_cnt "
-                         f"{cnt.size})")
+        raise ValueError(
+            f"the segment index arrays differ in length (latitude {lat.size}, "
+            f"longitude {lon.size}, ph_index_beg {beg.size}, segment_ph_cnt "
+            f"{cnt.size})"
+        )
     keep = _dilate(cover.reaches(lat, lon, unplaced=True), plan.pad)
     keep &= (cnt > 0) & (beg > 0)
     start = beg[keep] - 1
     stop = start + cnt[keep]
     if start.size and (start.min() < 0 or stop.max() > rows):
-        raise ValueError(f"the segment index names photons {int(start.min())}.."
-                         f"{int(stop.max())} but the group has {rows} rows")
+        raise ValueError(
+            f"the segment index names photons {int(start.min())}.."
+            f"{int(stop.max())} but the group has {rows} rows"
+        )
     return _runs(start, stop)
 
 

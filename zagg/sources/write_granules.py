@@ -68,32 +68,48 @@ _ATTRS = {
     "lon_ph": {"units": "degrees_east", "long_name": "Longitude", "standard_name": "longitude"},
     "h_ph": {"units": "meters", "long_name": "Photon WGS84 Height"},
     "signal_conf_ph": {
-        "units": "counts", "long_name": "Photon Signal Confidence",
+        "units": "counts",
+        "long_name": "Photon Signal Confidence",
         "flag_values": np.array([-2, -1, 0, 1, 2, 3, 4], np.int8),
         "flag_meanings": "possible_tep not_considered noise buffer low medium high",
         "description": "columns: land, ocean, sea_ice, land_ice, inland_water",
     },
-    "delta_time": {"units": "seconds since 2018-01-01", "long_name": "Elapsed GPS seconds",
-                   "standard_name": "time"},
+    "delta_time": {
+        "units": "seconds since 2018-01-01",
+        "long_name": "Elapsed GPS seconds",
+        "standard_name": "time",
+    },
     "reference_photon_lat": {"units": "degrees_north", "long_name": "Reference photon latitude"},
     "reference_photon_lon": {"units": "degrees_east", "long_name": "Reference photon longitude"},
-    "ph_index_beg": {"units": "1", "long_name": "Photon Index Begin",
-                     "description": "1-based index of the segment's first photon; 0: none"},
+    "ph_index_beg": {
+        "units": "1",
+        "long_name": "Photon Index Begin",
+        "description": "1-based index of the segment's first photon; 0: none",
+    },
     "segment_ph_cnt": {"units": "counts", "long_name": "Number of photons in segment"},
     "segment_id": {"units": "1", "long_name": "Along-track segment ID number"},
     "h_li": {"units": "meters", "long_name": "Land Ice height"},
     "latitude": {"units": "degrees_north", "long_name": "Latitude", "standard_name": "latitude"},
-    "longitude": {"units": "degrees_east", "long_name": "Longitude",
-                  "standard_name": "longitude"},
-    "atl06_quality_summary": {"units": "1", "long_name": "ATL06_Quality_Summary",
-                              "flag_values": np.array([0, 1], np.int8),
-                              "flag_meanings": "best_quality potential_problem"},
+    "longitude": {"units": "degrees_east", "long_name": "Longitude", "standard_name": "longitude"},
+    "atl06_quality_summary": {
+        "units": "1",
+        "long_name": "ATL06_Quality_Summary",
+        "flag_values": np.array([0, 1], np.int8),
+        "flag_meanings": "best_quality potential_problem",
+    },
 }
 
 
-def write_granules(directory, n_granules: int, *, product: str = "ATL03",
-                   points_per_granule: int = 100_000, region=DEFAULT_REGION, seed: int = 0,
-                   noise_fraction: float = 0.2) -> list[Path]:
+def write_granules(
+    directory,
+    n_granules: int,
+    *,
+    product: str = "ATL03",
+    points_per_granule: int = 100_000,
+    region=DEFAULT_REGION,
+    seed: int = 0,
+    noise_fraction: float = 0.2,
+) -> list[Path]:
     """Write ``n_granules`` granules into ``directory`` and return their paths, in name order.
 
     ``points_per_granule`` is the number of photons of an ATL03 granule before its empty
@@ -105,21 +121,29 @@ def write_granules(directory, n_granules: int, *, product: str = "ATL03",
         raise ValueError(f"product must be one of {', '.join(PRODUCTS)}, got {product!r}")
     if isinstance(n_granules, bool) or not isinstance(n_granules, int) or n_granules < 0:
         raise ValueError(f"n_granules must be a non-negative integer, got {n_granules!r}")
-    if (isinstance(points_per_granule, bool) or not isinstance(points_per_granule, int)
-            or points_per_granule < 1):
-        raise ValueError(f"points_per_granule must be a positive integer, got "
-                         f"{points_per_granule!r}")
+    if (
+        isinstance(points_per_granule, bool)
+        or not isinstance(points_per_granule, int)
+        or points_per_granule < 1
+    ):
+        raise ValueError(
+            f"points_per_granule must be a positive integer, got {points_per_granule!r}"
+        )
     region = tuple(float(v) for v in region)
-    if len(region) != 4 or not (-180.0 <= region[0] < region[2] <= 180.0
-                                and -90.0 <= region[1] < region[3] <= 90.0):
+    if len(region) != 4 or not (
+        -180.0 <= region[0] < region[2] <= 180.0 and -90.0 <= region[1] < region[3] <= 90.0
+    ):
         raise ValueError(f"region must be (lon_min, lat_min, lon_max, lat_max), got {region!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     n_photons = points_per_granule
     if product == "ATL06":  # photons whose segments give about points_per_granule rows
         photons_per_shot = float(beam_rates(noise_fraction)[1].sum())
-        n_photons = int(np.ceil(points_per_granule / len(BEAMS) * SEGMENT_LENGTH
-                                / SHOT_SPACING * photons_per_shot))
+        n_photons = int(
+            np.ceil(
+                points_per_granule / len(BEAMS) * SEGMENT_LENGTH / SHOT_SPACING * photons_per_shot
+            )
+        )
     paths, names = [], set()
     for i in range(n_granules):
         photons = photon_chunk(seed, i, n_photons, region, noise_fraction)
@@ -150,13 +174,16 @@ def write_granules(directory, n_granules: int, *, product: str = "ATL03",
     return sorted(paths)
 
 
-def _granule_name(product: str, t_start: float, rgt: int, cycle: int, region_no: int,
-                  taken: set) -> str:
+def _granule_name(
+    product: str, t_start: float, rgt: int, cycle: int, region_no: int, taken: set
+) -> str:
     """``ATL03_YYYYmmddHHMMSS_ttttccss_006_01.h5``; a second later if the name is taken."""
     stamp = _EPOCH + dt.timedelta(seconds=int(t_start))
     while True:
-        name = (f"{product}_{stamp:%Y%m%d%H%M%S}_{rgt:04d}{cycle % 100:02d}{region_no:02d}"
-                f"_{RELEASE}_01.h5")
+        name = (
+            f"{product}_{stamp:%Y%m%d%H%M%S}_{rgt:04d}{cycle % 100:02d}{region_no:02d}"
+            f"_{RELEASE}_01.h5"
+        )
         if name not in taken:
             return name
         stamp += dt.timedelta(seconds=1)
@@ -174,9 +201,15 @@ def _dataset(group, name: str, data: np.ndarray, fill=None) -> None:
     chunks = (HDF5_CHUNK,) + data.shape[1:]
     if fill is not None:
         data = np.where(np.isnan(data), fill, data).astype(data.dtype)
-    d = group.create_dataset(name, data=data, chunks=chunks, maxshape=(None,) + data.shape[1:],
-                             compression="gzip", compression_opts=6,
-                             fillvalue=fill if fill is not None else None)
+    d = group.create_dataset(
+        name,
+        data=data,
+        chunks=chunks,
+        maxshape=(None,) + data.shape[1:],
+        compression="gzip",
+        compression_opts=6,
+        fillvalue=fill if fill is not None else None,
+    )
     for key, value in _ATTRS.get(name, {}).items():
         d.attrs[key] = value
     if fill is not None:

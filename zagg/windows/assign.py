@@ -27,13 +27,14 @@ def utc_ns(w: Windowing, t) -> tuple[np.ndarray, np.ndarray]:
         ns = t.astype("datetime64[ns]")
         return ns, ~np.isnat(ns)
     if t.dtype.kind not in "fiu":
-        raise TypeError(f"time field {w.time_field!r} holds {t.dtype} values; expected numbers "
-                        f"({w.units} since {iso(w.epoch)}) or datetime64")
+        raise TypeError(
+            f"time field {w.time_field!r} holds {t.dtype} values; expected numbers "
+            f"({w.units} since {iso(w.epoch)}) or datetime64"
+        )
     f = t.astype(np.float64, copy=False)
     ok = np.isfinite(f)
     off = np.rint(np.where(ok, f, 0.0) * (UNITS[w.units] * NS)).astype(np.int64)
-    base = (w.epoch.astype("datetime64[ns]").astype(np.int64)
-            - w.scale_offset_s * NS)
+    base = w.epoch.astype("datetime64[ns]").astype(np.int64) - w.scale_offset_s * NS
     return (base + off).astype("datetime64[ns]"), ok
 
 

@@ -33,8 +33,9 @@ def chunk(points, spec) -> np.ndarray:
 def combine(values, groups, spec) -> np.ndarray:
     rows = np.concatenate(values)[groups.perm]
     starts = groups.offsets[:-1]
-    return np.stack([np.minimum.reduceat(rows[:, 0], starts),
-                     np.maximum.reduceat(rows[:, 1], starts)], axis=1)
+    return np.stack(
+        [np.minimum.reduceat(rows[:, 0], starts), np.maximum.reduceat(rows[:, 1], starts)], axis=1
+    )
 
 
 def reads(spec, declared) -> set[str]:

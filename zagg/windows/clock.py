@@ -21,5 +21,7 @@ def clock_of(w: Windowing) -> tuple[str, str, str, str]:
 def windowing_of(clock: tuple) -> Windowing:
     """A schedule reading times on ``clock`` (only its clock is used)."""
     field, epoch, scale, units = clock
-    return parse_windowing({"schedule": "yearly", "time_field": field, "epoch": epoch,
-                            "scale": scale, "units": units}, (field,))
+    return parse_windowing(
+        {"schedule": "yearly", "time_field": field, "epoch": epoch, "scale": scale, "units": units},
+        (field,),
+    )

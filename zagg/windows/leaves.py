@@ -56,6 +56,7 @@ def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
     try:
         return publish(root, records, shard_order)
     except Exception as exc:  # a regenerable cache never fails the run
-        warnings.warn(f"the root temporal coverage of {root.url} was not updated: {exc}",
-                      stacklevel=2)
+        warnings.warn(
+            f"the root temporal coverage of {root.url} was not updated: {exc}", stacklevel=2
+        )
         return None

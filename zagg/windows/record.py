@@ -109,11 +109,22 @@ def leaf_record(fields, clock: Clock, generated_at: str | None = None) -> dict:
     buckets, counts, order = capped(clock.buckets, clock.counts)
     words = bucket_words(buckets, order)
     cover = np.asarray(mortie.toc_normalize(words), np.uint64).reshape(-1)
-    counts_block = {"temporal_order": order, "cap": CAP, "element": dict(ELEMENT),
-                    "encoding": "base64", "words": b64(words), "obs": b64(counts),
-                    "count": int(words.size), "obs_total": int(counts.sum())}
-    cover_block = {"element": dict(ELEMENT), "encoding": "base64", "words": b64(cover),
-                   "count": int(cover.size)}
+    counts_block = {
+        "temporal_order": order,
+        "cap": CAP,
+        "element": dict(ELEMENT),
+        "encoding": "base64",
+        "words": b64(words),
+        "obs": b64(counts),
+        "count": int(words.size),
+        "obs_total": int(counts.sum()),
+    }
+    cover_block = {
+        "element": dict(ELEMENT),
+        "encoding": "base64",
+        "words": b64(cover),
+        "count": int(cover.size),
+    }
     if order < TEMPORAL_ORDER:
         cover_block["temporal_order"] = order
     return {
@@ -134,6 +145,7 @@ def decode_words(block: dict, key: str = "words") -> np.ndarray:
     """The uint64 buffer of a record block (checked against its ``count``)."""
     words = np.frombuffer(base64.b64decode(block[key]), "<u8").astype(np.uint64)
     if words.size != block["count"]:
-        raise ValueError(f"a temporal block's {key} holds {words.size} words, its count says "
-                         f"{block['count']}")
+        raise ValueError(
+            f"a temporal block's {key} holds {words.size} words, its count says {block['count']}"
+        )
     return words

@@ -51,17 +51,23 @@ class WindowedChunkResult(ChunkResult):
 def subset(points: CellPoints, mask: np.ndarray) -> CellPoints:
     """The kept points where ``mask`` holds, grouped by cell anew."""
     words = points.values(POINT_WORDS) if points.plan.needs_point_words else None
-    return CellPoints(points.plan, points.cell_words[mask],
-                      lambda name: points.values(name)[mask],
-                      None if words is None else words[mask])
+    return CellPoints(
+        points.plan,
+        points.cell_words[mask],
+        lambda name: points.values(name)[mask],
+        None if words is None else words[mask],
+    )
 
 
 def reduce_windows(plan, points: CellPoints, counts: dict) -> WindowedChunkResult:
     """Reduce one keyed chunk per window; points in no window are counted as
     ``outside_windows`` and dropped."""
     w = plan.windowing
-    index = assign.window_index(w, points.values(w.time_field)) if points.cell_words.size \
+    index = (
+        assign.window_index(w, points.values(w.time_field))
+        if points.cell_words.size
         else np.zeros(0, np.int64)
+    )
     counts = dict(counts)
     outside = int(np.count_nonzero(index < 0))
     counts["outside_windows"] = outside
@@ -90,8 +96,9 @@ def reduce_windows(plan, points: CellPoints, counts: dict) -> WindowedChunkResul
                 key = int(units.pack([shard], i, plan.shard_order)[0])
                 granules[key] = g
     empty = Partial(np.zeros(0, np.uint64), {})
-    return WindowedChunkResult(empty, keys, np.zeros(1, np.int64), counts, granules, parts,
-                               plan.shard_order, clocks)
+    return WindowedChunkResult(
+        empty, keys, np.zeros(1, np.int64), counts, granules, parts, plan.shard_order, clocks
+    )
 
 
 def unit_clocks(plan, cell_words: np.ndarray, instants: np.ndarray, index: int) -> dict:

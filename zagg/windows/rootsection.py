@@ -60,8 +60,9 @@ def cover_words(buckets: np.ndarray, order: int, cap: int = CAP) -> tuple[np.nda
     """The canonical cover of occupied buckets, coarsened by whole orders until it holds
     at most ``cap`` words; ``(words, order)``."""
     while True:
-        words = np.asarray(mortie.toc_normalize(bucket_words(buckets, order)),
-                           np.uint64).reshape(-1)
+        words = np.asarray(mortie.toc_normalize(bucket_words(buckets, order)), np.uint64).reshape(
+            -1
+        )
         if words.size <= cap or order == 0:
             return words, order
         buckets, _ = coarsen(buckets, np.zeros(buckets.size, np.int64), order, order - 1)
@@ -95,16 +96,29 @@ def run_section(records: list[dict], whole: bool) -> tuple[dict, dict] | None:
         buckets, _, order = sum_counts(_counts_of(t) for t in recs)
         words, order = cover_words(buckets, order)
         covers[sid] = _cover_block(words, order)
-    section = {"spec": SECTION_SPEC, "source": SOURCE, "generated_at": now_iso(),
-               "fields": fields, "cover": COVER_SPEC, "shards": shards}
+    section = {
+        "spec": SECTION_SPEC,
+        "source": SOURCE,
+        "generated_at": now_iso(),
+        "fields": fields,
+        "cover": COVER_SPEC,
+        "shards": shards,
+    }
     if whole:
         buckets, counts, order = sum_counts(_counts_of(r["temporal"]) for r in timed)
         buckets, counts, order = capped(buckets, counts, order)
         words = bucket_words(buckets, order)
-        section["counts"] = {"temporal_order": order, "cap": CAP, "element": dict(ELEMENT),
-                             "encoding": "base64", "words": b64(words), "obs": b64(counts),
-                             "count": int(words.size), "obs_total": int(counts.sum()),
-                             "uncounted_shards": 0}
+        section["counts"] = {
+            "temporal_order": order,
+            "cap": CAP,
+            "element": dict(ELEMENT),
+            "encoding": "base64",
+            "words": b64(words),
+            "obs": b64(counts),
+            "count": int(words.size),
+            "obs_total": int(counts.sum()),
+            "uncounted_shards": 0,
+        }
     return section, {"fields": fields, "shards": covers}
 
 
@@ -118,8 +132,11 @@ def _cover_block(words: np.ndarray, order: int) -> dict:
 def compose_section(standing, mine: dict) -> dict:
     """The section a run leaves: tier 1 unioned by the toc join, tier 2 this run's when it
     has one (whole), else none; a standing section at another revision is kept as is."""
-    if isinstance(standing, dict) and isinstance(standing.get("spec"), str) and \
-            standing["spec"] != SECTION_SPEC:
+    if (
+        isinstance(standing, dict)
+        and isinstance(standing.get("spec"), str)
+        and standing["spec"] != SECTION_SPEC
+    ):
         return standing
     if not (isinstance(standing, dict) and isinstance(standing.get("shards"), dict)):
         return mine
@@ -139,15 +156,28 @@ def compose_section(standing, mine: dict) -> dict:
 def compose_cover(standing, mine: dict, order: int) -> dict | None:
     """The ``coverage.toc`` a run leaves (None: keep the standing one, at a revision this
     code does not read)."""
-    base = {"spec": COVER_SPEC, "source": SOURCE, "generated_at": now_iso(), "order": order,
-            "temporal_order": TEMPORAL_ORDER, "cap": CAP}
-    if isinstance(standing, dict) and isinstance(standing.get("spec"), str) and \
-            standing["spec"] != COVER_SPEC:
+    base = {
+        "spec": COVER_SPEC,
+        "source": SOURCE,
+        "generated_at": now_iso(),
+        "order": order,
+        "temporal_order": TEMPORAL_ORDER,
+        "cap": CAP,
+    }
+    if (
+        isinstance(standing, dict)
+        and isinstance(standing.get("spec"), str)
+        and standing["spec"] != COVER_SPEC
+    ):
         return None
     shards = dict(mine["shards"])
     fields = set(mine["fields"])
-    usable = (isinstance(standing, dict) and standing.get("spec") == COVER_SPEC
-              and standing.get("order") == order and isinstance(standing.get("shards"), dict))
+    usable = (
+        isinstance(standing, dict)
+        and standing.get("spec") == COVER_SPEC
+        and standing.get("order") == order
+        and isinstance(standing.get("shards"), dict)
+    )
     if usable:
         fields |= set(standing.get("fields") or [])
         for sid, block in standing["shards"].items():
@@ -158,12 +188,19 @@ def compose_cover(standing, mine: dict, order: int) -> dict | None:
                 a, b = decode_words(block), decode_words(shards[sid])
             except (KeyError, ValueError, TypeError):
                 continue  # an undecodable standing block is replaced by this run's
-            o = min(int(block.get("temporal_order", TEMPORAL_ORDER)),
-                    int(shards[sid].get("temporal_order", TEMPORAL_ORDER)))
+            o = min(
+                int(block.get("temporal_order", TEMPORAL_ORDER)),
+                int(shards[sid].get("temporal_order", TEMPORAL_ORDER)),
+            )
             words, o = cover_words(np.unique(_buckets_of(np.concatenate([a, b]), o)), o)
             shards[sid] = _cover_block(words, o)
-    return {**base, "fields": sorted(fields), "element": dict(ELEMENT), "encoding": "base64",
-            "shards": dict(sorted(shards.items()))}
+    return {
+        **base,
+        "fields": sorted(fields),
+        "element": dict(ELEMENT),
+        "encoding": "base64",
+        "shards": dict(sorted(shards.items())),
+    }
 
 
 def _buckets_of(words: np.ndarray, order: int) -> np.ndarray:
@@ -173,8 +210,9 @@ def _buckets_of(words: np.ndarray, order: int) -> np.ndarray:
     span = np.uint64(63 - order)
     last = np.maximum(end, start + np.uint64(1)) - np.uint64(1)  # the last instant covered
     lo, hi = start >> span, last >> span
-    return np.concatenate([np.arange(int(a), int(b) + 1, dtype=np.int64)
-                           for a, b in zip(lo, hi, strict=True)])
+    return np.concatenate(
+        [np.arange(int(a), int(b) + 1, dtype=np.int64) for a, b in zip(lo, hi, strict=True)]
+    )
 
 
 def store_leaves(root) -> set[tuple[str, str]]:

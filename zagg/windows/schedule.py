@@ -74,10 +74,16 @@ class Windowing:
     def manifest_block(self) -> dict:
         """The manifest's ``temporal`` block: the schedule and how times are read (never
         the store's actual extent, which the leaves' stamps carry)."""
-        block = {"schedule": self.schedule, "time_field": self.time_field,
-                 "epoch": iso(self.epoch), "scale": self.scale, "units": self.units,
-                 "calendar": "gregorian-utc", "boundaries": "half-open",
-                 "append": "new-windows-add-leaves"}
+        block = {
+            "schedule": self.schedule,
+            "time_field": self.time_field,
+            "epoch": iso(self.epoch),
+            "scale": self.scale,
+            "units": self.units,
+            "calendar": "gregorian-utc",
+            "boundaries": "half-open",
+            "append": "new-windows-add-leaves",
+        }
         if self.schedule == "explicit":
             block["windows"] = [w.as_dict() for w in self.windows]
         return block
@@ -86,8 +92,12 @@ class Windowing:
         """A plain mapping :func:`parse_windowing` reads back to an equal schedule."""
         out = {"schedule": self.schedule}
         if self.windowed:
-            out.update(time_field=self.time_field, epoch=iso(self.epoch), scale=self.scale,
-                       units=self.units)
+            out.update(
+                time_field=self.time_field,
+                epoch=iso(self.epoch),
+                scale=self.scale,
+                units=self.units,
+            )
         if self.schedule == "explicit":
             out["windows"] = [w.as_dict() for w in self.windows]
         return out
@@ -110,14 +120,17 @@ def parse_instant(value, path: str) -> np.datetime64:
     elif isinstance(value, str):
         text = value.strip()
         try:
-            when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z"))
-                                             else text)
+            when = dt.datetime.fromisoformat(
+                text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+            )
         except ValueError:
-            fail(path, f"{value!r} is not an ISO 8601 instant; write e.g. "
-                 "'2019-06-01T00:00:00Z' or '2019-06-01'")
+            fail(
+                path,
+                f"{value!r} is not an ISO 8601 instant; write e.g. "
+                "'2019-06-01T00:00:00Z' or '2019-06-01'",
+            )
     else:
-        fail(path, f"expected an ISO 8601 instant such as '2019-06-01T00:00:00Z', got "
-             f"{value!r}")
+        fail(path, f"expected an ISO 8601 instant such as '2019-06-01T00:00:00Z', got {value!r}")
     if when.tzinfo is not None:
         when = when.astimezone(dt.UTC).replace(tzinfo=None)
     return np.datetime64(when, "ms")
@@ -140,46 +153,74 @@ def parse_windowing(raw, variables=(), shard_order: int | None = None) -> Window
     check_keys(raw, KEYS, PATH, ("schedule",))
     schedule = raw["schedule"]
     if schedule in RESERVED_SCHEDULES:
-        fail(f"{PATH}.schedule", f"{schedule!r} is reserved by the format but not implemented; "
-             "use monthly, or explicit windows for quarters")
+        fail(
+            f"{PATH}.schedule",
+            f"{schedule!r} is reserved by the format but not implemented; "
+            "use monthly, or explicit windows for quarters",
+        )
     if schedule not in SCHEDULES:
-        fail(f"{PATH}.schedule", f"{schedule!r} is not a schedule{did_you_mean(schedule, SCHEDULES)}; "
-             f"valid: {', '.join(SCHEDULES)}")
+        fail(
+            f"{PATH}.schedule",
+            f"{schedule!r} is not a schedule{did_you_mean(schedule, SCHEDULES)}; "
+            f"valid: {', '.join(SCHEDULES)}",
+        )
     if schedule == "none":
         extra = sorted(set(raw) - {"schedule"})
         if extra:
-            fail(f"{PATH}.{extra[0]}", "schedule: none splits nothing; remove this key or "
-                 "choose a schedule")
+            fail(
+                f"{PATH}.{extra[0]}",
+                "schedule: none splits nothing; remove this key or choose a schedule",
+            )
         return None
     if "time_field" not in raw:
-        fail(f"{PATH}.time_field", "a windowed store needs the variable holding each "
-             f"observation's time; one of: {', '.join(variables) or '(none declared)'}")
+        fail(
+            f"{PATH}.time_field",
+            "a windowed store needs the variable holding each "
+            f"observation's time; one of: {', '.join(variables) or '(none declared)'}",
+        )
     time_field = raw["time_field"]
     if not isinstance(time_field, str) or time_field not in variables:
-        fail(f"{PATH}.time_field", f"{time_field!r} is not a declared data_source variable"
-             f"{did_you_mean(time_field, variables)}; windows filter on a column the run "
-             f"reads, so declare it (declared: {', '.join(variables) or 'none'})")
+        fail(
+            f"{PATH}.time_field",
+            f"{time_field!r} is not a declared data_source variable"
+            f"{did_you_mean(time_field, variables)}; windows filter on a column the run "
+            f"reads, so declare it (declared: {', '.join(variables) or 'none'})",
+        )
     if "epoch" not in raw:
-        fail(f"{PATH}.epoch", "give the instant the time column counts from, as ISO 8601 "
-             "UTC (e.g. '2018-01-01T00:00:00Z' for ICESat-2 delta_time)")
+        fail(
+            f"{PATH}.epoch",
+            "give the instant the time column counts from, as ISO 8601 "
+            "UTC (e.g. '2018-01-01T00:00:00Z' for ICESat-2 delta_time)",
+        )
     epoch = parse_instant(raw["epoch"], f"{PATH}.epoch")
     if epoch != whole_second(epoch):
-        fail(f"{PATH}.epoch", f"{raw['epoch']!r} is not a whole second; the epoch is the "
-             "time column's zero and must be exact")
+        fail(
+            f"{PATH}.epoch",
+            f"{raw['epoch']!r} is not a whole second; the epoch is the "
+            "time column's zero and must be exact",
+        )
     scale = raw.get("scale", "utc")
     if scale not in SCALES:
-        fail(f"{PATH}.scale", f"{scale!r} is not a time scale{did_you_mean(scale, SCALES)}; "
-             f"valid: {', '.join(SCALES)} (GPS and TAI run 18 s and 37 s ahead of UTC)")
+        fail(
+            f"{PATH}.scale",
+            f"{scale!r} is not a time scale{did_you_mean(scale, SCALES)}; "
+            f"valid: {', '.join(SCALES)} (GPS and TAI run 18 s and 37 s ahead of UTC)",
+        )
     units = raw.get("units", "seconds")
     if units not in UNITS:
-        fail(f"{PATH}.units", f"{units!r} is not a unit{did_you_mean(units, UNITS)}; valid: "
-             f"{', '.join(UNITS)}")
+        fail(
+            f"{PATH}.units",
+            f"{units!r} is not a unit{did_you_mean(units, UNITS)}; valid: {', '.join(UNITS)}",
+        )
     windows: tuple[Window, ...] = ()
     if schedule == "explicit":
         windows = parse_windows(raw.get("windows"))
     elif "windows" in raw:
-        fail(f"{PATH}.windows", f"only schedule: explicit lists windows; the {schedule} "
-             "schedule makes its own; remove the list or set schedule: explicit")
+        fail(
+            f"{PATH}.windows",
+            f"only schedule: explicit lists windows; the {schedule} "
+            "schedule makes its own; remove the list or set schedule: explicit",
+        )
     out = Windowing(schedule, time_field, whole_second(epoch), scale, units, windows)
     if shard_order is not None:
         check_unit_room(out, shard_order)
@@ -191,24 +232,33 @@ def parse_windows(raw) -> tuple[Window, ...]:
     together (unique labels, disjoint), in ascending order."""
     path = f"{PATH}.windows"
     if not isinstance(raw, list) or not raw:
-        fail(path, "schedule: explicit needs a non-empty list of windows, each "
-             "{label, start, end} or {label, timestamp}")
+        fail(
+            path,
+            "schedule: explicit needs a non-empty list of windows, each "
+            "{label, start, end} or {label, timestamp}",
+        )
     out = []
     for i, entry in enumerate(raw):
         out.append(parse_entry(entry, f"{path}[{i}]"))
     seen: dict[str, int] = {}
     for i, w in enumerate(out):
         if w.label in seen:
-            fail(f"{path}[{i}].label", f"{w.label!r} is already the label of window "
-                 f"{seen[w.label]}; labels must be unique")
+            fail(
+                f"{path}[{i}].label",
+                f"{w.label!r} is already the label of window "
+                f"{seen[w.label]}; labels must be unique",
+            )
         seen[w.label] = i
     order = sorted(range(len(out)), key=lambda i: out[i].start)
     for a, b in zip(order, order[1:], strict=False):
         if out[b].start < out[a].end:
-            fail(f"{path}[{b}]", f"window {out[b].label!r} [{iso(out[b].start)}, "
-                 f"{iso(out[b].end)}) overlaps window {out[a].label!r} [{iso(out[a].start)}, "
-                 f"{iso(out[a].end)}); windows must be disjoint (a point entry covers its "
-                 "whole second)")
+            fail(
+                f"{path}[{b}]",
+                f"window {out[b].label!r} [{iso(out[b].start)}, "
+                f"{iso(out[b].end)}) overlaps window {out[a].label!r} [{iso(out[a].start)}, "
+                f"{iso(out[a].end)}); windows must be disjoint (a point entry covers its "
+                "whole second)",
+            )
     return tuple(out[i] for i in order)
 
 
@@ -219,14 +269,20 @@ def parse_entry(entry, path: str) -> Window:
         fail(path, f"expected {{label, start, end}} or {{label, timestamp}}, got {entry!r}")
     keys = set(entry)
     if "timestamp" in keys and keys & {"start", "end"}:
-        fail(path, "an entry is either a point {label, timestamp} or a range {label, start, "
-             "end}, not both; split it into two windows")
+        fail(
+            path,
+            "an entry is either a point {label, timestamp} or a range {label, start, "
+            "end}, not both; split it into two windows",
+        )
     allowed = POINT_KEYS if "timestamp" in keys else RANGE_KEYS
     check_keys(entry, allowed, path, allowed)
     label = entry["label"]
     if not isinstance(label, str) or not LABEL_RE.match(label) or label == ALL_TOKEN:
-        fail(f"{path}.label", f"{label!r} is not a window label: use 1-32 characters of "
-             f"[0-9A-Za-z-] (no '_'), and not {ALL_TOKEN!r}, which names the all-time fold")
+        fail(
+            f"{path}.label",
+            f"{label!r} is not a window label: use 1-32 characters of "
+            f"[0-9A-Za-z-] (no '_'), and not {ALL_TOKEN!r}, which names the all-time fold",
+        )
     if "timestamp" in entry:
         start = whole_second(parse_instant(entry["timestamp"], f"{path}.timestamp"))
         return Window(label, start, start + np.timedelta64(1, "s"))
@@ -236,15 +292,22 @@ def parse_entry(entry, path: str) -> Window:
         fail(path, f"start {iso(start)} is not before end {iso(end)}; a window is [start, end)")
     s, e = whole_second(start), whole_second(end)
     if s == e:
-        fail(path, f"both bounds fall in the second {iso(s)}, so the window would be empty "
-             "(bounds truncate to whole seconds); for one second use {label, timestamp}")
+        fail(
+            path,
+            f"both bounds fall in the second {iso(s)}, so the window would be empty "
+            "(bounds truncate to whole seconds); for one second use {label, timestamp}",
+        )
     return Window(label, s, e)
 
 
 def index_bits(w: Windowing) -> int:
     """How many bits the schedule's largest window index needs (:mod:`zagg.windows.assign`)."""
-    largest = {"yearly": 9999, "monthly": 9999 * 12 + 11, "daily": 3_652_058,
-               "explicit": len(w.windows)}[w.schedule]
+    largest = {
+        "yearly": 9999,
+        "monthly": 9999 * 12 + 11,
+        "daily": 3_652_058,
+        "explicit": len(w.windows),
+    }[w.schedule]
     return int(largest).bit_length()
 
 
@@ -255,6 +318,9 @@ def check_unit_room(w: Windowing, shard_order: int) -> None:
     room = UNIT_BITS_FREE - 2 * shard_order
     need = index_bits(w)
     if need > room:
-        fail(f"{PATH}.schedule", f"a {w.schedule} schedule needs {need} bits per window index, "
-             f"but shards at parent_order {shard_order} leave {max(room, 0)}; use a coarser "
-             "schedule or a lower output.grid.parent_order")
+        fail(
+            f"{PATH}.schedule",
+            f"a {w.schedule} schedule needs {need} bits per window index, "
+            f"but shards at parent_order {shard_order} leave {max(room, 0)}; use a coarser "
+            "schedule or a lower output.grid.parent_order",
+        )

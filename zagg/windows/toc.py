@@ -56,5 +56,7 @@ def decode(words) -> tuple[np.ndarray, np.ndarray]:
         empty = np.zeros(words.shape, "datetime64[ns]")
         return empty, empty.copy()
     start, end = mortie.toc2time(words.reshape(-1))
-    return (np.asarray(mortie.to_datetime64(start)).reshape(words.shape),
-            np.asarray(mortie.to_datetime64(end)).reshape(words.shape))
+    return (
+        np.asarray(mortie.to_datetime64(start)).reshape(words.shape),
+        np.asarray(mortie.to_datetime64(end)).reshape(words.shape),
+    )

@@ -23,8 +23,10 @@ def pack(shard_words, index, shard_order: int) -> np.ndarray:
     """Unit keys of shard words with window indices (broadcast)."""
     index = np.asarray(index, dtype=np.uint64)
     if index.size and int(index.max()) >> room(shard_order):
-        raise ValueError(f"window index {int(index.max())} does not fit beside a shard word at "
-                         f"order {shard_order}")
+        raise ValueError(
+            f"window index {int(index.max())} does not fit beside a shard word at "
+            f"order {shard_order}"
+        )
     return np.asarray(shard_words, np.uint64) | (index << np.uint64(SHIFT))
 
 
