@@ -31,7 +31,7 @@ from zagg.hive.storage import StoreRoot, dumps_json
 
 CLAIM_SPEC = "zagg-leaf-claim/1"
 CLAIM_TTL_S = 600.0  # a leaf write that has held its claim this long is presumed dead
-SIBLINGS_TTL_S = 120.0  # the same, for the sidecars and column of a versioned leaf
+PUBLISH_TTL_S = 120.0  # the same, for a versioned leaf's pointer, sidecars and column
 
 
 class LeafHeldError(RuntimeError):
@@ -106,7 +106,7 @@ def release(root: StoreRoot, claim: Claim) -> None:
 
 
 def wait_for(
-    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = SIBLINGS_TTL_S
+    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = PUBLISH_TTL_S
 ) -> Claim:
     """Take the leaf's claim, waiting while another writer holds it (a live holder gives
     it back within its ``ttl_s``; a dead one's is taken over then)."""
@@ -121,7 +121,7 @@ def wait_for(
 
 @contextlib.contextmanager
 def holding(
-    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = SIBLINGS_TTL_S
+    root: StoreRoot, leaf: str, run_id: str | None, *, ttl_s: float = PUBLISH_TTL_S
 ) -> Iterator[Claim]:
     """Hold the leaf's claim for the ``with`` block (see :func:`wait_for`)."""
     claim = wait_for(root, leaf, run_id, ttl_s=ttl_s)

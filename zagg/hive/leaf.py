@@ -21,6 +21,7 @@ prefix is empty (a store this write created).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -253,8 +254,8 @@ def _write(
     # a versioned leaf's pointer and its unversioned siblings are written under the leaf's
     # claim (an unversioned write holds it already, from before it cleared anything), so
     # the last writer to publish the leaf writes its siblings too, and no two interleave
-    claim = None if version is None else claims.wait_for(root, rel, run_id)
-    try:
+    publishing = contextlib.nullcontext() if version is None else claims.holding(root, rel, run_id)
+    with publishing:
         if version is not None:  # the pointer: one PUT, only once the version is stamped
             sizes["pointer"] = stamp.write_stamp(
                 root, rel, template[stamp.ZARR_JSON], {**seal, "current": version}
@@ -288,9 +289,6 @@ def _write(
             },
         }
         _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra, derived)
-    finally:
-        if claim is not None:
-            claims.release(root, claim)
     return record
 
 

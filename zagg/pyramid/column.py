@@ -183,7 +183,6 @@ def write_column(
     attrs: dict,
     *,
     granule_count: int = 0,
-    fresh: bool = False,
     window: str | None = None,
 ) -> dict | None:
     """Write the leaf column of ``shard_id`` (of its leaf of ``window``: the window's
@@ -193,13 +192,12 @@ def write_column(
     rel = artifact.column_path(shard_id, window)
     laws = laws_of(decl.fields) if decl is not None else {}
     if not laws:
-        if not fresh:
-            artifact.clear(root, rel)
+        artifact.clear(root, rel)
         return None
     t0 = time.perf_counter()
     # a previous column is cleared while this one folds (its listing's round trip on an
     # object store passes meanwhile); the writer holds the leaf's claim, so none is racing
-    clearing = None if fresh else background().submit(artifact.clear, root, rel)
+    clearing = background().submit(artifact.clear, root, rel)
     try:
         p, c = decl.shard_order, decl.cell_order
         levels = column_levels(leaf_level(shard_id, contents, laws, p, c), decl, laws)
@@ -231,8 +229,7 @@ def write_column(
         }
         groups = {r: node_contents(lv, shard_id, laws) for r, (lv, _) in levels.items()}
     finally:  # waited for even when the fold fails: nothing may delete after the claim
-        if clearing is not None:
-            clearing.result()
+        clearing.result()
     t_fold = time.perf_counter()
     record = artifact.write_artifact(
         root,
