@@ -567,3 +567,19 @@ def test_composition_and_where_read_variables_of_the_right_shape(field, where, m
     cfg["data_source"]["variables"] = ["h", "conf"]
     with pytest.raises(zagg.ConfigError, match=message):
         zagg.aggregate(ds, cfg)
+
+
+def test_a_graph_built_twice_from_the_same_points_has_the_same_task_keys():
+    from dask.utils import key_split
+
+    ds = make_points(6_000, seed=6).chunk({"obs": 2_000})
+    pick = computed(ds, make_config(), dense=True).attrs["zagg"]["shards"][1:3]
+    first = zagg.aggregate(ds, make_config(), shards=pick, dense=True)
+    again = zagg.aggregate(ds, make_config(), shards=pick, dense=True)
+    keys = set(first["h_td"].data.__dask_graph__())
+    assert keys == set(again["h_td"].data.__dask_graph__())
+    prefixes = {key_split(k) for k in keys}
+    assert {"reduce-chunk", "shard-cells", "dense"} <= prefixes
+    # another config is another graph
+    other = zagg.aggregate(ds, make_config(c=C - 1), shards=pick, dense=True)
+    assert other["h_td"].data.name != first["h_td"].data.name

@@ -496,31 +496,20 @@ INTERRUPTED_WRITE = (
     "leaf left without its stamp: run the same command again to finish it"
 )
 
-#: exceptions that report bad input (printed as one line, exit status 2), by module
-USER_ERRORS = {
-    "zagg.validation": "ConfigError",
-    "zagg.hive.manifest": "ManifestConflictError",
-    "zagg.hive.storage": "StoreRootError",
-    "zagg.regions": "RegionError",
-    "zagg.sources.granules": "GranuleError",
-    "zagg.cluster": "ClusterError",
-    "zagg.sources.catalog": "CatalogError",
-    "zagg.pyramid.lease": "SweepRefused",
-    "zagg.pyramid.sweep": "SweepError",
-}
-
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """The input-error classes of the modules loaded so far (a command that never imported
-    a module cannot raise its errors, and importing them all would cost the CLI a second)."""
-    found = [getattr(sys.modules[m], name) for m, name in USER_ERRORS.items() if m in sys.modules]
+    """The errors that report bad input or a refused operation, printed as one line with
+    exit status 2: zagg's own (every one derives from :class:`zagg.errors.ZaggError`) and
+    the operating system's refusals of a path."""
+    from .errors import ZaggError
+
     return (
+        ZaggError,
         FileNotFoundError,
         FileExistsError,
         IsADirectoryError,
         NotADirectoryError,
         PermissionError,
-        *found,
     )
 
 

@@ -29,6 +29,7 @@ from .config import Config, load_config
 from .credentials import redacted
 from .plan import Plan, make_plan
 from .reduce import reduce_chunk
+from .stages import REDUCE_CHUNK, layer_name
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -215,7 +216,7 @@ def chunk_reductions(plan: Plan, arrays: list[da.Array]) -> da.Array:
         concatenate=True,
         dtype=object,
         meta=np.empty(0, object),
-        name=f"reduce-chunk-{uuid.uuid4().hex}",
+        name=layer_name(REDUCE_CHUNK, plan.token, [a.name for a in arrays]),
     )
 
 
@@ -249,8 +250,12 @@ class Discovery:
     @classmethod
     def lazy(cls, reductions: da.Array, plan: Plan) -> Discovery:
         """Nothing computed: every chunk may feed every one of the plan's shards."""
-        take = dask.delayed(_result, pure=False)
-        results = [take(b) for b in collection.block_tasks(reductions, optimize=True)]
+        take = dask.delayed(_result, pure=True)
+        name = layer_name("result", reductions.name)
+        results = [
+            take(b, dask_key_name=f"{name}-{i}")
+            for i, b in enumerate(collection.block_tasks(reductions, optimize=True))
+        ]
         words = np.asarray(plan.shard_set or (), dtype=np.uint64)
         client = progress_.active_client()
         one = client is None or len(client.scheduler_info(n_workers=-1)["workers"]) <= 1

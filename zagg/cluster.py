@@ -16,6 +16,7 @@ import functools
 import os
 
 from .deploy import local_cluster_config, worker_environ
+from .errors import ZaggError
 from .progress import active_client
 
 
@@ -42,7 +43,7 @@ def runs_in_process(n_workers: int, threads_per_worker: int) -> bool:
     return n_workers == 1 and threads_per_worker >= (os.cpu_count() or 1)
 
 
-class ClusterError(ValueError):
+class ClusterError(ZaggError, ValueError):
     """Cluster settings zagg refuses, or a scheduler it cannot reach."""
 
 

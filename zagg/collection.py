@@ -17,7 +17,6 @@ pieces) before starting the next one's. Task names read as stages on the dashboa
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 import dask
@@ -29,6 +28,7 @@ from .partials import Partial, combine
 from .plan import Plan
 from .reduce import ChunkResult
 from .shards import ShardCells, dense_arrays, finalize, sparse_arrays
+from .stages import COMBINE, PIECE, SHARD_CELLS, layer_name
 
 FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
 STAGES = ("piece", "combine", "finalize", "output")  # later stages run first within a shard
@@ -183,7 +183,7 @@ class Shards:
             chunks,
             lambda name: shards.cells.map_blocks(
                 _sparse_block,
-                name=f"{name}-{_token()}",
+                name=layer_name(f"sparse-{name}", shards.cells.name),
                 chunks=chunks,
                 dtype=_dtype(shards, name),
                 arrays={name: shards.arrays[name]},
@@ -206,14 +206,14 @@ class Shards:
                 n=n,
                 dtype=np.uint64,
                 chunks=chunks,
-                name=f"morton-{_token()}",
+                name=layer_name("dense-morton", self.cells.name),
             )
         return _dataset(
             self,
             chunks,
             lambda name: self.cells.map_blocks(
                 _dense_block,
-                name=f"{name}-{_token()}",
+                name=layer_name(f"dense-{name}", self.cells.name),
                 chunks=chunks,
                 dtype=_dtype(self, name),
                 arrays={name: self.arrays[name]},
@@ -222,10 +222,6 @@ class Shards:
             ),
             morton,
         )
-
-
-def _token() -> str:
-    return uuid.uuid4().hex
 
 
 def _dtype(shards: Shards, name: str) -> np.dtype:
@@ -301,8 +297,10 @@ def build(
     words = np.asarray(words, np.uint64)
     weights = None if rows is None else [rows.get(int(w), 0) for w in words]
     prio = shard_priorities(weights, len(words))
-    token = _token()
-    name = f"shard-cells-{token}"
+    name = layer_name(
+        SHARD_CELLS, plan.token, [r.key for r in results], words.tolist(), pieces_as_tasks
+    )
+    token = name[len(SHARD_CELLS) + 1 :]
     cut = dask.delayed(_cut, pure=False)
     layer, deps = {}, []
     for i, w in enumerate(words.tolist()):
@@ -310,11 +308,11 @@ def build(
         if pieces_as_tasks:
             with dask.annotate(priority=stage_priority(prio[i], "piece")):
                 items = [
-                    cut(r, w, dask_key_name=(f"piece-{token}", i, j)) for j, r in enumerate(items)
+                    cut(r, w, dask_key_name=(f"{PIECE}-{token}", i, j)) for j, r in enumerate(items)
                 ]
         with dask.annotate(priority=stage_priority(prio[i], "combine")):
             items = tree_levels(
-                items, merge_shard, plan, w, fan_in=FAN_IN, key=(f"combine-{token}", i)
+                items, merge_shard, plan, w, fan_in=FAN_IN, key=(f"{COMBINE}-{token}", i)
             )
         layer[(name, i)] = Task((name, i), shard_cells, plan, w, *[TaskRef(d.key) for d in items])
         deps += items

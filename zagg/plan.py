@@ -100,6 +100,29 @@ class Plan:
         return int(shard[0]), int(index[0])
 
     @property
+    def token(self) -> str:
+        """A deterministic hash of what the plan computes (its tasks' names derive from
+        it): the records' names and settings, not the functions they hold."""
+        from dask.base import tokenize
+
+        return tokenize(
+            self.lat,
+            self.lon,
+            repr(self.filters),
+            self.inputs,
+            self.columns,
+            self.declared,
+            [key for key, _ in self.specs],
+            [(fp.name, fp.reducer.name, fp.states, repr(fp.field)) for fp in self.fields],
+            self.cell_order,
+            self.shard_order,
+            self.shard_set,
+            self.granule_var,
+            repr(self.windowing),
+            self.time_states,
+        )
+
+    @property
     def state_specs(self) -> dict[str, StateSpec]:
         return dict(self.specs)
 

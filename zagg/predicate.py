@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import ZaggError
+
 MAX_DEPTH = 64
 MAX_LENGTH = 4096
 # Integer literals span int64 and uint64 (numpy compares every integer array against them
@@ -52,7 +54,7 @@ _SPACE = " \t\r\n"
 _WORD_HINTS = {"and": "'&'", "or": "'|'", "not": "'~'"}
 
 
-class PredicateError(ValueError):
+class PredicateError(ZaggError, ValueError):
     """A predicate was refused; ``position`` is the 0-based character offset, or None."""
 
     def __init__(self, message: str, position: int | None = None):

@@ -14,11 +14,12 @@ import mortie
 import numpy as np
 
 from . import grid as G
+from .errors import ZaggError
 
 _DENSIFY = 64  # points per box edge
 
 
-class RegionError(ValueError):
+class RegionError(ZaggError, ValueError):
     """A region that cannot be covered; the message names the file or value and the fix."""
 
 

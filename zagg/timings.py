@@ -24,27 +24,7 @@ import contextlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-#: key prefix → stage; prefixes not listed are the input's tasks ("read")
-STAGES = {
-    "reduce-chunk": "key + reduce",
-    "piece": "combine",
-    "combine": "combine",
-    "shard-cells": "combine",
-    "merge-shard": "combine",
-    "write-leaf": "write",
-    "fold-node": "pyramid",
-    "summary": "other",
-    "result": "other",
-}
-ORDER = ("read", "key + reduce", "combine", "write", "pyramid", "other")
-
-
-def stage_of(prefix: str) -> str:
-    if prefix in STAGES:
-        return STAGES[prefix]
-    if prefix.startswith(("fold-", "column-", "overview-")):
-        return "pyramid"
-    return "read"
+from .stages import ORDER, stage_of
 
 
 @dataclass

@@ -11,10 +11,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
+from .errors import ZaggError
 from .orders import MAX_ORDER
 
 
-class ConfigError(ValueError):
+class ConfigError(ZaggError, ValueError):
     """A configuration that zagg refuses; the message names the key and the fix."""
 
 

@@ -12,7 +12,6 @@ object and only the client touches root objects.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from .hive.paths import MANIFEST_KEY, leaf_stem
 from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
+from .stages import DATASET_CELLS, WRITE_LEAF, layer_name
 from .summary import RunSummary
 from .windows.leaves import root_temporal, run_windowing, temporal_record, unit_window
 
@@ -255,7 +255,7 @@ def prepare_write(
                 writer=writer,
                 dtype=object,
                 meta=np.empty(0, object),
-                name=f"write-leaf-{uuid.uuid4().hex}",
+                name=layer_name(WRITE_LEAF, shards.cells.name, root.url, semantic, run_id),
             )
         tasks = block_tasks(records)
     info = {
@@ -328,7 +328,7 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
         chunks=chunks,
         dtype=object,
         meta=np.empty(0, object),
-        name=f"cells-{uuid.uuid4().hex}",
+        name=layer_name(DATASET_CELLS, [ds[n].data.name for n in names], morton),
     )
     prio = shard_priorities(sizes, len(words))
     meta = {k: v for k, v in z.items()}

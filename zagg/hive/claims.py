@@ -29,12 +29,14 @@ from dataclasses import dataclass
 
 from zagg.hive.storage import StoreRoot, dumps_json
 
+from ..errors import ZaggError
+
 CLAIM_SPEC = "zagg-leaf-claim/1"
 CLAIM_TTL_S = 600.0  # a leaf write that has held its claim this long is presumed dead
 PUBLISH_TTL_S = 120.0  # the same, for a versioned leaf's pointer, sidecars and column
 
 
-class LeafHeldError(RuntimeError):
+class LeafHeldError(ZaggError, RuntimeError):
     """Another live run is writing this (unversioned) leaf."""
 
 

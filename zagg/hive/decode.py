@@ -27,6 +27,8 @@ import numba
 import numpy as np
 import zstandard
 
+from ..errors import ZaggError
+
 VLEN = "variable_length_bytes"
 ABSENT = 0xFFFFFFFFFFFFFFFF  # an absent inner chunk's offset and size in a shard index
 _DENSE_CHAIN = [{"name": "bytes", "configuration": {"endian": "little"}}]
@@ -35,7 +37,7 @@ _FLOAT_FILLS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _GAP = 1 << 16  # byte ranges closer than this are fetched as one
 
 
-class CorruptChunkError(ValueError):
+class CorruptChunkError(ZaggError, ValueError):
     """A chunk object that does not decode as its array's metadata says."""
 
 

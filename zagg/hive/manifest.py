@@ -14,6 +14,8 @@ from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.stamp import HIVE_SPEC, HIVE_SPEC_WINDOWED, now_iso
 from zagg.hive.storage import StoreRoot, as_root
 
+from ..errors import ZaggError
+
 FROZEN_KEYS = (
     "spec",
     "dataset",
@@ -28,7 +30,7 @@ PYRAMID_OFF = {"spec": "zagg-pyramid/1", "overview": {"orders": []}}
 _BASE_RE = re.compile(r"^-?[1-6]$")
 
 
-class ManifestConflictError(ValueError):
+class ManifestConflictError(ZaggError, ValueError):
     """An existing store's manifest disagrees with this run on frozen keys."""
 
 

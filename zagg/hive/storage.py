@@ -23,6 +23,8 @@ from zarr.abc.store import Store
 
 from zagg.hive.parts import Parts, object_bytes, object_size
 
+from ..errors import ZaggError
+
 
 class StoreRoot:
     """One store root: a local path or an fsspec URL plus its ``storage_options``."""
@@ -286,7 +288,7 @@ class StoreRoot:
         )
 
 
-class StoreRootError(ValueError):
+class StoreRootError(ZaggError, ValueError):
     """A store location that cannot take a hive store: a file, a directory that cannot be
     written, or one that already holds something other than a hive store."""
 

@@ -30,6 +30,8 @@ from zagg.pyramid.declare import Declaration
 from zagg.pyramid.levels import Level, coarsen, concat, gather
 from zagg.pyramid.reading import group_level
 
+from ..errors import ZaggError
+
 GATHER, MERGE = "stage-gather", "stage-merge"
 
 
@@ -208,11 +210,11 @@ def _prefix(shard_id: str, order: int) -> str:
 
 
 # -- the tasks -----------------------------------------------------------------------------
-class ColumnMoved(RuntimeError):
+class ColumnMoved(ZaggError, RuntimeError):
     """A leaf column was rewritten while the sweep read it."""
 
 
-class ForeignStamp(RuntimeError):
+class ForeignStamp(ZaggError, RuntimeError):
     """Another sweep wrote an overview this sweep owns since it was admitted."""
 
 

@@ -19,12 +19,14 @@ from datetime import UTC, datetime
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import StoreRoot, dumps_json
 
+from ..errors import ZaggError
+
 LEASE_KEY = "sweep.lease.json"
 LEASE_SPEC = "zagg-sweep-lease/1"
 DEFAULT_TTL = 900
 
 
-class SweepRefused(RuntimeError):
+class SweepRefused(ZaggError, RuntimeError):
     """Another sweep holds the store's admission lease."""
 
 

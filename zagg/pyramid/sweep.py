@@ -32,10 +32,12 @@ from zagg.pyramid.ladder import MERGE, Context, NodePlan, load_carry, load_level
 from zagg.pyramid.levels import laws_of
 from zagg.pyramid.reading import group_schema, specs_of
 
+from ..errors import ZaggError
+
 READERS = 16  # concurrent metadata GETs while planning
 
 
-class SweepError(ValueError):
+class SweepError(ZaggError, ValueError):
     """A store (or a request) the sweep cannot work on; the message names why and the fix."""
 
 

@@ -16,8 +16,10 @@ import numpy as np
 from zagg.hive.hashes import array_digest
 from zagg.read.schema import held as _held
 
+from ..errors import ZaggError
 
-class IntegrityError(ValueError):
+
+class IntegrityError(ZaggError, ValueError):
     """A leaf whose arrays do not match what its commit stamp recorded."""
 
 

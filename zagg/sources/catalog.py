@@ -36,6 +36,7 @@ import dask
 import numpy as np
 
 from .. import grid as G
+from ..errors import ZaggError
 from ..grid import MAX_ORDER
 from .granules import (
     GranuleError,
@@ -86,7 +87,7 @@ _FIELDS = (
 )  # required in every entry; "size" is optional (older catalogs)
 
 
-class CatalogError(ValueError):
+class CatalogError(ZaggError, ValueError):
     """A catalog file or a selection that zagg refuses; the message names the fix."""
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ZaggError
+
 __all__ = [
     "FetchSettings",
     "Layout",
@@ -260,7 +262,7 @@ def decode_chunk(raw, layout: Layout, mask: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.dtype(layout.dtype)).reshape(shape)
 
 
-class ChunkError(ValueError):
+class ChunkError(ZaggError, ValueError):
     """A stored chunk that cannot be decoded; ``rows`` are the rows it holds."""
 
     def __init__(self, msg: str, rows: tuple[int, int]):

@@ -3,10 +3,12 @@ reading (config block, scanning, the lazy arrays' tasks) raises the same types."
 
 from __future__ import annotations
 
+from ..errors import ZaggError
+
 __all__ = ["GranuleError", "GranuleReadError"]
 
 
-class GranuleError(ValueError):
+class GranuleError(ZaggError, ValueError):
     """A granule that cannot be read as configured; the message names the file and path."""
 
 
