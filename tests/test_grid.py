@@ -125,3 +125,13 @@ def test_pin_threads_sets_rayon(monkeypatch):
     import os
 
     assert os.environ["RAYON_NUM_THREADS"] == "1"
+
+
+def test_ancestor_id_is_the_id_of_the_ancestor_word():
+    ids = ["-5121141141", "4123", "61"]
+    for cell_id in ids:
+        order = G.id_order(cell_id)
+        for k in range(order + 1):
+            expect = G.to_decimal(G.ancestor(G.from_decimal([cell_id]), k))[0]
+            assert G.ancestor_id(cell_id, k) == expect
+    assert G.ancestor_id("-5121141141", 3) == "-5121"

@@ -21,7 +21,7 @@ import yaml
 from . import predicate, reducers
 from .credentials import parse_storage_options
 from .filters import Filter, parse_filters
-from .orders import MAX_ORDER
+from .grid import MAX_ORDER
 from .validation import (
     ConfigError,
     check_keys,

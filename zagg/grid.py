@@ -6,6 +6,8 @@ needed, straight as the area word at the cell order, which is the point word's a
 Coarsening a word to an ancestor uses the public bit layout (clearing the tuples below the
 order and writing the order suffix), which mortie documents and which is bit-identical to
 ``clip2order`` for orders up to 27; orders 28 and 29 go through ``clip2order`` itself.
+mortie is imported by the functions that call it, so the config's checks can read
+:data:`MAX_ORDER` without loading it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from __future__ import annotations
 import os
 import re
 
-import mortie
 import numpy as np
 
-from .orders import MAX_ORDER
+#: mortie's deepest order, that of point words
+MAX_ORDER = 29
 
 LATITUDE_CONVENTION = "authalic-wgs84"
 WGS84_SEMI_MAJOR_AXIS = 6378137.0
@@ -75,6 +77,8 @@ def keyed_ancestor(words, ok, order: int) -> np.ndarray:
 
 
 def _keyed(lat, lon, order: int | None) -> tuple[np.ndarray, np.ndarray]:
+    import mortie
+
     lat = np.asarray(lat, dtype=np.float64)
     lon = np.asarray(lon, dtype=np.float64)
     words = mortie.geo2mort(lat, lon, order=order)  # non-finite input gives the null word 0
@@ -87,6 +91,8 @@ def _keyed(lat, lon, order: int | None) -> tuple[np.ndarray, np.ndarray]:
 def ancestor(words, order: int) -> np.ndarray:
     """Ancestor area words at ``order`` (words already at or above it come back unchanged
     for area words; point words always become the area cell)."""
+    import mortie
+
     words = np.asarray(words, dtype=_U64)
     if not 0 <= order <= MAX_ORDER:
         raise ValueError(f"order must be in 0..{MAX_ORDER}, got {order}")
@@ -114,6 +120,8 @@ def shard_cell_words(shard_word, shard_order: int, cell_order: int) -> np.ndarra
     ``word[j] = word[0] + j * 2**(60 - 2c)`` with ``word[0] = shard word + (c - p)``; at 28
     and 29 mortie's children are the law.
     """
+    import mortie
+
     shard_word = _U64(shard_word)
     if cell_order > 27:
         return np.asarray(
@@ -137,6 +145,8 @@ def cell_rank(cell_words, shard_word, shard_order: int, cell_order: int) -> np.n
 
 def to_decimal(words) -> list[str]:
     """Decimal ids (mortie's rendering; point words carry a trailing ``p``)."""
+    import mortie
+
     words = np.atleast_1d(np.asarray(words, dtype=_U64))
     if words.size == 0:
         return []
@@ -145,6 +155,8 @@ def to_decimal(words) -> list[str]:
 
 def from_decimal(ids) -> np.ndarray:
     """Words for decimal ids; every id is validated against the id grammar first."""
+    import mortie
+
     ids = [ids] if isinstance(ids, str) else list(ids)
     for s in ids:
         validate_id(s)
@@ -159,6 +171,13 @@ def as_words(cells) -> np.ndarray:
     if items and all(isinstance(s, str) for s in items):
         return from_decimal(items)
     return np.asarray(items, dtype=_U64)
+
+
+def ancestor_id(cell_id: str, order: int) -> str:
+    """The decimal id of ``cell_id``'s ancestor at ``order`` (its first ``order`` digits
+    after the base cell, which carries a sign in the south)."""
+    sign = 1 if cell_id.startswith("-") else 0
+    return cell_id[: sign + 1 + order]
 
 
 def id_order(shard_id: str) -> int:

@@ -19,6 +19,7 @@ from collections import Counter
 import numpy as np
 import zarr
 
+from . import grid as G
 from . import hive
 from .hive import coverage as hcov
 from .hive.hashes import array_digest, combined_digest
@@ -409,7 +410,7 @@ def level_lines(
 
     def committed(kind, ids, k, window):
         path = artifact.column_path if kind == "column" else artifact.overview_path
-        nodes = sorted({sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid in ids})
+        nodes = sorted({G.ancestor_id(sid, k) for sid in ids})
         with ThreadPoolExecutor(max_workers=16) as pool:
             found = list(
                 pool.map(lambda n: artifact.stamped_attrs(root, path(n, window), kind), nodes)

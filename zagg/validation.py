@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Mapping
 
 from .errors import ZaggError
-from .orders import MAX_ORDER
+from .grid import MAX_ORDER
 
 
 class ConfigError(ZaggError, ValueError):

@@ -158,11 +158,11 @@ def plan(
     for k, r in decl.ladder():
         by_node: dict[str, list[str]] = {}
         for sid in leaves:
-            by_node.setdefault(_prefix(sid, k), []).append(sid)
+            by_node.setdefault(G.ancestor_id(sid, k), []).append(sid)
         nodes[k] = {}
         for nid, under in sorted(by_node.items(), key=lambda kv: G.from_decimal([kv[0]])[0]):
             kids = sorted(
-                {_prefix(s, k + 1) for s in under}, key=lambda s: int(G.from_decimal([s])[0])
+                {G.ancestor_id(s, k + 1) for s in under}, key=lambda s: int(G.from_decimal([s])[0])
             )
             attrs = overviews.get(nid)
             nodes[k][nid] = NodePlan(
@@ -201,12 +201,6 @@ def plan(
                 )
             node.dirty = node.in_scope and changed
     return nodes
-
-
-def _prefix(shard_id: str, order: int) -> str:
-    """The ancestor id at ``order`` of a decimal id (one digit per order)."""
-    sign = 1 if shard_id.startswith("-") else 0
-    return shard_id[: sign + 1 + order]
 
 
 # -- the tasks -----------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def ladder(
     ancestors = {}
     for k, _r in decl.ladder():
         for s in leaves:
-            nid = s[: (1 if s.startswith("-") else 0) + 1 + k]
+            nid = G.ancestor_id(s, k)
             ancestors[nid] = artifact.overview_path(nid, window)
     overviews = _read_attrs(root, ancestors, "overview")
     nodes = plan(decl, leaves, columns, overviews, scope_of)

@@ -37,11 +37,6 @@ from zagg.pyramid.levels import coarsen
 from zagg.pyramid.reading import group_level
 
 
-def _prefix(shard_id: str, order: int) -> str:
-    sign = 1 if shard_id.startswith("-") else 0
-    return shard_id[: sign + 1 + order]
-
-
 def _by_word(ids) -> list[str]:
     ids = sorted(set(ids))
     return sorted(ids, key=lambda s: int(G.from_decimal([s])[0]))
@@ -85,8 +80,10 @@ def run_windowed(
         return shards, []
     tasks = []
     for k, r in decl.ladder():
-        for nid in _by_word(_prefix(s, k) for s in shards):
-            known = [w for w, sids in windows.items() if any(_prefix(s, k) == nid for s in sids)]
+        for nid in _by_word(G.ancestor_id(s, k) for s in shards):
+            known = [
+                w for w, sids in windows.items() if any(G.ancestor_id(s, k) == nid for s in sids)
+            ]
             summary.nodes += 1
             if not scope_of(nid):
                 summary.skipped += 1

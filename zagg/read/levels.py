@@ -100,7 +100,7 @@ def open_level(
     found = _leaves.candidates(root, manifest, "auto", window=window)  # the region cuts below
     k = entry["order"]
     nodes = sorted(
-        {_prefix(sid, k) for _rel, sid in found}, key=lambda n: int(G.from_decimal([n])[0])
+        {G.ancestor_id(sid, k) for _rel, sid in found}, key=lambda n: int(G.from_decimal([n])[0])
     )
     if reg is not None and nodes:
         lo, hi = subtree_intervals(G.from_decimal(nodes), reg.order)
@@ -143,11 +143,6 @@ def _window_of(root, manifest: dict, window) -> str | None:
             f"window schedule): drop window={window!r}"
         )
     return str(window)
-
-
-def _prefix(shard_id: str, order: int) -> str:
-    sign = 1 if shard_id.startswith("-") else 0
-    return shard_id[: sign + 1 + order]
 
 
 def _carries(attrs: dict, role: str, order: int) -> bool:
