@@ -17,9 +17,7 @@ from . import grid as G
 from . import predicate
 from .config import Config, FieldSpec, Filter
 from .reducers import Reducer, State
-
-#: the name under which a state reads each kept point's order-29 morton word
-POINT_WORDS = "__point_words__"
+from .states import POINT_WORDS
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: the name under which a state reads each kept point's order-29 morton word
+POINT_WORDS = "__point_words__"
+
 _LANES = 8  # composition lanes; column _LANES of a lanes state is the stratum size
 
 
@@ -138,7 +141,6 @@ def digest_chunk(points, spec):
     location word, flux digests weigh each value by ``weight_source``."""
     from .kernels import located, tdigest
     from .partials import Digests
-    from .plan import POINT_WORDS
 
     opts = spec.opts
     if opts.get("timed"):
@@ -181,8 +183,6 @@ def digest_chunk(points, spec):
 
 def digest_reads(spec, declared) -> set[str]:
     """A flux digest reads its weights; a located one its points' order-29 words."""
-    from .plan import POINT_WORDS
-
     opts = spec.opts
     names = {opts["weight_source"]} if opts.get("weights") == "flux" else set()
     if opts.get("timed"):

@@ -18,7 +18,7 @@ import zstandard
 
 from zagg import grid
 from zagg.hive.manifest import read_manifest
-from zagg.hive.paths import ROOT_COVERAGE_KEY
+from zagg.hive.paths import ROOT_COVERAGE_KEY, leaf_path
 from zagg.hive.stamp import now_iso, read_stamp
 from zagg.hive.storage import as_root
 from zagg.hive.walk import walk_leaves
@@ -148,6 +148,28 @@ def parse_leaf_envelope(stamp: dict | None) -> dict | None:
     if not isinstance(coverage, dict) or coverage.get("spec") != SPEC:
         return None
     return coverage
+
+
+def listed_leaves(root, shard_order: int, discover: str = "auto") -> list[tuple[str, str]]:
+    """``(leaf prefix, shard id)`` of the leaves a store lists, in ascending word order:
+    from the root ``coverage.moc`` when it is usable (``discover`` "auto" or "moc"), else
+    by the discovery walk ("walk", or "auto" without a usable root coverage)."""
+    root = as_root(root)
+    envelope = None if discover == "walk" else read_root_coverage(root)
+    if envelope is None and discover == "moc":
+        raise ValueError(f"{root.url} has no usable root coverage.moc; use discover='walk'")
+    if envelope is not None and envelope["order"] == shard_order:
+        ids = expand_ranges(envelope)
+        words = grid.from_decimal(ids)
+        return [(leaf_path(ids[i]), ids[i]) for i in np.argsort(words, kind="stable")]
+    found = walk_leaves(root)
+    for rel, sid in found:
+        if grid.id_order(sid) != shard_order:
+            raise ValueError(
+                f"{root.url_of(rel)} is an order-{grid.id_order(sid)} leaf in a store "
+                f"whose manifest declares shard_order {shard_order}"
+            )
+    return found
 
 
 # -- root: the ranges MOC ---------------------------------------------------------------

@@ -63,7 +63,7 @@ def _finish(result, times, locs):
 
 def timed_chunk(points, spec):
     """A chunk's timed digests per cell (the digest state's chunk for ``timed: true``)."""
-    from zagg.plan import POINT_WORDS
+    from zagg.states import POINT_WORDS
     from zagg.windows.clock import windowing_of
     from zagg.windows.toc import observation_words
 

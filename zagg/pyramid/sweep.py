@@ -132,9 +132,7 @@ def sweep(
 
 
 def _committed_leaves(root: StoreRoot, manifest: dict) -> list[str]:
-    from zagg.read.leaves import candidates
-
-    return [sid for _rel, sid in candidates(root, manifest, "auto")]
+    return [sid for _rel, sid in coverage.listed_leaves(root, manifest["shard_order"])]
 
 
 def _read_attrs(root: StoreRoot, rels: dict[str, str], role: str) -> dict[str, dict]:

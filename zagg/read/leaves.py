@@ -70,22 +70,7 @@ def candidates(
             return found
         lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)
         return [leaf for leaf, k in zip(found, region.overlaps(lo, hi), strict=True) if k]
-    envelope = None if discover == "walk" else _coverage.read_root_coverage(root)
-    if envelope is None and discover == "moc":
-        raise ValueError(f"{root.url} has no usable root coverage.moc; use discover='walk'")
-    order = manifest["shard_order"]
-    if envelope is not None and envelope["order"] == order:
-        ids = _coverage.expand_ranges(envelope)
-        words = _grid.from_decimal(ids)
-        found = [(_paths.leaf_path(ids[i]), ids[i]) for i in np.argsort(words, kind="stable")]
-    else:
-        found = walk_leaves(root)
-        for rel, sid in found:
-            if _grid.id_order(sid) != order:
-                raise ValueError(
-                    f"{root.url_of(rel)} is an order-{_grid.id_order(sid)} leaf in a store "
-                    f"whose manifest declares shard_order {order}"
-                )
+    found = _coverage.listed_leaves(root, manifest["shard_order"], discover)
     if region is None or not found:
         return found
     lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)
