@@ -122,9 +122,9 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
         return None
     from . import grid as G
     from .sources.catalog import select
-    from .sources.granules import _read_catalog
+    from .sources.granules import catalog_entries
 
-    catalog = _read_catalog(src)
+    catalog = catalog_entries(src)
     p = cfg.grid.parent_order
     if catalog.order < p:
         return None

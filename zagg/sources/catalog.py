@@ -42,15 +42,17 @@ from .granules import (
     GranuleError,
     GranuleSource,
     StorageOptions,
-    _local,
-    _open_with_stamp,
-    _read_scanned,
-    _s3,
-    _scan_file,
-    _stamp_size,
-    granule_id,
     list_granules,
     parse_granule_source,
+)
+from .scan import (
+    granule_id,
+    local_path,
+    open_with_stamp,
+    read_scanned,
+    s3_filesystem,
+    scan_file,
+    stamp_size,
 )
 
 __all__ = [
@@ -247,16 +249,16 @@ def _is_url(href: str) -> bool:
 
 def _absolute(href: str) -> str:
     """A local href as a normalised absolute path; URLs unchanged."""
-    return href if _is_url(href) else os.path.abspath(_local(href))
+    return href if _is_url(href) else os.path.abspath(local_path(href))
 
 
 def _current_size(href: str, options: Mapping) -> int | None:
     """The granule file's size now (a stat, or one HEAD request on S3)."""
     try:
         if href.startswith("s3://"):
-            size = _s3(options).info(href).get("size")
+            size = s3_filesystem(options).info(href).get("size")
             return None if size is None else int(size)
-        return os.path.getsize(_local(href))
+        return os.path.getsize(local_path(href))
     except Exception as exc:
         msg = StorageOptions(options).redact(f"{type(exc).__name__}: {exc}")
         raise GranuleError(
@@ -267,11 +269,11 @@ def _current_size(href: str, options: Mapping) -> int | None:
 def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
     gid = granule_id(href)
     try:
-        with _open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
+        with open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
             f,
             stamp,
         ):
-            scan = _scan_file(source, f, href, gid, stamp)
+            scan = scan_file(source, f, href, gid, stamp)
             epoch = ATLAS_SDP_GPS_EPOCH
             if "ancillary_data/atlas_sdp_gps_epoch" in f:
                 epoch = float(np.asarray(f["ancillary_data/atlas_sdp_gps_epoch"]).ravel()[0])
@@ -281,7 +283,7 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
                     stop = min(start + READ_ROWS, g.rows)
 
                     def rows(template, g=g, start=start, stop=stop):
-                        return _read_scanned(
+                        return read_scanned(
                             f, href, g, template, start, stop, source.storage_options, source.reads
                         )
 
@@ -309,7 +311,7 @@ def _entry(source: GranuleSource, href: str, order: int) -> CatalogEntry:
         delta_time_to_utc(t_max, epoch) if times else None,
         t_min,
         t_max,
-        _stamp_size(href, scan.stamp),
+        stamp_size(href, scan.stamp),
     )
 
 
@@ -349,7 +351,7 @@ def _catalog_dir(path: str) -> str | None:
     """The absolute directory of a local catalog file; None for a URL."""
     if _is_url(path):
         return None
-    return os.path.dirname(os.path.abspath(_local(path)))
+    return os.path.dirname(os.path.abspath(local_path(path)))
 
 
 def _stored_href(href: str, base: str | None) -> str:

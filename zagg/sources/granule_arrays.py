@@ -45,7 +45,7 @@ def _read_piece(p: Piece, options: StorageOptions, settings: FetchSettings) -> n
     try:
         if p.layout.fallback is None:
             return read_direct(p.href, p.layout, p.entries, p.start, p.stop, options, settings)[0]
-        from .granules import open_h5
+        from .scan import open_h5
 
         with open_h5(p.href, options, settings.metadata_block_size) as f:
             return np.asarray(f[p.hpath][p.start : p.stop])

@@ -16,14 +16,12 @@ out granules found damaged mid-read under ``on_error: skip``.
 
 from __future__ import annotations
 
-import contextlib
 import glob as globmod
 import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dask
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 
 from ..credentials import StorageOptions
 from ..validation import ConfigError
-from .chunks import FetchSettings, Layout, chunk_index, float_fill, layout_of, read_direct
+from .chunks import FetchSettings
 from .errors import GranuleError, GranuleReadError
 from .granule_config import (
     CATALOG_SUFFIXES,
@@ -45,7 +43,19 @@ from .granule_config import (
     is_catalog,
     parse_granule_source,
 )
-from .readplan import ShardCover, blocks, needed_rows
+from .readplan import ShardCover, blocks
+from .scan import (
+    Scan,
+    granule_id,
+    group_prefix,
+    hdf5_path,
+    item_key,
+    local_path,
+    open_h5,
+    s3_filesystem,
+    scan,
+    stamp_size,
+)
 
 __all__ = [
     "CATALOG_SUFFIXES",
@@ -79,29 +89,18 @@ TIME_ATTRS = {
 # --------------------------------------------------------------------------- locations
 
 
-def granule_id(href: str) -> str:
-    """The id of a granule: its bare file name, whatever the href."""
-    return PurePosixPath(href.rstrip("/")).name
-
-
-def _s3(options: Mapping):
-    import fsspec
-
-    return fsspec.filesystem("s3", **dict(options))
-
-
 def list_granules(source: GranuleSource) -> list[str]:
     """Hrefs of the granules a source names, sorted by granule id (a catalog keeps its
     order). Refuses an empty listing and two granules with the same id."""
     loc, key = source.granules, f"{source.config_key}.granules"
     if isinstance(loc, tuple):
-        hrefs = [_local(h) for h in loc]
+        hrefs = [local_path(h) for h in loc]
     elif is_catalog(loc):
-        hrefs = [e.href for e in _read_catalog(source)]
+        hrefs = [e.href for e in catalog_entries(source)]
     elif loc.startswith("s3://"):
         hrefs = _list_s3(loc, source.storage_options, key)
     else:
-        hrefs = _list_local(_local(loc), key)
+        hrefs = _list_local(local_path(loc), key)
     if not hrefs:
         raise _config_error(
             key,
@@ -121,17 +120,14 @@ def list_granules(source: GranuleSource) -> list[str]:
     return hrefs
 
 
-def _read_catalog(source: GranuleSource):
+def catalog_entries(source: GranuleSource):
+    """The entries of the catalog file a source names (refused as its config key)."""
     from .catalog import CatalogError, read_catalog
 
     try:
         return read_catalog(source.granules, storage_options=source.storage_options)
     except CatalogError as exc:
         raise _config_error(f"{source.config_key}.granules", str(exc)) from None
-
-
-def _local(href: str) -> str:
-    return href[len("file://") :] if href.startswith("file://") else href
 
 
 def _list_local(loc: str, key: str) -> list[str]:
@@ -154,7 +150,7 @@ def _list_local(loc: str, key: str) -> list[str]:
 
 def _list_s3(loc: str, options: StorageOptions, key: str) -> list[str]:
     try:
-        fs = _s3(options)
+        fs = s3_filesystem(options)
         bare = loc[len("s3://") :]
         if any(c in bare for c in "*?["):
             found = fs.glob(bare)
@@ -169,275 +165,6 @@ def _list_s3(loc: str, options: StorageOptions, key: str) -> list[str]:
 
 def _config_error(key: str, msg: str) -> ConfigError:
     return ConfigError(f"config key '{key}': {msg}")
-
-
-@contextlib.contextmanager
-def open_h5(
-    href: str,
-    storage_options: Mapping | None = None,
-    block_size: int = FetchSettings.metadata_block_size,
-):
-    """An open ``h5py.File`` for a local path or an ``s3://`` URL (through s3fs, read in
-    ranged requests of ``block_size`` bytes)."""
-    with _open_with_stamp(href, storage_options, block_size) as (f, _):
-        yield f
-
-
-@contextlib.contextmanager
-def _open_with_stamp(href: str, storage_options: Mapping | None, block_size: int):
-    import h5py
-
-    if href.startswith("s3://"):
-        fs = _s3(storage_options or {})
-        with (
-            fs.open(href, "rb", block_size=block_size, cache_type="blockcache") as fobj,
-            h5py.File(fobj, "r") as f,
-        ):
-            details = getattr(fobj, "details", None) or {}
-            yield f, (details.get("ETag"), details.get("size"))
-    else:
-        path = _local(href)
-        st = os.stat(path)
-        with h5py.File(path, "r") as f:
-            yield f, (st.st_size, st.st_mtime_ns)
-
-
-def _stamp_size(href: str, stamp) -> int | None:
-    """The file size in bytes inside a stamp of :func:`_open_with_stamp`."""
-    size = stamp[1] if href.startswith("s3://") else stamp[0]
-    return None if size is None else int(size)
-
-
-# --------------------------------------------------------------------------- scanning
-
-
-@dataclass(frozen=True)
-class _GroupShape:
-    """One group of a granule: its rows, how each path read there is stored (``layouts``,
-    ``index``: the chunk entries by HDF5 path) and, under a read plan, the row ranges the
-    run needs (``runs``; None: every row)."""
-
-    group: str | None
-    rows: int
-    layouts: Mapping[str, Layout] = field(default_factory=dict)
-    index: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
-    runs: tuple[tuple[int, int], ...] | None = None
-
-
-@dataclass(frozen=True)
-class _Scan:
-    """What open time learns about one granule: per group its rows and storage, dtypes and
-    attrs per variable, and the bytes the read plan's index took."""
-
-    href: str
-    groups: tuple[_GroupShape, ...]
-    dtypes: Mapping[str, str]
-    attrs: Mapping[str, Mapping]
-    stamp: object  # size/mtime or ETag: part of the graph token
-    index_bytes: int = 0
-
-
-def hdf5_path(template: str, group: str | None) -> str:
-    """The HDF5 path of ``template`` in ``group`` (templates without groups are paths)."""
-    return template if group is None else template.format(group=group)
-
-
-def _group_prefix(template: str) -> str:
-    parts = template.split("/")
-    for i, part in enumerate(parts):
-        if "{group}" in part:
-            return "/".join(parts[: i + 1])
-    return ""
-
-
-def _decode_attrs(attrs) -> dict:
-    out = {}
-    for k in ("units", "long_name", "standard_name", "description"):
-        if k in attrs:
-            v = attrs[k]
-            if isinstance(v, bytes):
-                v = v.decode(errors="replace")
-            if isinstance(v, str):
-                out[k] = v
-    return out
-
-
-def _scan(source: GranuleSource, href: str, cover: ShardCover | None = None) -> _Scan:
-    """Open one granule and check every configured path in every group (metadata only;
-    under a read plan with ``cover``, also the plan's index)."""
-    gid = granule_id(href)
-    try:
-        with _open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
-            f,
-            stamp,
-        ):
-            return _scan_file(source, f, href, gid, stamp, cover)
-    except GranuleError:
-        raise
-    except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
-        msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
-        raise GranuleError(f"granule {gid!r} ({href}): cannot open as HDF5: {msg}") from None
-
-
-def _scan_file(
-    source: GranuleSource, f, href: str, gid: str, stamp, cover: ShardCover | None = None
-) -> _Scan:
-    import h5py
-
-    items = source.items()
-    groups = source.groups or (None,)
-    prefix = _group_prefix(source.latitude)
-    shapes, dtypes, attrs = [], {}, {}
-    index_bytes = 0
-    for group in groups:
-        if group is not None and prefix.format(group=group) not in f:
-            continue  # the whole group is absent: an empty beam
-        rows = None
-        layouts, index = {}, {}
-        for name, template, column in items:
-            hpath = hdf5_path(template, group)
-            obj = f.get(hpath)
-            if obj is None:
-                raise GranuleError(
-                    f"granule {gid!r}: HDF5 path {hpath!r} (data_source "
-                    f"{_item_key(name)}) does not exist in {href}"
-                )
-            if not isinstance(obj, h5py.Dataset):
-                raise GranuleError(
-                    f"granule {gid!r}: HDF5 path {hpath!r} is a group, not a "
-                    f"dataset; point {_item_key(name)} at a dataset"
-                )
-            shape = obj.shape
-            one_d = name in ("latitude", "longitude", "time")
-            if len(shape) not in (1, 2) or (one_d and len(shape) != 1):
-                raise GranuleError(
-                    f"granule {gid!r}: {hpath!r} has shape {shape}; "
-                    + (
-                        f"{_item_key(name)} must be 1-D along the observations"
-                        if one_d
-                        else f"a variable must be 1-D along the observations, 2-D (rows x columns, "
-                        f"read whole, such as signal_conf_ph for a composition), or one "
-                        f"column of a 2-D dataset chosen by {{path, column}} in "
-                        f"{_item_key(name)}"
-                    )
-                )
-            if column is not None and (len(shape) != 2 or column >= shape[1]):
-                raise GranuleError(
-                    f"granule {gid!r}: {hpath!r} has shape {shape}; column {column} of "
-                    f"{_item_key(name)} needs a 2-D dataset with more than {column} columns"
-                )
-            if rows is None:
-                rows = shape[0]
-            elif shape[0] != rows:
-                raise GranuleError(
-                    f"granule {gid!r}: {hpath!r} has {shape[0]} rows but the latitude "
-                    f"{source.latitude.format(group=group)!r} has {rows}; every variable of "
-                    "one group must run along the same observations"
-                )
-            if obj.dtype.kind not in "biuf":
-                raise GranuleError(
-                    f"granule {gid!r}: {hpath!r} has dtype {obj.dtype}; only "
-                    "numeric datasets can be read"
-                )
-            prev = dtypes.get(name)
-            dtypes[name] = obj.dtype.str if prev is None else np.result_type(prev, obj.dtype).str
-            if name not in attrs:
-                attrs[name] = _decode_attrs(obj.attrs)
-            if hpath not in layouts:
-                layouts[hpath] = layout_of(obj)
-                index[hpath] = chunk_index(obj, layouts[hpath])
-        runs = None
-        if cover is not None and source.read_plan is not None:
-            runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index, cover)
-            index_bytes += nbytes
-        shapes.append(_GroupShape(group, int(rows), layouts, index, runs))
-    return _Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes)
-
-
-def _read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
-    """All rows of dataset ``hpath`` of the open granule (directly when its layout allows,
-    else through h5py) with float fill as NaN, and the bytes fetched."""
-    dset = f[hpath]
-    layout = layout_of(dset)
-    if layout.fallback is not None:
-        arr, nbytes = np.asarray(dset[...]), int(dset.id.get_storage_size())
-    else:
-        arr, nbytes = read_direct(
-            href, layout, chunk_index(dset, layout), 0, layout.rows, options, settings
-        )
-    fill = float_fill(dset)
-    if fill is not None:
-        arr = arr.astype(np.float64)
-        arr[arr == fill] = np.nan
-    return arr, nbytes
-
-
-def _read_scanned(
-    f,
-    href: str,
-    shape: _GroupShape,
-    template: str,
-    start: int,
-    stop: int,
-    options,
-    settings: FetchSettings,
-) -> np.ndarray:
-    """Rows ``start:stop`` of a scanned group's dataset at ``template`` as float64 (fill
-    as NaN), read directly when its layout allows, else through the open file ``f``."""
-    hpath = hdf5_path(template, shape.group)
-    layout = shape.layouts[hpath]
-    if layout.fallback is not None:
-        arr = np.asarray(f[hpath][start:stop])
-    else:
-        arr = read_direct(href, layout, shape.index[hpath], start, stop, options, settings)[0]
-    arr = arr.astype(np.float64)
-    if layout.nan_fill is not None:
-        arr[arr == layout.nan_fill] = np.nan
-    return arr
-
-
-def _plan_runs(source: GranuleSource, f, href, gid, group, rows, layouts, index, cover):
-    """The rows of one group the run needs, by the read plan's index, and the bytes read."""
-    import h5py
-
-    plan = source.read_plan
-    key = f"{source.config_key}.read_plan"
-    if plan.kind == "coordinates":
-        roles = (("latitude", source.latitude), ("longitude", source.longitude))
-    else:
-        roles = plan.items()
-    arrays, nbytes = {}, 0
-    for role, template in roles:
-        hpath = hdf5_path(template, group)
-        obj = f.get(hpath)
-        if not isinstance(obj, h5py.Dataset) or len(obj.shape) != 1:
-            what = "does not exist" if obj is None else f"is not a 1-D dataset ({obj})"
-            raise GranuleError(
-                f"granule {gid!r}: HDF5 path {hpath!r} ({key} {role}) {what} "
-                f"in {href}; fix the read plan's paths or set {key}: false"
-            )
-        try:
-            arrays[role], n = _read_whole(f, href, hpath, source.storage_options, source.reads)
-        except Exception as exc:
-            msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
-            raise GranuleError(
-                f"granule {gid!r} ({href}): the read plan's index {hpath!r} cannot be read: {msg}"
-            ) from None
-        nbytes += n
-    try:
-        runs = needed_rows(plan, cover, rows, arrays)
-    except ValueError as exc:
-        raise GranuleError(
-            f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
-            f"plan's index ({key}) does not describe these rows"
-        ) from None
-    return tuple(runs), nbytes
-
-
-def _item_key(name: str) -> str:
-    if name in ("latitude", "longitude"):
-        return f"coordinates.{name}"
-    return "delta_time" if name == "time" else f"variables.{name}"
 
 
 # --------------------------------------------------------------------------- reading
@@ -548,7 +275,7 @@ def open_granules(
     if source.is_catalog:
         from .catalog import select
 
-        catalog = _read_catalog(source)
+        catalog = catalog_entries(source)
         if shards is not None:
             catalog = select(catalog, shards, shard_order=shard_order)
         failed += [dict(f) for f in catalog.failed]
@@ -621,13 +348,13 @@ def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
     return ShardCover(words, order, margin)
 
 
-def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, int]) -> None:
+def _check_sizes(source: GranuleSource, scans: list[Scan], sizes: Mapping[str, int]) -> None:
     """Refuse a granule whose file size is not the one its catalog entry records: it was
     replaced after the catalog was built, so its footprint (and times) may be wrong."""
     from .catalog import CatalogError
 
     for s in scans:
-        want, got = sizes.get(s.href), _stamp_size(s.href, s.stamp)
+        want, got = sizes.get(s.href), stamp_size(s.href, s.stamp)
         if want is not None and got is not None and want != got:
             raise CatalogError(
                 f"granule {granule_id(s.href)!r} ({s.href}) is {got} bytes but the catalog "
@@ -639,10 +366,10 @@ def _check_sizes(source: GranuleSource, scans: list[_Scan], sizes: Mapping[str, 
 
 def _scan_all(
     source: GranuleSource, hrefs: list[str], failed: list[dict], cover: ShardCover | None = None
-) -> list[_Scan]:
+) -> list[Scan]:
     def safe(href):
         try:
-            return _scan(source, href, cover)
+            return scan(source, href, cover)
         except GranuleError as exc:
             return exc
 
@@ -658,7 +385,7 @@ def _scan_all(
     if source.groups and scans:
         present = {g.group for s in scans for g in s.groups}
         missing = [g for g in source.groups if g not in present]
-        prefix = _group_prefix(source.latitude)
+        prefix = group_prefix(source.latitude)
         if len(missing) == len(source.groups):
             raise _config_error(
                 f"{source.config_key}.groups",
@@ -692,7 +419,7 @@ def _align(layouts) -> int:
     return lcm if lcm <= 4 * rows[-1] else rows[-1]
 
 
-def _width(template: str, name: str, scans: list[_Scan]) -> int | None:
+def _width(template: str, name: str, scans: list[Scan]) -> int | None:
     """Columns of the datasets at ``template`` (None: 1-D), refusing granules or groups
     that store it with different numbers of columns."""
     seen: dict[int | None, str] = {}
@@ -707,7 +434,7 @@ def _width(template: str, name: str, scans: list[_Scan]) -> int | None:
     if len(seen) > 1:
         (w1, at1), (w2, at2) = list(seen.items())[:2]
         raise GranuleError(
-            f"{_item_key(name)} ({template!r}) is stored with "
+            f"{item_key(name)} ({template!r}) is stored with "
             f"{w1 or 'no'} columns in {at1} but {w2 or 'no'} in {at2}; every "
             "granule and group must store it alike"
         )
@@ -715,7 +442,7 @@ def _width(template: str, name: str, scans: list[_Scan]) -> int | None:
 
 
 def _dataset(
-    source: GranuleSource, scans: list[_Scan], failed: list[dict], chunk_size: int
+    source: GranuleSource, scans: list[Scan], failed: list[dict], chunk_size: int
 ) -> xr.Dataset:
     """The lazy Dataset over ``scans``: per path template one array whose chunks are the
     read units (granule x group x row range); variables are those arrays or columns of
