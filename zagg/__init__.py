@@ -17,6 +17,7 @@ lazy_package(
         "open_hive": ".read",
         "open_leaf": ".read",
         "open_store": ".read",
+        "open_temporal": ".read.temporal",
         "open_level": ".read.levels",
         "open_pyramid": ".read.levels",
         "sweep": ".pyramid.sweep",
