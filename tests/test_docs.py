@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import zagg
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 READING = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
 
@@ -33,14 +35,23 @@ def _timed_store(path):
         write_shards(shard_collection(ds, config(), chunk_size=6_000), str(path))
 
 
+def _pyramid_store(path):
+    from test_pyramid_store import config
+
+    from zagg.sources.synthetic import synthetic_photons
+
+    points = synthetic_photons(8_000, (-104, -77, -96, -73), seed=3, chunk_size=2_000)
+    zagg.to_hive(zagg.aggregate(points, zagg.load_config(config())), str(path))
+
+
 #: the stores docs/reading.md's tested snippets read, by the name they open
-DOC_STORES = {"timed": _timed_store}
+DOC_STORES = {"timed": _timed_store, "pyramid": _pyramid_store}
 
 
 def test_the_reading_guide_snippets_run(tmp_path, monkeypatch):
     """Every ``python test`` block of docs/reading.md runs as written, in a directory
     holding the stores it names (built by this suite's writer)."""
-    import zagg
+    import test_pyramid_store  # noqa: F401  (it reads a config relative to the checkout)
 
     blocks = re.findall(r"```python test\n(.*?)```", READING.read_text(), re.S)
     assert blocks

@@ -14,6 +14,7 @@ lazy_package(
         "ConfigError": ".config",
         "cdf": ".read",
         "composition_lanes": ".read",
+        "open_column": ".read.column",
         "open_hive": ".read",
         "open_leaf": ".read",
         "open_store": ".read",

@@ -1,9 +1,11 @@
 """Pyramid levels: ``open_level`` (one resolution as a sparse Dataset) and ``open_pyramid``.
 
 A ``zagg-pyramid/2`` store is addressable at every level its manifest declares (spec
-§4.4): the native cells (the leaves, :func:`zagg.read.open_hive`), the leaf columns'
-groups (at and below the declared leaf resolutions, down to the shard order) and one
-overview per ancestor node above the shard. A level reads like the native store: the
+§4.4): the native cells (the leaves, :func:`zagg.read.open_hive`), the declared leaf
+resolutions (groups of the leaf columns) and one overview per ancestor node above the
+shard. A column also holds groups below its declared resolutions, down to the shard
+order: those within-footprint intermediates feed the ladder and are not levels
+(:func:`zagg.read.column.open_column` reads every group a column holds). A level reads like the native store: the
 occupied cells of that order on ``cells`` (one dask chunk per artifact), the ``morton``
 coordinate at that order, ``cell_ids`` and the same fields (those the pyramid carries),
 so :func:`zagg.quantile` and :func:`zagg.plot_map` work on any level. Only committed
@@ -129,7 +131,7 @@ def open_level(
             f"level {order}{what} of {root.url} is declared but no committed "
             f"{role} holds it yet: {how}"
         )
-    return _open(root, manifest, stamped, path, k, order, role, reg)
+    return open_group(root, manifest, stamped, path, k, order, role, reg)
 
 
 def _window_of(root, manifest: dict, window) -> str | None:
@@ -156,7 +158,9 @@ def _carries(attrs: dict, role: str, order: int) -> bool:
     return attrs[artifact.OVERVIEW_ATTR].get("cell_order") == order
 
 
-def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
+def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
+    """Group ``r`` of the ``stamped`` artifacts (node, root attrs) at ``path(node)``, nodes
+    of order ``k``: their occupied cells as one sparse Dataset."""
     group = str(r)
     first = path(stamped[0][0])
     group_attrs, arrays = leaf_group(root, first, group, root.url_of(first))
