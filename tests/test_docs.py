@@ -44,8 +44,16 @@ def _pyramid_store(path):
     zagg.to_hive(zagg.aggregate(points, zagg.load_config(config())), str(path))
 
 
+def _v1_store(path):
+    from test_read_pyramid_v1 import build
+
+    from zagg.sources.synthetic import synthetic_photons
+
+    build(synthetic_photons(8_000, (-104, -77, -96, -73), seed=3, chunk_size=2_000), str(path))
+
+
 #: the stores docs/reading.md's tested snippets read, by the name they open
-DOC_STORES = {"timed": _timed_store, "pyramid": _pyramid_store}
+DOC_STORES = {"timed": _timed_store, "pyramid": _pyramid_store, "pyramid1": _v1_store}
 
 
 def test_the_reading_guide_snippets_run(tmp_path, monkeypatch):

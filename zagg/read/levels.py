@@ -40,12 +40,16 @@ if TYPE_CHECKING:
     import xarray as xr
 
 LEVEL_ATTR = "zagg_level"
+PYRAMID_V1 = "zagg-pyramid/1"
+OVERVIEW_SPECS = ("zagg-overview/1", "zagg-overview/2")
 
 
 def levels(manifest: dict) -> dict[int, dict]:
     """``{cell order: {"cell_order", "order", "artifact"}}`` of every level the manifest
     declares, finest first: the native cells (``source``), the declared leaf resolutions
-    (``column``) and the ladder (``overview``, one per ancestor node order)."""
+    (``column``) and the ladder (``overview``, one per ancestor node order). A
+    ``zagg-pyramid/1`` block declares overviews at its ``orders`` only, each at the
+    constant depth ``k + (cell_order - shard_order)`` (spec §4.4)."""
     from zagg.pyramid.declare import of_manifest
 
     p, c = int(manifest["shard_order"]), int(manifest["cell_order"])
@@ -56,7 +60,26 @@ def levels(manifest: dict) -> dict[int, dict]:
             out[r] = {"cell_order": r, "order": p, "artifact": "column"}
         for k, r in decl.ladder():
             out[r] = {"cell_order": r, "order": k, "artifact": "overview"}
+    for k in v1_orders(manifest):
+        out[k + c - p] = {"cell_order": k + c - p, "order": k, "artifact": "overview"}
     return dict(sorted(out.items(), reverse=True))
+
+
+def v1_orders(manifest: dict) -> list[int]:
+    """The ancestor orders a ``zagg-pyramid/1`` block declares (empty: declared off, /2,
+    or no block); an order that is no ancestor of the shards is refused by name."""
+    block = manifest.get("pyramid")
+    if not isinstance(block, dict) or block.get("spec") != PYRAMID_V1:
+        return []
+    orders = (block.get("overview") or {}).get("orders") or []
+    p = int(manifest["shard_order"])
+    bad = [k for k in orders if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < p]
+    if bad:
+        raise ValueError(
+            f"the manifest's zagg-pyramid/1 orders {orders} hold {bad[0]!r}, which is not an "
+            f"ancestor order of its order-{p} shards (0 .. {p - 1})"
+        )
+    return sorted({int(k) for k in orders}, reverse=True)
 
 
 def open_level(
@@ -118,7 +141,7 @@ def open_level(
     stamped = [
         (n, a)
         for n, a in zip(nodes, attrs, strict=True)
-        if a is not None and _carries(a, role, order)
+        if a is not None and _carries(root, path(n), a, role, order)
     ]
     if not stamped:
         how = (
@@ -152,10 +175,43 @@ def _prefix(shard_id: str, order: int) -> str:
     return shard_id[: sign + 1 + order]
 
 
-def _carries(attrs: dict, role: str, order: int) -> bool:
+def _carries(root, rel: str, attrs: dict, role: str, order: int) -> bool:
+    """Whether a committed artifact holds level ``order``: a column lists the group; an
+    overview at a revision this reader knows declares that ``cell_order`` (an unknown
+    revision is dropped with a warning, a wrong cell order raises)."""
     if role == "column":
         return str(order) in (attrs[artifact.COLUMN_ATTR].get("groups") or {})
-    return attrs[artifact.OVERVIEW_ATTR].get("cell_order") == order
+    block = attrs[artifact.OVERVIEW_ATTR]
+    if block.get("spec") not in OVERVIEW_SPECS:
+        warnings.warn(
+            f"{root.url_of(rel)}: zagg_overview spec {block.get('spec')!r} is not one this "
+            f"reader implements ({', '.join(OVERVIEW_SPECS)}): the overview is left out",
+            UserWarning,
+            stacklevel=4,
+        )
+        return False
+    if block.get("cell_order") != order:
+        raise ValueError(
+            f"{root.url_of(rel)} is an overview of cell order {block.get('cell_order')!r}, "
+            f"but the manifest puts level {order} at its node: the artifact is foreign or "
+            "stale; re-run the sweep"
+        )
+    return True
+
+
+def provenance(stamped: list, role: str) -> dict:
+    """What a level's artifacts record about their folds: every ``demotions`` record
+    (node-attributed) and, for overviews, the fold regimes (absent reads "leaves")."""
+    key = artifact.COLUMN_ATTR if role == "column" else artifact.OVERVIEW_ATTR
+    demotions = [
+        {**d, "node": node} for node, a in stamped for d in (a[key].get("demotions") or [])
+    ]
+    out = {"demotions": demotions}
+    if role == "overview":
+        out["fold_sources"] = sorted(
+            {a[key].get("fold_source") or a[key].get("regime") or "leaves" for _n, a in stamped}
+        )
+    return out
 
 
 def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
@@ -211,7 +267,11 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
         "order": k,
         "artifact": role,
         "artifacts": [leaf.rel for leaf in got],
+        **provenance(stamped, role),
     }
+    for d in ds.attrs[LEVEL_ATTR]["demotions"]:  # the field's fill cells say why, here
+        if d.get("field") in ds.data_vars:
+            ds[d["field"]].attrs.setdefault("demotions", []).append(d)
     return ds
 
 
