@@ -30,6 +30,7 @@ from zagg import grid as G
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON, Geometry
 from zagg.hive.storage import as_root
+from zagg.pyramid.companion import read_companion
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
 from zagg.read.loaders import load_field
@@ -313,4 +314,7 @@ def open_pyramid(
         "pyramid": manifest.get("pyramid"),
         **({"multiscales": manifest["multiscales"]} if "multiscales" in manifest else {}),
     }
+    companion = read_companion(root, manifest)
+    if companion is not None:
+        tree.attrs["zagg_multiscales"] = companion
     return tree

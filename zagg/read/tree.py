@@ -86,7 +86,12 @@ def open_store(
 
 
 def _node(root: StoreRoot, open_kwargs: dict):
+    from zagg.pyramid.companion import read_companion
+
     ds = open_hive(root, **open_kwargs)
+    companion = read_companion(root, manifest_of(root))
+    if companion is not None:  # the ladder as plain zarr groups, for multiscale tools
+        ds.attrs["zagg_multiscales"] = companion
     semantic = ds.attrs.get("morton_hive", {}).get("semantic_hash")
     if semantic is not None:
         ds.attrs["semantic_hash"] = semantic
