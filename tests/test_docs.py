@@ -52,8 +52,20 @@ def _v1_store(path):
     build(synthetic_photons(8_000, (-104, -77, -96, -73), seed=3, chunk_size=2_000), str(path))
 
 
+def _typed_store(path):
+    from test_read_ragged2 import relabel
+
+    _pyramid_store(path)
+    relabel(path)
+
+
 #: the stores docs/reading.md's tested snippets read, by the name they open
-DOC_STORES = {"timed": _timed_store, "pyramid": _pyramid_store, "pyramid1": _v1_store}
+DOC_STORES = {
+    "timed": _timed_store,
+    "pyramid": _pyramid_store,
+    "pyramid1": _v1_store,
+    "typed": _typed_store,
+}
 
 
 def test_the_reading_guide_snippets_run(tmp_path, monkeypatch):
