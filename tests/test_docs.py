@@ -78,6 +78,6 @@ def test_the_reading_guide_snippets_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         for name, build in DOC_STORES.items():
-            if f'"{name}"' in code and not (tmp_path / name).exists():
+            if f'"{name}"' in code and not (tmp_path / name).exists():  # built on first use
                 build(tmp_path / name)
         exec(code, {"zagg": zagg})

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from zagg import grid as _grid
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON
+from zagg.hive.manifest import path_grouping
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import leaves as _leaves
 from zagg.read import verify as _verify
@@ -65,6 +66,11 @@ def open_column(
     if window is None and manifest.get("temporal") is not None:
         raise ValueError(
             f"{root.url} is a windowed store: its columns are per window, pass window=..."
+        )
+    if path_grouping(manifest) > 1:
+        raise ValueError(
+            f"{root.url} groups {path_grouping(manifest)} digits per directory "
+            "(path_grouping): its columns have no settled path, so they are not read"
         )
     rel = artifact.column_path(shard, window)
     attrs = committed(root, rel)

@@ -20,7 +20,7 @@ import numpy as np
 from zagg import grid as _grid
 from zagg.hive import coverage as _coverage
 from zagg.hive import paths as _paths
-from zagg.hive.manifest import read_manifest
+from zagg.hive.manifest import path_grouping, read_manifest
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot
 from zagg.hive.walk import walk_leaves
@@ -64,8 +64,9 @@ def candidates(
     root coverage lists shards of any window, so those are found by the walk)."""
     if discover not in ("auto", "moc", "walk"):
         raise ValueError(f"discover={discover!r}: expected 'auto', 'moc' or 'walk'")
+    g = path_grouping(manifest)
     if window is not None:
-        found = walk_leaves(root, window)
+        found = walk_leaves(root, window, g)
         if region is None or not found:
             return found
         lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)
@@ -77,9 +78,11 @@ def candidates(
     if envelope is not None and envelope["order"] == order:
         ids = _coverage.expand_ranges(envelope)
         words = _grid.from_decimal(ids)
-        found = [(_paths.leaf_path(ids[i]), ids[i]) for i in np.argsort(words, kind="stable")]
+        found = [
+            (_paths.leaf_path(ids[i], grouping=g), ids[i]) for i in np.argsort(words, kind="stable")
+        ]
     else:
-        found = walk_leaves(root)
+        found = walk_leaves(root, grouping=g)
         for rel, sid in found:
             if _grid.id_order(sid) != order:
                 raise ValueError(

@@ -29,6 +29,7 @@ from dask.base import tokenize
 from zagg import grid as G
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON, Geometry
+from zagg.hive.manifest import path_grouping
 from zagg.hive.storage import as_root
 from zagg.pyramid.companion import read_companion
 from zagg.read import build as _build
@@ -114,6 +115,8 @@ def open_level(
             "manifest; output.pyramid sets it)"
         )
     entry = table[order]
+    if entry["artifact"] != "source" and path_grouping(manifest) > 1:
+        raise ValueError(grouped_refusal(root, manifest, order))
     if window is None and manifest.get("temporal") is not None and entry["artifact"] != "overview":
         raise ValueError(
             f"level {order} of the windowed store {root.url} is a "
@@ -156,6 +159,15 @@ def open_level(
             f"{role} holds it yet: {how}"
         )
     return open_group(root, manifest, stamped, path, k, order, role, reg)
+
+
+def grouped_refusal(root, manifest: dict, order: int) -> str:
+    """Why a grouped tree's order nodes are not read (spec reader_concepts.md)."""
+    return (
+        f"level {order} of {root.url} is omitted: the store groups "
+        f"{path_grouping(manifest)} digits per directory (path_grouping), so its pyramid's "
+        "order nodes have no settled path; its native cells read as usual"
+    )
 
 
 def _window_of(root, manifest: dict, window) -> str | None:
@@ -297,6 +309,9 @@ def open_pyramid(
     children = {}
     for r, e in levels(manifest).items():
         if all_time and e["artifact"] != "overview":
+            continue
+        if e["artifact"] != "source" and path_grouping(manifest) > 1:
+            warnings.warn(grouped_refusal(root, manifest, r), stacklevel=2)
             continue
         try:
             children[f"o{r}"] = open_level(

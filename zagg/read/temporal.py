@@ -28,6 +28,7 @@ import numpy as np
 from zagg import grid as _grid
 from zagg.hive import paths as _paths
 from zagg.hive.coverage import read_root_coverage
+from zagg.hive.manifest import path_grouping
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import leaves as _leaves
@@ -85,7 +86,7 @@ def open_temporal(
     if window is not None and not found:
         from zagg.hive.walk import walk_windows
 
-        held = list(walk_windows(root))
+        held = list(walk_windows(root, path_grouping(manifest)))
         raise ValueError(f"window {window!r} has no leaf in {root.url}; it holds {held[:24]}")
     found = [(rel, sid) for rel, sid in found if keep(sid)]
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
@@ -118,7 +119,11 @@ def _leaf_candidates(root, manifest, window, windowed) -> list[tuple[str, str]]:
     if windowed:
         from zagg.hive.walk import walk_windows
 
-        return [leaf for leaves in walk_windows(root).values() for leaf in leaves]
+        return [
+            leaf
+            for leaves in walk_windows(root, path_grouping(manifest)).values()
+            for leaf in leaves
+        ]
     try:
         return _leaves.candidates(root, manifest, "auto")
     except ValueError:
