@@ -269,9 +269,12 @@ def _read_leaf(root: StoreRoot, manifest: dict, rel: str, sid: str) -> dict | No
     rec = parse_record(obj, where)
     if rec is not None:
         return {**rec, "counted": True, "window": stamp.get("window")}
-    words = companion_words(root, manifest, prefix, root.url_of(rel))
-    if words is None:
+    found = companion_words(root, manifest, prefix, root.url_of(rel))
+    if found is None:
         return {"failed": True}
+    words, channels = found
+    if not channels:
+        return None  # the leaf declares no per-centroid time channel: nothing temporal
     instants = _representative(words)
     buckets = np.unique(instants >> np.int64(63 - TEMPORAL_ORDER))
     word = int(mortie.toc_reduce(words)) if words.size else 0
@@ -284,19 +287,21 @@ def _read_leaf(root: StoreRoot, manifest: dict, rel: str, sid: str) -> dict | No
     }
 
 
-def companion_words(root, manifest, prefix: str, where: str) -> np.ndarray | None:
-    """Every §8.3 per-centroid toc word the leaf holds, any field (None: a companion is
-    not row-aligned with its payload, so the shard cannot be vouched for)."""
+def companion_words(root, manifest, prefix: str, where: str) -> tuple[np.ndarray, int] | None:
+    """Every §8.3 per-centroid toc word the leaf holds, any field, and how many such
+    companions it has (None: a companion is not row-aligned with its payload, so the
+    shard cannot be vouched for)."""
     from zagg.read.loaders import load_field
     from zagg.read.schema import leaf_group, schema
 
     group = str(manifest["cell_order"])
     _attrs, arrays = leaf_group(root, prefix, group, where)
     fields = schema(arrays)
-    parts = []
+    parts, channels = [], 0
     for name, f in fields.items():
         if (f.attrs.get("temporal") or {}).get("shape") != "per-centroid":
             continue
+        channels += 1
         values = load_field(root, prefix, group, f, None, where, None, None)
         payload = next((p for p, g in fields.items() if g.attrs.get("times") == name), None)
         if payload is not None:
@@ -306,7 +311,8 @@ def companion_words(root, manifest, prefix: str, where: str) -> np.ndarray | Non
                 _warn(f"{where}: {name} is not row-aligned with {payload}: shard left out")
                 return None
         parts.extend(w for w in values if w.size)
-    return np.concatenate(parts).astype(np.uint64) if parts else np.zeros(0, np.uint64)
+    words = np.concatenate(parts).astype(np.uint64) if parts else np.zeros(0, np.uint64)
+    return words, channels
 
 
 def _representative(words: np.ndarray) -> np.ndarray:
