@@ -235,3 +235,18 @@ def test_unknown_revisions_and_broken_blocks_read_as_absent(tmp_path):
     moc["temporal"]["spec"] = "zagg-coverage-toc/9"
     (tmp_path / "u" / "coverage.moc").write_text(json.dumps(moc))
     assert zagg.open_temporal(tmp_path / "u").sizes["shards"] == 0
+
+
+def test_per_cell_spans_are_each_cells_join_of_its_observations(store, photons):
+    from test_windows_timed import raw_by_cell
+
+    raw = raw_by_cell(photons, config())
+    label = sorted({w for w, _c in raw})[0]
+    ds = zagg.open_temporal(store, window=label, per_cell=True)
+    assert ds.sizes["cells"] == sum(1 for w, _c in raw if w == label)
+    for word, cell in zip(ds["cell_word"].values, ds["cell_morton"].values, strict=True):
+        members = np.array([t for _h, t in raw[(label, int(cell))]], np.uint64)
+        assert int(word) == int(mortie.toc_reduce(members))
+    assert (ds["cell_start"].values <= ds["cell_end"].values).all()
+    with pytest.raises(ValueError, match="time-windowed store"):
+        zagg.open_temporal(store, per_cell=True)

@@ -60,6 +60,7 @@ def open_temporal(
     bbox=None,
     cells=None,
     window: str | None = None,
+    per_cell: bool = False,
 ) -> xr.Dataset:
     """The temporal record of a store as a Dataset: per shard (``shards``) its envelope
     ``word`` (``time_start`` / ``time_end`` decoded, UTC), counted observations ``n_obs``
@@ -68,7 +69,12 @@ def open_temporal(
 
     ``region`` / ``bbox`` / ``cells`` keep the shards that can touch the region; ``window``
     reads one time window's leaves (their records only). Without a window the store-wide
-    root section and ``coverage.toc`` are used where the leaves do not say more."""
+    root section and ``coverage.toc`` are used where the leaves do not say more.
+
+    ``per_cell=True`` adds, per occupied cell (dimension ``cells``, coordinate
+    ``cell_morton``), the join of every per-centroid time word the cell holds
+    (``cell_word``, decoded to ``cell_start`` / ``cell_end``): it reads the leaves'
+    companions, so it needs ``window=`` on a windowed store."""
     root = as_root(store, storage_options)
     manifest = _leaves.manifest_of(root)
     windowed = manifest.get("temporal") is not None
@@ -110,7 +116,45 @@ def open_temporal(
         parts = [r["counts"] for r in rows]
         buckets, obs, order = sum_counts(parts)
         source = "records"
-    return _dataset(rows, buckets, obs, order, uncounted, source, window, section)
+    out = _dataset(rows, buckets, obs, order, uncounted, source, window, section)
+    if per_cell:
+        out = out.merge(cell_spans(root, region, bbox, cells, window))
+    return out
+
+
+def cell_spans(root, region, bbox, cells, window) -> xr.Dataset:
+    """Per occupied cell the join of its per-centroid time words (any timed field)."""
+    import xarray as xr
+
+    from zagg.read.open import open_hive
+
+    ds = open_hive(root, region=region, bbox=bbox, cells=cells, window=window)
+    names = [
+        n
+        for n, v in ds.data_vars.items()
+        if (v.attrs.get("temporal") or {}).get("shape") == "per-centroid"
+    ]
+    if not names:
+        raise ValueError(
+            f"{root.url} holds no per-centroid time companion (a timed field): per-cell "
+            "time spans need one; the per-shard record is all it has"
+        )
+    columns = [ds[n].values for n in names]
+    words = np.zeros(ds.sizes["cells"], np.uint64)
+    for i in range(words.size):
+        held = [np.asarray(c[i], np.uint64) for c in columns if len(c[i])]
+        if held:
+            words[i] = int(mortie.toc_reduce(np.concatenate(held)))
+    start, end = decode(words)
+    empty = words == 0
+    return xr.Dataset(
+        {
+            "cell_word": ("cells", words, {"grammar": "mortie-toc/1", "of": names}),
+            "cell_start": ("cells", np.where(empty, np.datetime64("NaT"), start).astype("M8[ns]")),
+            "cell_end": ("cells", np.where(empty, np.datetime64("NaT"), end).astype("M8[ns]")),
+        },
+        coords={"cell_morton": ("cells", np.asarray(ds["morton"].values, np.uint64))},
+    )
 
 
 def _leaf_candidates(root, manifest, window, windowed) -> list[tuple[str, str]]:
