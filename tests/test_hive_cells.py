@@ -56,13 +56,15 @@ def _cells_of(arrays, digest_rows=False):
 
 def _tree(root):
     """Every object under ``root`` except those that carry a clock (the manifest, the root
-    coverage, stats sidecars; stamps are replaced by a marker), by path without versions."""
+    coverage, the multiscales companion's root document, stats sidecars; stamps are
+    replaced by a marker), by path without versions."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         clocked = path.name.endswith("stats.json") or str(rel) in (
             "morton_hive.json",
             "coverage.moc",
+            "multiscales/zarr.json",
         )
         if path.is_file() and not clocked:
             data = path.read_bytes()

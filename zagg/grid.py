@@ -209,17 +209,23 @@ def leaf_name(shard_id: str, window: str | None = None) -> str:
     return f"{shard_id}.zarr" if window is None else f"{shard_id}_{validate_window(window)}.zarr"
 
 
-def node_path(shard_id: str) -> str:
-    """The digit-tree node of an id: ``{sign+base}/{d1}/.../{dn}`` (path_grouping 1)."""
+def node_path(shard_id: str, grouping: int = 1) -> str:
+    """The digit-tree node of an id: ``{sign+base}/{d1}/.../{dn}``. A tree of
+    ``path_grouping`` g > 1 chunks the digits g to a component, the remainder last, the
+    ``{sign+base}`` component always alone (``433142241`` at 3: ``4/331/422/41``)."""
     validate_id(shard_id)
+    if not isinstance(grouping, int) or isinstance(grouping, bool) or grouping < 1:
+        raise ValueError(f"path_grouping must be an integer >= 1, got {grouping!r}")
     sign = "-" if shard_id.startswith("-") else ""
     body = shard_id.lstrip("-")
-    return "/".join([sign + body[0], *body[1:]])
+    digits = body[1:]
+    parts = [digits[i : i + grouping] for i in range(0, len(digits), grouping)]
+    return "/".join([sign + body[0], *parts])
 
 
-def hive_path(shard_id: str, window: str | None = None) -> str:
+def hive_path(shard_id: str, window: str | None = None, grouping: int = 1) -> str:
     """Leaf path relative to the store root, e.g. ``-5/1/1/2/3/3/3/-5112333.zarr``."""
-    return f"{node_path(shard_id)}/{leaf_name(shard_id, window)}"
+    return f"{node_path(shard_id, grouping)}/{leaf_name(shard_id, window)}"
 
 
 def parse_leaf_name(name: str) -> tuple[str, str | None]:

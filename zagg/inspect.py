@@ -22,8 +22,10 @@ import zarr
 from . import grid as G
 from . import hive
 from .hive import coverage as hcov
+from .hive import decode as hdecode
 from .hive.hashes import array_digest, combined_digest
-from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY
+from .hive.manifest import path_grouping
+from .hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY, window_of
 from .hive.stamp import data_prefix, read_stamp_or_debris
 from .hive.storage import StoreRootError
 from .hive.walk import walk_windows
@@ -81,6 +83,17 @@ def _leaf_nodes(root: hive.StoreRoot, leaf: str) -> tuple[list[str], dict[str, s
     return arrays, unreadable
 
 
+def _decoded(root: hive.StoreRoot, store, prefix: str, key: str) -> np.ndarray:
+    """A whole array through zarr-python; a zagg-ragged/2 typed array (whose data type a
+    stock zarr does not know) by zagg's own decoder, whose chunk bytes are /1's."""
+    meta = root.read_json(f"{prefix}/{key}/zarr.json")
+    if isinstance(meta, dict) and hdecode.typed_element(meta.get("data_type")) is not None:
+        values = hdecode.read_array(root, f"{prefix}/{key}")
+        if values is not None:
+            return values
+    return zarr.open_array(store, path=key, mode="r", zarr_format=3)[...]
+
+
 def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
     """Outcome of one leaf: status plus the arrays in each outcome class.
 
@@ -123,7 +136,7 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
     actual = {}
     for key in keys:
         try:
-            values = zarr.open_array(store, path=key, mode="r", zarr_format=3)[...]
+            values = _decoded(root, store, data, key)
             actual[key] = array_digest(values)
         except Exception as exc:  # corrupt chunks, bad metadata, no hash recipe
             unreadable[key] = _reason(exc)
@@ -235,6 +248,78 @@ def _coverage_warnings(root: hive.StoreRoot, stamped: list[str]) -> list[str]:
 EXIT_INTACT, EXIT_DAMAGED, EXIT_INCOMPLETE = 0, 1, 3
 
 
+def _verify_artifacts(root: hive.StoreRoot, results: list[dict]) -> list[dict]:
+    """Every committed pyramid artifact's §5 hashes: each stamped leaf's column (all its
+    groups, declared or intermediate) and every overview at the declared levels."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .hive import artifact
+    from .read.levels import levels
+
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError:
+        return []
+    if not manifest or path_grouping(manifest) > 1:
+        return []
+    leaves = [(r["shard_id"], window_of(r["leaf"])) for r in results if r["status"] != "debris"]
+    rels = {artifact.column_path(sid, w) for sid, w in leaves}
+    windows = sorted({w for _sid, w in leaves if w is not None})
+    for e in levels(manifest).values():
+        if e["artifact"] != "overview":
+            continue
+        k = e["order"]
+        nodes = {sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid, _w in leaves}
+        for w in [None, *windows]:
+            rels |= {artifact.overview_path(n, w) for n in nodes}
+
+    def check(rel):
+        if artifact.read_root(root, rel) is None:
+            return None  # not materialized: regenerable, never required
+        try:
+            return verify_leaf(root, rel)
+        except Exception as exc:
+            return {"leaf": rel, "status": "unreadable", "error": _reason(exc)}
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        out = [r for r in pool.map(check, sorted(rels)) if r is not None]
+    return [r for r in out if r["status"] != "debris"]
+
+
+def object_notes(root: hive.StoreRoot) -> list[str]:
+    """Problems in the objects the spec leaves unhashed (the leaves' temporal records, the
+    root temporal section and cover, the multiscales companion): each reads as absent, so
+    they are warnings, never damage."""
+    import warnings as _w
+
+    from .read.temporal import open_temporal
+
+    notes = []
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError:
+        return notes
+    if not manifest:
+        return notes
+    from .read.report import has_temporal
+
+    with _w.catch_warnings(record=True) as caught:
+        _w.simplefilter("always")
+        try:
+            if has_temporal(root, manifest):
+                open_temporal(root)
+        except (OSError, ValueError) as exc:
+            notes.append(f"the temporal record does not read ({_reason(exc)})")
+        try:
+            from .pyramid.companion import read_companion
+
+            read_companion(root, manifest)
+        except (OSError, ValueError) as exc:
+            notes.append(f"the multiscales companion is unusable ({_reason(exc)})")
+    notes += [str(c.message) for c in caught if issubclass(c.category, UserWarning)]
+    return notes
+
+
 def verify_store(store, storage_options=None) -> tuple[str, bool]:
     """Check the manifest and every leaf; returns (report text, store intact).
 
@@ -252,7 +337,7 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
     damaged, but debris is left or the last run into the store did not finish)."""
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
-    found = hive.walk_leaves(root) + _windowed_leaves(root)
+    found = _grouped_walk(root) + _windowed_leaves(root)
     manifest_problem = _manifest_problem(root, bool(found))
     results = []
     for leaf, sid in found:
@@ -261,6 +346,8 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
         except Exception as exc:  # whatever breaks one leaf is that leaf's outcome
             r = {"leaf": leaf, "status": "unreadable", "error": _reason(exc)}
         results.append({**r, "shard_id": sid})
+    artifacts = _verify_artifacts(root, results)
+    notes = object_notes(root)
     counts = Counter(r["status"] for r in results)
     lines = [f"verify {root.url}: {_leaves(len(results))}"]
     if manifest_problem:
@@ -271,7 +358,21 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
             lines.append(f"  {r['status']:<14} {r['leaf']}" + (f"  ({detail})" if detail else ""))
     if results:
         lines.append("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    failed = [r for r in results if r["status"] not in PASSING]
+    if artifacts:
+        tally = Counter(r["status"] for r in artifacts)
+        lines.append(
+            f"  pyramid artifacts: {len(artifacts)} checked ("
+            + ", ".join(f"{n} {st}" for st, n in sorted(tally.items()))
+            + ")"
+        )
+        for r in artifacts:
+            if r["status"] not in PASSING:
+                detail = _detail(r)
+                lines.append(
+                    f"  {r['status']:<14} {r['leaf']}" + (f"  ({detail})" if detail else "")
+                )
+    lines += [f"  warning: {n}" for n in notes]
+    failed = [r for r in results + artifacts if r["status"] not in PASSING]
     stamped = sorted({r["shard_id"] for r in results if r["status"] != "debris"})
     ok = not manifest_problem and not failed
     if not ok:
@@ -280,7 +381,10 @@ def verify_status(store, storage_options=None) -> tuple[str, int]:
             if manifest_problem
             else []
         )
-        why += [f"{len(failed)} of {_leaves(len(results))} damaged"] if failed else []
+        bad_leaves = sum(1 for r in results if r["status"] not in PASSING)
+        why += [f"{bad_leaves} of {_leaves(len(results))} damaged"] if bad_leaves else []
+        bad_art = len(failed) - bad_leaves
+        why += [f"{bad_art} pyramid artifact{'s' * (bad_art != 1)} damaged"] if bad_art else []
         lines.append("verification FAILED: " + "; ".join(why))
     elif not results:
         lines.append(
@@ -325,7 +429,16 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
     except ValueError as exc:
         raise StoreRootError(f"cannot inspect {root.url}: its manifest is unusable: {exc}") from exc
     if manifest is None:
-        raise FileNotFoundError(f"{root.url} holds no {MANIFEST_KEY}: not a hive store")
+        from .read.tree import list_products
+
+        products = list_products(root)
+        if not products:
+            raise FileNotFoundError(f"{root.url} holds no {MANIFEST_KEY}: not a hive store")
+        reports = [f"store root {root.url}: {len(products)} products: {', '.join(products)}"]
+        for name in products:
+            sub = hive.StoreRoot(root.url_of(name), storage_options)
+            reports.append(inspect_store(sub, leaves=leaves))
+        return "\n\n".join(reports)
     lines = [f"store {root.url}", "manifest:"]
     lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
     lines.append(
@@ -334,9 +447,9 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
         else f"config: no {CONFIG_KEY} (made by a zagg that did not record its config)"
     )
     windowed = manifest.get("temporal") is not None
-    found = hive.walk_leaves(root)
+    found = hive.walk_leaves(root, grouping=path_grouping(manifest))
     if windowed:
-        found = [leaf for leaves in walk_windows(root).values() for leaf in leaves]
+        found = _windowed_leaves(root)
     stamps = [(leaf, sid, *read_stamp_or_debris(root, leaf)) for leaf, sid in found]
     stamped = [s for s in stamps if s[2] is not None]
     torn = sum(1 for s in stamps if s[3] is not None)
@@ -378,6 +491,7 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
             by_window.setdefault(str(st.get("window")), set()).add(sid)
         by_window = {w: sorted(by_window[w]) for w in sorted(by_window)}
     lines += level_lines(root, manifest, sorted({s[1] for s in stamped}), by_window)
+    lines += object_lines(root, manifest, stamped)
     if stamped:
         try:
             lines += _sample_quantiles(root, stamped[0][1], stamped[0][2].get("window"))
@@ -387,6 +501,23 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
                 f"({_reason(exc)}); python -m zagg verify names the damaged arrays"
             )
     return "\n".join(lines)
+
+
+def object_lines(root: hive.StoreRoot, manifest: dict, stamped: list) -> list[str]:
+    """The leaf column of the first stamped leaf, the multiscales companion, the
+    temporal record and the schema's ragged arrays."""
+    from .read import report
+
+    out = []
+    if stamped and path_grouping(manifest) == 1:
+        leaf, sid, st, _problem = stamped[0]
+        out += report.column_lines(root, manifest, sid, st.get("window"))
+    out += report.companion_lines(root, manifest)
+    out += report.temporal_lines(root, manifest)
+    if stamped:
+        leaf, _sid, st, _problem = stamped[0]
+        out += report.ragged_lines(root, manifest, data_prefix(leaf, st))
+    return out
 
 
 def level_lines(
@@ -407,6 +538,12 @@ def level_lines(
     table = levels(manifest)
     if len(table) == 1:
         return ["levels: the native cells only (pyramid declared off)"]
+    if path_grouping(manifest) > 1:
+        return [
+            f"levels: {sorted(table, reverse=True)} declared; on a path_grouping "
+            f"{path_grouping(manifest)} tree only the native cells are read"
+        ]
+    fired: list = []
 
     def committed(kind, ids, k, window):
         path = artifact.column_path if kind == "column" else artifact.overview_path
@@ -415,6 +552,8 @@ def level_lines(
             found = list(
                 pool.map(lambda n: artifact.stamped_attrs(root, path(n, window), kind), nodes)
             )
+        key = artifact.COLUMN_ATTR if kind == "column" else artifact.OVERVIEW_ATTR
+        fired.extend(d for a in found if a is not None for d in (a[key].get("demotions") or []))
         return sum(1 for a in found if a is not None), len(nodes)
 
     out = ["levels (cell order, artifact, committed):"]
@@ -442,8 +581,23 @@ def level_lines(
             if behind and kind != "column"
             else ""
         )
-        out.append(f"  o{r:<3} {kind:<10} {text} {what}{hint}")
+        demoted = f" ({len(fired)} demotion records)" if fired else ""
+        fired.clear()
+        out.append(f"  o{r:<3} {kind:<10} {text} {what}{hint}{demoted}")
     return out
+
+
+def _grouping(root: hive.StoreRoot) -> int:
+    try:
+        manifest = hive.read_manifest(root)
+    except ValueError:
+        return 1
+    return path_grouping(manifest) if manifest else 1
+
+
+def _grouped_walk(root: hive.StoreRoot) -> list[tuple[str, str]]:
+    """The unwindowed leaves, walked at the tree's own ``path_grouping``."""
+    return hive.walk_leaves(root, grouping=_grouping(root))
 
 
 def _windowed_leaves(root: hive.StoreRoot) -> list[tuple[str, str]]:
@@ -454,7 +608,8 @@ def _windowed_leaves(root: hive.StoreRoot) -> list[tuple[str, str]]:
         return []
     if not manifest or manifest.get("temporal") is None:
         return []
-    return [leaf for leaves in walk_windows(root).values() for leaf in leaves]
+    g = path_grouping(manifest)
+    return [leaf for leaves in walk_windows(root, g).values() for leaf in leaves]
 
 
 def window_lines(stamped: list) -> list[str]:

@@ -193,6 +193,11 @@ class HiveWrite:
                 self.shard_order,
                 temporal=root_temporal(self.root, written, self.shard_order),
             )
+            from zagg.pyramid.companion import refresh_companion
+
+            manifest = hive.read_manifest(self.root)
+            if manifest is not None:
+                refresh_companion(self.root, manifest)
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,

@@ -150,10 +150,13 @@ def parse_leaf_envelope(stamp: dict | None) -> dict | None:
     return coverage
 
 
-def listed_leaves(root, shard_order: int, discover: str = "auto") -> list[tuple[str, str]]:
+def listed_leaves(
+    root, shard_order: int, discover: str = "auto", grouping: int = 1
+) -> list[tuple[str, str]]:
     """``(leaf prefix, shard id)`` of the leaves a store lists, in ascending word order:
     from the root ``coverage.moc`` when it is usable (``discover`` "auto" or "moc"), else
-    by the discovery walk ("walk", or "auto" without a usable root coverage)."""
+    by the discovery walk ("walk", or "auto" without a usable root coverage); ``grouping``
+    is the tree's ``path_grouping``."""
     root = as_root(root)
     envelope = None if discover == "walk" else read_root_coverage(root)
     if envelope is None and discover == "moc":
@@ -161,8 +164,10 @@ def listed_leaves(root, shard_order: int, discover: str = "auto") -> list[tuple[
     if envelope is not None and envelope["order"] == shard_order:
         ids = expand_ranges(envelope)
         words = grid.from_decimal(ids)
-        return [(leaf_path(ids[i]), ids[i]) for i in np.argsort(words, kind="stable")]
-    found = walk_leaves(root)
+        return [
+            (leaf_path(ids[i], grouping=grouping), ids[i]) for i in np.argsort(words, kind="stable")
+        ]
+    found = walk_leaves(root, grouping=grouping)
     for rel, sid in found:
         if grid.id_order(sid) != shard_order:
             raise ValueError(

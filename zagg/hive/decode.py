@@ -30,11 +30,29 @@ import zstandard
 from ..errors import ZaggError
 
 VLEN = "variable_length_bytes"
+#: the zagg-ragged/2 typed data type: the spec's name, and the reference package's
+TYPED_VLEN = ("vlen-ndarray", "ndarray")
+_VLEN_CHAINS = (["vlen-bytes", "zstd"], ["vlen-ndarray", "zstd"])  # identical chunk bytes
 ABSENT = 0xFFFFFFFFFFFFFFFF  # an absent inner chunk's offset and size in a shard index
 _DENSE_CHAIN = [{"name": "bytes", "configuration": {"endian": "little"}}]
 _INDEX_CHAIN = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 _FLOAT_FILLS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _GAP = 1 << 16  # byte ranges closer than this are fetched as one
+
+
+def typed_element(data_type) -> dict | None:
+    """The ``{dtype, shape: [-1, *inner]}`` element of a zagg-ragged/2 typed data type
+    (``{"name": "vlen-ndarray", "configuration": {"dtype", "shape": [null, *inner]}}``),
+    or None when ``data_type`` is not one."""
+    if not isinstance(data_type, dict) or data_type.get("name") not in TYPED_VLEN:
+        return None
+    conf = data_type.get("configuration")
+    if not isinstance(conf, dict) or not isinstance(conf.get("shape"), list):
+        return None
+    shape = conf["shape"]
+    if not shape or shape[0] not in (None, -1) or None in shape[1:]:
+        return None
+    return {"dtype": str(conf.get("dtype")), "shape": [-1, *(int(d) for d in shape[1:])]}
 
 
 class CorruptChunkError(ZaggError, ValueError):
@@ -77,9 +95,9 @@ def layout(meta: dict):
         return None
     per = inner[0]
     data_type = meta.get("data_type")
-    if data_type == VLEN:
+    if data_type == VLEN or typed_element(data_type) is not None:
         names = [c.get("name") for c in codecs]
-        if names != ["vlen-bytes", "zstd"]:
+        if names not in _VLEN_CHAINS:
             return None
         return n, per, sharded, None, None
     if codecs != _DENSE_CHAIN or not isinstance(data_type, str):

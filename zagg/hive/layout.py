@@ -182,18 +182,20 @@ def dense_fill(dtype: np.dtype, fill_value: Any) -> Any:
     return value
 
 
-def check_ragged_attrs(name: str, attrs: dict) -> dict:
-    """Raise unless ``attrs`` carries a well-formed ``zagg-ragged/1`` block; return it."""
+def check_ragged_attrs(name: str, attrs: dict, specs: tuple = (RAGGED_SPEC,)) -> dict:
+    """Raise unless ``attrs`` carries a well-formed ragged block of one of ``specs`` (the
+    writer's ``zagg-ragged/1``; a reader also takes the ``zagg-ragged/2`` block it derives
+    from a typed array's data type); return it."""
     block = attrs.get("ragged")
     if not isinstance(block, dict):
         raise ValueError(
             f"ragged array {name!r} carries no 'ragged' attrs block: a variable-length array "
             "must declare {'spec': 'zagg-ragged/1', 'element': {'dtype', 'shape': [-1, ...]}}"
         )
-    if block.get("spec") != RAGGED_SPEC:
+    if block.get("spec") not in specs:
         raise ValueError(
             f"ragged array {name!r} declares spec {block.get('spec')!r}; this reader and writer "
-            f"understand {RAGGED_SPEC!r} only"
+            f"understand {' and '.join(repr(s) for s in specs)} only"
         )
     element = block.get("element")
     if not isinstance(element, dict) or "dtype" not in element or "shape" not in element:

@@ -111,12 +111,17 @@ def read_manifest(root: str | StoreRoot) -> dict | None:
             f"{root.url_of(MANIFEST_KEY)} declares pyramid spec {pyramid.get('spec')!r}; known "
             f"revisions are {list(PYRAMID_SPECS)}"
         )
-    if payload.get("path_grouping", 1) != 1:
+    grouping = payload.get("path_grouping", 1)
+    if not isinstance(grouping, int) or isinstance(grouping, bool) or grouping < 1:
         raise ValueError(
-            f"{root.url_of(MANIFEST_KEY)} declares path_grouping {payload['path_grouping']}; "
-            "zagg reads one-digit-per-level trees only"
+            f"{root.url_of(MANIFEST_KEY)}: path_grouping must be an integer >= 1, got {grouping!r}"
         )
     return payload
+
+
+def path_grouping(manifest: dict) -> int:
+    """Digits per directory of the store's tree (1 unless the manifest says otherwise)."""
+    return int(manifest.get("path_grouping", 1))
 
 
 def frozen_differences(existing: dict, new: dict) -> list[str]:
@@ -155,6 +160,13 @@ def check_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> dict 
         return None
     if existing is None:
         return None
+    if path_grouping(existing) != path_grouping(manifest):
+        raise ManifestConflictError(
+            f"refusing to write into {root.url}: its tree groups {path_grouping(existing)} "
+            f"digits per directory (path_grouping), this run writes "
+            f"{path_grouping(manifest)}; zagg reads such a store but writes one-digit trees "
+            "only: write to a new root"
+        )
     diffs = frozen_differences(existing, manifest)
     if diffs:
         children = has_leaves(root)

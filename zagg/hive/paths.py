@@ -31,13 +31,14 @@ def leaf_stem(shard_id: str, window: str | None = None) -> str:
     return grid.leaf_name(shard_id, window)[: -len(".zarr")]
 
 
-def leaf_path(shard_id: str, window: str | None = None) -> str:
+def leaf_path(shard_id: str, window: str | None = None, grouping: int = 1) -> str:
     """The leaf prefix of a shard, validated, e.g. ``-5/1/1/2/3/3/3/-5112333.zarr``, or
-    ``…/-5112333_2019.zarr`` for its window ``2019``."""
+    ``…/-5112333_2019.zarr`` for its window ``2019`` (``grouping``: the tree's
+    ``path_grouping``, digits per component)."""
     from zagg import grid  # (mortie, which zagg.grid loads, is not needed for the root keys)
 
-    rel = grid.hive_path(shard_id, window)
-    check_leaf_path(rel)
+    rel = grid.hive_path(shard_id, window, grouping)
+    check_leaf_path(rel, grouping)
     return rel
 
 
@@ -65,11 +66,12 @@ def granules_key(shard_id: str, window: str | None = None) -> str:
     return f"{node_of(shard_id)}/{sidecar_name(GRANULES_NAME, window)}"
 
 
-def check_leaf_path(rel: str) -> str:
+def check_leaf_path(rel: str, grouping: int = 1) -> str:
     """Raise unless ``rel`` is a legal leaf path under the node invariant.
 
-    The first component is ``{sign+base}``, every further directory one digit ``1..4``, and
-    the basename ``{id}.zarr`` (or ``{id}_{window}.zarr``) where ``id`` is exactly the
+    The first component is ``{sign+base}``, every further directory one digit ``1..4``
+    (``grouping`` digits on a grouped tree, the last component the remainder), and the
+    basename ``{id}.zarr`` (or ``{id}_{window}.zarr``) where ``id`` is exactly the
     concatenated components.
     """
     parts = rel.split("/")
@@ -77,7 +79,10 @@ def check_leaf_path(rel: str) -> str:
     if ok:
         head, digits = parts[0], parts[1:-1]
         name, _, window = parts[-1][: -len(".zarr")].partition("_")
-        ok = bool(_BASE_RE.match(head)) and all(_DIGIT_RE.match(d) for d in digits)
+        ok = bool(_BASE_RE.match(head)) and all(
+            _DIGIT_RE.match(d) if grouping == 1 else _digits_ok(d, grouping) for d in digits
+        )
+        ok = ok and all(len(d) == grouping for d in digits[:-1])
         ok = ok and name == head + "".join(digits)
     if not ok:
         raise ValueError(
@@ -88,6 +93,10 @@ def check_leaf_path(rel: str) -> str:
 
     grid.parse_leaf_name(parts[-1])
     return rel
+
+
+def _digits_ok(component: str, grouping: int) -> bool:
+    return 0 < len(component) <= grouping and all(ch in "1234" for ch in component)
 
 
 def shard_id_of(rel: str) -> str:

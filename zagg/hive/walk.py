@@ -17,10 +17,14 @@ _BASE_RE = re.compile(r"^-?[1-6]$")
 _DIGIT_RE = re.compile(r"^[1-4]$")
 
 
-def walk_leaves(root: str | StoreRoot, window: str | None = None) -> list[tuple[str, str]]:
+def walk_leaves(
+    root: str | StoreRoot, window: str | None = None, grouping: int = 1
+) -> list[tuple[str, str]]:
     """``(leaf prefix, shard id)`` of every leaf in the tree, in ascending word order; with
-    ``window``, the leaves of that time window (``{id}_{window}.zarr``) instead."""
+    ``window``, the leaves of that time window (``{id}_{window}.zarr``) instead
+    (``grouping``: the tree's ``path_grouping``, digits per directory)."""
     root = as_root(root)
+    digit = _digit_re(grouping)
     suffix = ".zarr" if window is None else f"_{window}.zarr"
     found: list[tuple[str, str]] = []
     dirs, _ = root.list_dir("")
@@ -31,7 +35,7 @@ def walk_leaves(root: str | StoreRoot, window: str | None = None) -> list[tuple[
         for name in children + files:
             if name == f"{node_id}{suffix}":
                 found.append((f"{node}/{name}", node_id))
-            elif _DIGIT_RE.match(name) and name in children:
+            elif digit.match(name) and name in children:
                 stack.append((f"{node}/{name}", node_id + name))
     if not found:
         return []
@@ -40,10 +44,11 @@ def walk_leaves(root: str | StoreRoot, window: str | None = None) -> list[tuple[
     return [found[i] for i in order]
 
 
-def walk_windows(root: str | StoreRoot) -> dict[str, list[tuple[str, str]]]:
+def walk_windows(root: str | StoreRoot, grouping: int = 1) -> dict[str, list[tuple[str, str]]]:
     """Every windowed leaf of the tree by window label: ``{label: [(leaf prefix, shard
     id), ...]}``, labels ascending (chronological for generative schedules)."""
     root = as_root(root)
+    digit = _digit_re(grouping)
     found: dict[str, list[tuple[str, str]]] = {}
     dirs, _ = root.list_dir("")
     stack = [(d, d) for d in dirs if _BASE_RE.match(d)]
@@ -58,7 +63,7 @@ def walk_windows(root: str | StoreRoot) -> dict[str, list[tuple[str, str]]]:
             ):
                 label = name[len(node_id) + 1 : -len(".zarr")]
                 found.setdefault(label, []).append((f"{node}/{name}", node_id))
-            elif _DIGIT_RE.match(name) and name in children:
+            elif digit.match(name) and name in children:
                 stack.append((f"{node}/{name}", node_id + name))
     out = {}
     for label in sorted(found):
@@ -66,6 +71,11 @@ def walk_windows(root: str | StoreRoot) -> dict[str, list[tuple[str, str]]]:
         words = grid.from_decimal([sid for _, sid in leaves])
         out[label] = [leaves[i] for i in sorted(range(len(leaves)), key=lambda i: int(words[i]))]
     return out
+
+
+def _digit_re(grouping: int) -> re.Pattern:
+    """The directory names below a base cell: one digit, or 1..g on a grouped tree."""
+    return _DIGIT_RE if grouping == 1 else re.compile(rf"^[1-4]{{1,{int(grouping)}}}$")
 
 
 def all_leaves(root: str | StoreRoot) -> list[tuple[str, str]]:

@@ -9,7 +9,9 @@
   folds down to order 0; :mod:`~zagg.pyramid.sweep` runs it on a store under the
   :mod:`~zagg.pyramid.lease`;
 - :mod:`~zagg.pyramid.windowed` — a windowed store's sweep: one ladder per time window,
-  then each node's all-time ``all.zarr`` folded from its window overviews.
+  then each node's all-time ``all.zarr`` folded from its window overviews;
+- :mod:`~zagg.pyramid.companion` — the store-root ``multiscales/`` group documents that
+  let stock zarr tools walk the ladder (written after each run and sweep).
 """
 
 from zagg.lazy import lazy_package

@@ -27,6 +27,7 @@ from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.pyramid import lease as _lease
+from zagg.pyramid.companion import refresh_companion
 from zagg.pyramid.declare import of_manifest
 from zagg.pyramid.ladder import MERGE, Context, NodePlan, load_carry, load_level, node_task, plan
 from zagg.pyramid.levels import laws_of
@@ -349,3 +350,4 @@ def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
     if changed:
         root.write_json(MANIFEST_KEY, fresh)
         summary.objects_written += 1
+    summary.objects_written += refresh_companion(root, fresh)

@@ -5,11 +5,13 @@
   ``verify=True`` checks the content hashes as it reads;
 - :func:`open_leaf` — one shard's leaf; :func:`open_store` — a store root as a DataTree;
 - :func:`quantile`, :func:`cdf` — vectorised t-digest evaluation per cell;
-- :func:`composition_lanes` — composition words split into their named lanes.
+- :func:`composition_lanes` — composition words split into their named lanes;
+- :func:`open_temporal` — when a store was observed and how often (the §10 records);
+- :func:`open_column` — every group of one leaf column, with its provenance.
 
 Modules: ``leaves`` (discovery, stamps, coverage), ``region``, ``schema`` (array metadata
 and spec checks), ``loaders`` (the per-leaf tasks), ``verify``, ``build`` (the Dataset),
-``raster`` (``(time, cells)`` leaves), ``tree``, ``stats``, ``fields``.
+``raster`` (``(time, cells)`` leaves), ``tree``, ``stats``, ``fields``, ``temporal``, ``column``, ``levels``.
 """
 
 from zagg.read.fields import composition_lanes, decode_digest

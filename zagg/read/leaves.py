@@ -20,7 +20,7 @@ import numpy as np
 from zagg import grid as _grid
 from zagg.hive import coverage as _coverage
 from zagg.hive import paths as _paths
-from zagg.hive.manifest import read_manifest
+from zagg.hive.manifest import path_grouping, read_manifest
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot
 from zagg.hive.walk import walk_leaves
@@ -64,13 +64,14 @@ def candidates(
     root coverage lists shards of any window, so those are found by the walk)."""
     if discover not in ("auto", "moc", "walk"):
         raise ValueError(f"discover={discover!r}: expected 'auto', 'moc' or 'walk'")
+    g = path_grouping(manifest)
     if window is not None:
-        found = walk_leaves(root, window)
+        found = walk_leaves(root, window, g)
         if region is None or not found:
             return found
         lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)
         return [leaf for leaf, k in zip(found, region.overlaps(lo, hi), strict=True) if k]
-    found = _coverage.listed_leaves(root, manifest["shard_order"], discover)
+    found = _coverage.listed_leaves(root, manifest["shard_order"], discover, g)
     if region is None or not found:
         return found
     lo, hi = subtree_intervals(_grid.from_decimal([sid for _, sid in found]), region.order)

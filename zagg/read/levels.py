@@ -1,9 +1,11 @@
 """Pyramid levels: ``open_level`` (one resolution as a sparse Dataset) and ``open_pyramid``.
 
 A ``zagg-pyramid/2`` store is addressable at every level its manifest declares (spec
-§4.4): the native cells (the leaves, :func:`zagg.read.open_hive`), the leaf columns'
-groups (at and below the declared leaf resolutions, down to the shard order) and one
-overview per ancestor node above the shard. A level reads like the native store: the
+§4.4): the native cells (the leaves, :func:`zagg.read.open_hive`), the declared leaf
+resolutions (groups of the leaf columns) and one overview per ancestor node above the
+shard. A column also holds groups below its declared resolutions, down to the shard
+order: those within-footprint intermediates feed the ladder and are not levels
+(:func:`zagg.read.column.open_column` reads every group a column holds). A level reads like the native store: the
 occupied cells of that order on ``cells`` (one dask chunk per artifact), the ``morton``
 coordinate at that order, ``cell_ids`` and the same fields (those the pyramid carries),
 so :func:`zagg.quantile` and :func:`zagg.plot_map` work on any level. Only committed
@@ -27,7 +29,9 @@ from dask.base import tokenize
 from zagg import grid as G
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON, Geometry
+from zagg.hive.manifest import path_grouping
 from zagg.hive.storage import as_root
+from zagg.pyramid.companion import read_companion
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
 from zagg.read.loaders import load_field
@@ -38,12 +42,16 @@ if TYPE_CHECKING:
     import xarray as xr
 
 LEVEL_ATTR = "zagg_level"
+PYRAMID_V1 = "zagg-pyramid/1"
+OVERVIEW_SPECS = ("zagg-overview/1", "zagg-overview/2")
 
 
 def levels(manifest: dict) -> dict[int, dict]:
     """``{cell order: {"cell_order", "order", "artifact"}}`` of every level the manifest
     declares, finest first: the native cells (``source``), the declared leaf resolutions
-    (``column``) and the ladder (``overview``, one per ancestor node order)."""
+    (``column``) and the ladder (``overview``, one per ancestor node order). A
+    ``zagg-pyramid/1`` block declares overviews at its ``orders`` only, each at the
+    constant depth ``k + (cell_order - shard_order)`` (spec §4.4)."""
     from zagg.pyramid.declare import of_manifest
 
     p, c = int(manifest["shard_order"]), int(manifest["cell_order"])
@@ -54,7 +62,26 @@ def levels(manifest: dict) -> dict[int, dict]:
             out[r] = {"cell_order": r, "order": p, "artifact": "column"}
         for k, r in decl.ladder():
             out[r] = {"cell_order": r, "order": k, "artifact": "overview"}
+    for k in v1_orders(manifest):
+        out[k + c - p] = {"cell_order": k + c - p, "order": k, "artifact": "overview"}
     return dict(sorted(out.items(), reverse=True))
+
+
+def v1_orders(manifest: dict) -> list[int]:
+    """The ancestor orders a ``zagg-pyramid/1`` block declares (empty: declared off, /2,
+    or no block); an order that is no ancestor of the shards is refused by name."""
+    block = manifest.get("pyramid")
+    if not isinstance(block, dict) or block.get("spec") != PYRAMID_V1:
+        return []
+    orders = (block.get("overview") or {}).get("orders") or []
+    p = int(manifest["shard_order"])
+    bad = [k for k in orders if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < p]
+    if bad:
+        raise ValueError(
+            f"the manifest's zagg-pyramid/1 orders {orders} hold {bad[0]!r}, which is not an "
+            f"ancestor order of its order-{p} shards (0 .. {p - 1})"
+        )
+    return sorted({int(k) for k in orders}, reverse=True)
 
 
 def open_level(
@@ -88,6 +115,8 @@ def open_level(
             "manifest; output.pyramid sets it)"
         )
     entry = table[order]
+    if entry["artifact"] != "source" and path_grouping(manifest) > 1:
+        raise ValueError(grouped_refusal(root, manifest, order))
     if window is None and manifest.get("temporal") is not None and entry["artifact"] != "overview":
         raise ValueError(
             f"level {order} of the windowed store {root.url} is a "
@@ -116,7 +145,7 @@ def open_level(
     stamped = [
         (n, a)
         for n, a in zip(nodes, attrs, strict=True)
-        if a is not None and _carries(a, role, order)
+        if a is not None and _carries(root, path(n), a, role, order)
     ]
     if not stamped:
         how = (
@@ -129,7 +158,16 @@ def open_level(
             f"level {order}{what} of {root.url} is declared but no committed "
             f"{role} holds it yet: {how}"
         )
-    return _open(root, manifest, stamped, path, k, order, role, reg)
+    return open_group(root, manifest, stamped, path, k, order, role, reg)
+
+
+def grouped_refusal(root, manifest: dict, order: int) -> str:
+    """Why a grouped tree's order nodes are not read (spec reader_concepts.md)."""
+    return (
+        f"level {order} of {root.url} is omitted: the store groups "
+        f"{path_grouping(manifest)} digits per directory (path_grouping), so its pyramid's "
+        "order nodes have no settled path; its native cells read as usual"
+    )
 
 
 def _window_of(root, manifest: dict, window) -> str | None:
@@ -145,13 +183,48 @@ def _window_of(root, manifest: dict, window) -> str | None:
     return str(window)
 
 
-def _carries(attrs: dict, role: str, order: int) -> bool:
+def _carries(root, rel: str, attrs: dict, role: str, order: int) -> bool:
+    """Whether a committed artifact holds level ``order``: a column lists the group; an
+    overview at a revision this reader knows declares that ``cell_order`` (an unknown
+    revision is dropped with a warning, a wrong cell order raises)."""
     if role == "column":
         return str(order) in (attrs[artifact.COLUMN_ATTR].get("groups") or {})
-    return attrs[artifact.OVERVIEW_ATTR].get("cell_order") == order
+    block = attrs[artifact.OVERVIEW_ATTR]
+    if block.get("spec") not in OVERVIEW_SPECS:
+        warnings.warn(
+            f"{root.url_of(rel)}: zagg_overview spec {block.get('spec')!r} is not one this "
+            f"reader implements ({', '.join(OVERVIEW_SPECS)}): the overview is left out",
+            UserWarning,
+            stacklevel=4,
+        )
+        return False
+    if block.get("cell_order") != order:
+        raise ValueError(
+            f"{root.url_of(rel)} is an overview of cell order {block.get('cell_order')!r}, "
+            f"but the manifest puts level {order} at its node: the artifact is foreign or "
+            "stale; re-run the sweep"
+        )
+    return True
 
 
-def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
+def provenance(stamped: list, role: str) -> dict:
+    """What a level's artifacts record about their folds: every ``demotions`` record
+    (node-attributed) and, for overviews, the fold regimes (absent reads "leaves")."""
+    key = artifact.COLUMN_ATTR if role == "column" else artifact.OVERVIEW_ATTR
+    demotions = [
+        {**d, "node": node} for node, a in stamped for d in (a[key].get("demotions") or [])
+    ]
+    out = {"demotions": demotions}
+    if role == "overview":
+        out["fold_sources"] = sorted(
+            {a[key].get("fold_source") or a[key].get("regime") or "leaves" for _n, a in stamped}
+        )
+    return out
+
+
+def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.Dataset:
+    """Group ``r`` of the ``stamped`` artifacts (node, root attrs) at ``path(node)``, nodes
+    of order ``k``: their occupied cells as one sparse Dataset."""
     group = str(r)
     first = path(stamped[0][0])
     group_attrs, arrays = leaf_group(root, first, group, root.url_of(first))
@@ -202,7 +275,11 @@ def _open(root, manifest, stamped, path, k: int, r: int, role: str, reg) -> xr.D
         "order": k,
         "artifact": role,
         "artifacts": [leaf.rel for leaf in got],
+        **provenance(stamped, role),
     }
+    for d in ds.attrs[LEVEL_ATTR]["demotions"]:  # the field's fill cells say why, here
+        if d.get("field") in ds.data_vars:
+            ds[d["field"]].attrs.setdefault("demotions", []).append(d)
     return ds
 
 
@@ -228,6 +305,9 @@ def open_pyramid(
     for r, e in levels(manifest).items():
         if all_time and e["artifact"] != "overview":
             continue
+        if e["artifact"] != "source" and path_grouping(manifest) > 1:
+            warnings.warn(grouped_refusal(root, manifest, r), stacklevel=2)
+            continue
         try:
             children[f"o{r}"] = open_level(
                 root, r, region=region, bbox=bbox, cells=cells, window=window
@@ -244,4 +324,7 @@ def open_pyramid(
         "pyramid": manifest.get("pyramid"),
         **({"multiscales": manifest["multiscales"]} if "multiscales" in manifest else {}),
     }
+    companion = read_companion(root, manifest)
+    if companion is not None:
+        tree.attrs["zagg_multiscales"] = companion
     return tree

@@ -19,6 +19,7 @@ from dask.base import tokenize
 from zagg import grid as _grid
 from zagg.hive import paths as _paths
 from zagg.hive.layout import MORTON
+from zagg.hive.manifest import path_grouping
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import build as _build
@@ -113,7 +114,7 @@ def open_leaf(
         )
     if window is not None:
         _check_window(root, manifest, window)
-    rel = _paths.leaf_path(shard_id, window)
+    rel = _paths.leaf_path(shard_id, window, path_grouping(manifest))
     if read_stamp(root, rel) is None:
         raise ValueError(
             f"{root.url_of(rel)} has no commit stamp: the leaf is absent or debris from an "
@@ -134,7 +135,7 @@ def _check_window(root: StoreRoot, manifest: dict, window: str | None) -> None:
     if window is None and windowed:
         from zagg.hive.walk import walk_windows
 
-        labels = list(walk_windows(root))
+        labels = list(walk_windows(root, path_grouping(manifest)))
         raise ValueError(
             f"{root.url} is a time-windowed store: pass window=... (one of "
             f"{labels[:12]}) or windows=[...] / windows='all' for a window "

@@ -34,6 +34,9 @@ _DECLARATIONS = {  # attrs key -> (spec, {shape: grammar} this reader implements
 }
 _GRAMMARS = {"temporal": "mortie-toc/1", "located": "mortie-morton/1"}
 WORD_ELEMENT = {"dtype": "uint64", "shape": [-1]}
+RAGGED_V2 = "zagg-ragged/2"
+#: the ragged revisions a read decodes (a /2 block is derived from the typed data type)
+RAGGED_SPECS = ("zagg-ragged/1", RAGGED_V2)
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,13 @@ class Field:
 def array_meta(meta: dict) -> ArrayMeta:
     """An :class:`ArrayMeta` from an array's ``zarr.json`` document."""
     found = _decode.layout(meta)
-    vlen = meta.get("data_type") in _VLEN_NAMES
+    typed = _decode.typed_element(meta.get("data_type"))
+    vlen = typed is not None or meta.get("data_type") in _VLEN_NAMES
+    attrs = dict(meta.get("attributes") or {})
+    if typed is not None:
+        if "ragged" in attrs:  # retired on /2 arrays: one of the two declarations would lie
+            attrs["ragged_declared"] = attrs.pop("ragged")
+        attrs["ragged"] = {"spec": RAGGED_V2, "element": typed}
     shape = tuple(meta.get("shape") or ())
     grid = (meta.get("chunk_grid") or {}).get("configuration") or {}
     codecs = meta.get("codecs") or []
@@ -89,7 +98,7 @@ def array_meta(meta: dict) -> ArrayMeta:
     return ArrayMeta(
         shape,
         dtype,
-        dict(meta.get("attributes") or {}),
+        attrs,
         chunks,
         sharded,
         meta,
@@ -128,9 +137,17 @@ def check_array(where: str, group: str, name: str, arr: ArrayMeta) -> None:
             "the cells axis and (time, cells) raster bands"
         )
     attrs = arr.attrs
-    if meta.get("data_type") in _VLEN_NAMES:
+    typed = _decode.typed_element(meta.get("data_type")) is not None
+    if typed and "ragged_declared" in attrs:
+        raise ValueError(
+            f"{label} is a typed zagg-ragged/2 array that also carries a 'ragged' attrs "
+            "block, which /2 retires: the array is not well-formed (rewrite it)"
+        )
+    if typed and arr.layout is None:
+        _typed_extension(label)
+    if typed or meta.get("data_type") in _VLEN_NAMES:
         try:
-            block = check_ragged_attrs(f"{group}/{name}", attrs)
+            block = check_ragged_attrs(f"{group}/{name}", attrs, RAGGED_SPECS)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         if raster:
@@ -167,6 +184,19 @@ def check_array(where: str, group: str, name: str, arr: ArrayMeta) -> None:
             )
     if name == MORTON and arr.dtype != np.uint64:
         raise ValueError(f"{where}: {group}/morton has dtype {arr.dtype}, expected uint64")
+
+
+def _typed_extension(label: str) -> None:
+    """A typed array in a layout the direct decoder does not know is read through
+    zarr-python, which needs the data type's extension package."""
+    try:
+        import zarr_vlen_ndarray  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            f"{label} is a zagg-ragged/2 (vlen-ndarray) array in a layout zagg's own decoder "
+            "does not read: install zarr-vlen-ndarray to read this store "
+            "(pip install zarr-vlen-ndarray)"
+        ) from None
 
 
 def field_kind(name: str, arr: ArrayMeta) -> str:

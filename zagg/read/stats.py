@@ -13,6 +13,7 @@ import numpy as np
 
 from zagg.checks import require_dataset
 from zagg.hive.layout import check_ragged_attrs
+from zagg.read.schema import RAGGED_SPECS
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -71,7 +72,7 @@ def _digest_field(ds, field: str, call: str):
             f"{field!r} is not a t-digest field (it holds one value per cell); "
             f"this dataset's t-digest fields: {listed}"
         )
-    block = check_ragged_attrs(field, dict(var.attrs))
+    block = check_ragged_attrs(field, dict(var.attrs), RAGGED_SPECS)
     if block["element"] != DIGEST_ELEMENT:
         raise ValueError(
             f"{field!r} is not a t-digest: its element is {block['element']}, expected "

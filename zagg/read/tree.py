@@ -13,6 +13,7 @@ order) nodes become its children once a store carries overviews.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from zagg.hive.paths import MANIFEST_KEY
@@ -27,18 +28,31 @@ _PRODUCT_RE = re.compile(r"^[a-z0-9_-]{1,192}$")
 _BASE_RE = re.compile(r"^-?[1-6]$")
 
 
+RESERVED = ("multiscales", "icechunk")  # store-root companions, never products
+
+
 def list_products(root: StoreRoot) -> list[str]:
-    """The product names of a multi-product root (sorted; empty for a bare store)."""
+    """The product names of a multi-product root (sorted; empty for a bare store). A
+    directory carrying a manifest under a reserved name is reported and left out."""
     dirs, files = root.list_dir("")
     if MANIFEST_KEY in files:
         return []
-    return [
-        d
-        for d in dirs
-        if _PRODUCT_RE.match(d)
-        and not _BASE_RE.match(d)
-        and root.read_bytes(f"{d}/{MANIFEST_KEY}") is not None
-    ]
+    out = []
+    for d in dirs:
+        if not _PRODUCT_RE.match(d) or _BASE_RE.match(d):
+            continue
+        if root.read_bytes(f"{d}/{MANIFEST_KEY}") is None:
+            continue
+        if d in RESERVED:
+            warnings.warn(
+                f"{root.url_of(d)} holds a product manifest under the reserved name {d!r} "
+                "(the store-root companion's): it is not opened as a product; rename it",
+                UserWarning,
+                stacklevel=3,
+            )
+            continue
+        out.append(d)
+    return out
 
 
 def open_store(
@@ -86,7 +100,12 @@ def open_store(
 
 
 def _node(root: StoreRoot, open_kwargs: dict):
+    from zagg.pyramid.companion import read_companion
+
     ds = open_hive(root, **open_kwargs)
+    companion = read_companion(root, manifest_of(root))
+    if companion is not None:  # the ladder as plain zarr groups, for multiscale tools
+        ds.attrs["zagg_multiscales"] = companion
     semantic = ds.attrs.get("morton_hive", {}).get("semantic_hash")
     if semantic is not None:
         ds.attrs["semantic_hash"] = semantic

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zagg.hive.manifest import path_grouping
 from zagg.hive.walk import walk_windows
 from zagg.read.open import open_hive
 
@@ -23,7 +24,7 @@ def labels_of(root, manifest: dict, windows) -> list[str]:
             f"windows=...: {root.url} is not a time-windowed store; open it "
             "without window arguments"
         )
-    held = list(walk_windows(root))
+    held = list(walk_windows(root, path_grouping(manifest)))
     if isinstance(windows, str):
         if windows != "all":
             raise ValueError(

@@ -74,7 +74,7 @@ def quantize(words: np.ndarray, order: int) -> np.ndarray:
     canonicalized: the buckets they touch, as one normalized word set."""
     if not np.asarray(words).size:
         return np.zeros(0, np.uint64)
-    buckets = np.unique(_buckets_of(words, order))
+    buckets = np.unique(buckets_of(words, order))
     return np.asarray(mortie.toc_normalize(bucket_words(buckets, order)), np.uint64).reshape(-1)
 
 
@@ -192,7 +192,7 @@ def compose_cover(standing, mine: dict, order: int) -> dict | None:
                 int(block.get("temporal_order", TEMPORAL_ORDER)),
                 int(shards[sid].get("temporal_order", TEMPORAL_ORDER)),
             )
-            words, o = cover_words(np.unique(_buckets_of(np.concatenate([a, b]), o)), o)
+            words, o = cover_words(np.unique(buckets_of(np.concatenate([a, b]), o)), o)
             shards[sid] = _cover_block(words, o)
     return {
         **base,
@@ -203,7 +203,7 @@ def compose_cover(standing, mine: dict, order: int) -> dict | None:
     }
 
 
-def _buckets_of(words: np.ndarray, order: int) -> np.ndarray:
+def buckets_of(words: np.ndarray, order: int) -> np.ndarray:
     """The order-``order`` buckets the words' envelopes touch (a timestamp's, its own)."""
     start, end = mortie.toc2time(np.asarray(words, np.uint64))
     start, end = np.asarray(start, np.uint64), np.asarray(end, np.uint64)
