@@ -427,7 +427,8 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
         progress=False,
     ).lines()
     assert any(
-        "the region (--region, --bbox or shards) holds none of these points" in x for x in elsewhere
+        "the region (--region, --bbox or --shards) holds none of these points" in x
+        for x in elsewhere
     )
     nothing = run(
         config(tmp_path / "n"),
