@@ -7,7 +7,9 @@ pair and gets one verdict per shard (:func:`classify`):
 
 - ``current``: the pair matches and the leaf is stamped: the run writes nothing for it and
   only refreshes its objects' modification times (:func:`touch_current`), so lifecycle
-  rules that purge old objects leave it alone;
+  rules that purge old objects leave it alone; the store-root objects the run finishes
+  still list it (:func:`current_records`), so a run that resumes a killed one leaves the
+  root an uninterrupted run leaves;
 - ``refused``: the planned granules drop ids the leaf was built from (a contraction, e.g.
   a catalog that lost granules): nothing is written for it unless contraction is allowed,
   and the run records every missing id in a refusal manifest at the store root
