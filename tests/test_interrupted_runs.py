@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 import yaml
 
 import zagg
+from zagg import hive
 from zagg.__main__ import main
 from zagg.cluster import cluster_for, usable_cores
 from zagg.hive.coverage import expand_ranges, root_envelope
@@ -282,3 +284,71 @@ def test_open_hive_warns_of_an_incomplete_store(tmp_path, cluster):
         warnings.simplefilter("error")
         zagg.open_hive(a)
         zagg.open_hive(b, windows="all")
+
+
+def test_a_run_resumed_on_s3_lists_its_current_leaves_at_the_root(tmp_path, cluster, moto_s3):
+    """On an object store alike: half the leaves stamped (whole, with their sidecars and
+    columns), the other half and every root object but the manifest never written (what a
+    run killed mid-write leaves there), then the same run again."""
+    options, fs = moto_s3
+    fs.mkdir("resumed")
+    raw = plain_config()
+    raw["output"]["storage_options"] = dict(options)
+    clean, store = "s3://resumed/clean", "s3://resumed/killed"
+    zagg.run(raw, store=clean, scheduler=cluster, progress=False)
+    zagg.run(raw, store=store, scheduler=cluster, progress=False)
+    root = hive.StoreRoot(store, options)
+    leaves = sorted(hive.walk_leaves(root))
+    for rel, _ in leaves[: len(leaves) // 2]:  # these were never written
+        node = rel.rsplit("/", 1)[0]
+        for key in root.list_keys(node):
+            if "/all.zarr" not in key:
+                fs.rm(f"resumed/killed/{key}")
+    for key in ("coverage.moc", *[k for k in root.list_keys("-5") if "/all.zarr/" in k]):
+        fs.rm(f"resumed/killed/{key}")
+    again = zagg.run(raw, store=store, scheduler=cluster, progress=False)
+    assert again.units["current"] == len(leaves) - len(leaves) // 2
+    assert again.leaves_written == len(leaves) // 2
+
+    def seen(url):
+        ds = zagg.open_hive(url, options)
+        return dict(zip(ds["morton"].values.tolist(), ds["count"].values.tolist(), strict=True))
+
+    assert seen(store) == seen(clean)
+    for key in ("coverage.moc", "morton_hive.json"):
+        ours, theirs = (json.loads(fs.cat(f"resumed/{s}/{key}")) for s in ("killed", "clean"))
+        assert same_but_times_and_runs(ours, theirs), key
+    report, status = verify_status(store, options)
+    assert status == EXIT_INTACT, report
+
+
+def same_but_times_and_runs(a, b) -> bool:
+    drop = ("generated_at", "run_id", "written_at")
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (set(a) | set(b)) - set(drop)
+        return all(k in a and k in b and same_but_times_and_runs(a[k], b[k]) for k in keys)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_but_times_and_runs, a, b))
+    return a == b
+
+
+def test_a_sweep_killed_before_its_finisher_is_completed_by_the_next_run(tmp_path, cluster):
+    """The leaves done and some of the ladder folded, but the manifest's actuals never
+    written and the coarsest overview missing: the same run again (every leaf current)
+    folds only what is missing and records every level's actuals as an uninterrupted run
+    does."""
+    config = tmp_path / "plain.yaml"
+    config.write_text(yaml.safe_dump(plain_config()))
+    clean, store = tmp_path / "clean", tmp_path / "s"
+    rerun(config, clean, cluster)
+    rerun(config, store, cluster)
+    manifest = json.loads((store / "morton_hive.json").read_text())
+    for entry in manifest["pyramid"]["overviews"]:
+        entry.pop("actuals", None)
+    (store / "morton_hive.json").write_text(json.dumps(manifest))
+    for top in store.glob("-*/all.zarr"):
+        shutil.rmtree(top)
+    again = zagg.run(config, store=str(store), scheduler=cluster, progress=False)
+    assert again.leaves_written == 0 and again.sweep.folded == 1
+    assert root_objects(store) == root_objects(clean)
+    assert overviews(store) == overviews(clean)
