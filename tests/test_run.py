@@ -355,7 +355,7 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
 
 
 def test_region_and_bbox_together_are_refused(tmp_path, photons):
-    with pytest.raises(zagg.ConfigError, match="--region or --bbox, not both"):
+    with pytest.raises(zagg.ConfigError, match="only one of .*got --region and --bbox"):
         run(
             config(tmp_path / "s"),
             source=photons,

@@ -88,7 +88,9 @@ def test_shards_and_a_region_are_one_too_many(tmp_path, plain, capsys):
     config, _ = plain
     argv = ["run", str(config), "--store", str(tmp_path / "s"), "--shards", "-5121132231"]
     assert main([*argv, "--bbox", "-100,-76,-99,-75"]) == 2
-    assert "give one of --bbox or --shards, not both" in capsys.readouterr().err
+    assert "give only one of --region, --bbox and --shards (got --bbox and --shards)" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_unknown_region_lists_the_shipped_ones(tmp_path, plain, capsys):

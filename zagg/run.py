@@ -102,8 +102,8 @@ def run(
     ``distributed.Client`` (a dask-gateway notebook's, say), which is used and left open.
     ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
     GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` (shard ids at
-    the shard order, a list or comma-separated text) restrict the run to those shards, and with a catalog only granules that
-    touch them are read. The store's manifest is checked before any work starts, so an
+    the shard order, a list or comma-separated text) restrict the run to those shards, and
+    with a catalog only granules that touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
     cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
@@ -132,7 +132,10 @@ def run(
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
     given = [n for n, v in (("--region", region), ("--bbox", bbox), ("--shards", shards)) if v]
     if len(given) > 1:
-        raise ConfigError(f"give one of {' or '.join(given)}, not both: a run covers one region")
+        raise ConfigError(
+            f"give only one of --region, --bbox and --shards (got {' and '.join(given)}): "
+            "a run covers one region"
+        )
     if region is not None or bbox is not None:
         from .regions import region_shards
 
@@ -260,6 +263,8 @@ def run(
 def checked_shards(shards, order: int) -> list[str]:
     """The decimal ids of ``shards`` (decimal ids, comma-separated text or morton words),
     each refused unless it is a shard at the store's shard order."""
+    import numpy as np
+
     from . import grid as G
 
     if isinstance(shards, str):
@@ -271,7 +276,7 @@ def checked_shards(shards, order: int) -> list[str]:
         raise ConfigError(f"--shards: {exc}; list shard ids, {example}") from None
     if not words.size:
         raise ConfigError(f"--shards: no shard id given; {example}")
-    orders = (words & type(words[0])(63)).tolist()  # a word's low six bits: its order
+    orders = (words & np.uint64(63)).tolist()  # a word's low six bits: its order
     wrong = [sid for sid, o in zip(G.to_decimal(words), orders, strict=True) if o != order]
     if wrong:
         raise ConfigError(
