@@ -106,6 +106,47 @@ def test_a_claim_past_its_ttl_is_taken_over_and_a_live_one_is_waited_for(tmp_pat
     assert not root.exists(claims.claim_key(leaf))
 
 
+def test_the_claim_of_a_process_that_is_gone_is_taken_over_at_once(tmp_path):
+    """A run killed while it held a claim (its process gone) does not make the next run
+    wait out the ttl; a live process's claim, or one from another host, is respected."""
+    import subprocess
+    import sys
+
+    root = StoreRoot(str(tmp_path / "s"))
+    leaf = "0/1/2.zarr"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+
+    def held_by(pid, host=None):
+        body = {
+            "spec": claims.CLAIM_SPEC,
+            "run_id": f"pid-{pid}",
+            "token": "x",
+            "claimed_at": time.time(),
+            "ttl_s": 600.0,
+            "host": host or claims.process_host(),
+            "pid": pid,
+        }
+        root.write_bytes(claims.claim_key(leaf), json.dumps(body).encode())
+
+    held_by(gone.pid)
+    t0 = time.monotonic()
+    with claims.holding(root, leaf, "mine") as held:
+        assert time.monotonic() - t0 < 5
+        assert root.read_json(held.key)["run_id"] == "mine"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        held_by(live.pid)
+        with pytest.raises(claims.LeafHeldError, match=f"'pid-{live.pid}'"):
+            claims.claim_leaf(root, leaf, "other")
+    finally:
+        live.kill()
+        live.wait()
+    held_by(gone.pid, host="elsewhere/pid:[1]")
+    with pytest.raises(claims.LeafHeldError, match=f"'pid-{gone.pid}'"):
+        claims.claim_leaf(root, leaf, "other")
+
+
 def test_a_local_object_is_replaced_whole(tmp_path):
     """Local writes land whole, like a PUT: a reader polling the key sees the old bytes
     or the new ones, never a part (and no staging file is left behind)."""

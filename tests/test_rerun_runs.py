@@ -89,6 +89,8 @@ def test_an_unchanged_catalog_rerun_reads_no_granule_and_writes_nothing(tmp_path
     after = snapshot(store)
     assert again.units == {"current": first.leaves_written, "rewritten": 0, "refused": 0}
     assert again.granules == 0 and again.bytes_written == 0
+    assert again.cells_with_data == first.cells_with_data > 0  # what the store holds
+    assert again.cells_written == 0
     assert contents(after) == contents(before)  # not one object added, removed or changed
     # the lifecycle touch refreshed the leaves' pointers, never their versions' objects
     pointers = [k for k in before if k.endswith(".zarr/zarr.json")]
@@ -105,6 +107,24 @@ def test_an_unchanged_catalog_rerun_reads_no_granule_and_writes_nothing(tmp_path
     packaged = run(cfg, workers=1, threads=2, progress=False)
     assert packaged.units["current"] == first.leaves_written and packaged.leaves_written == 0
     assert contents(snapshot(store)) == contents(before)
+
+
+def test_a_catalog_rerun_with_nothing_to_write_still_lists_every_leaf(tmp_path, granules):
+    """A run killed after its last leaf, before its root coverage: the same catalog run
+    again has nothing to write, reads no granule, and lists every current leaf."""
+    cat = catalog(granules, tmp_path / "cat.json")
+    store = tmp_path / "s"
+    first = go(cat, store)
+    listed = (store / "coverage.moc").read_text()
+    (store / "coverage.moc").unlink()
+    again = go(cat, store)
+    assert again.granules == 0 and again.leaves_written == 0
+    assert again.units["current"] == first.leaves_written
+    assert (
+        json.loads((store / "coverage.moc").read_text())["ranges"] == json.loads(listed)["ranges"]
+    )
+    report, status = verify_status(store)
+    assert status == EXIT_INTACT, report
 
 
 def test_a_dropped_granule_is_refused_and_the_store_keeps_its_bytes(tmp_path, granules):

@@ -355,7 +355,7 @@ def test_a_run_uses_a_client_it_is_given_and_leaves_it_open(tmp_path, photons):
 
 
 def test_region_and_bbox_together_are_refused(tmp_path, photons):
-    with pytest.raises(zagg.ConfigError, match="--region or --bbox, not both"):
+    with pytest.raises(zagg.ConfigError, match="only one of .*got --region and --bbox"):
         run(
             config(tmp_path / "s"),
             source=photons,
@@ -427,7 +427,8 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
         progress=False,
     ).lines()
     assert any(
-        "the region (--region, --bbox or shards) holds none of these points" in x for x in elsewhere
+        "the region (--region, --bbox or --shards) holds none of these points" in x
+        for x in elsewhere
     )
     nothing = run(
         config(tmp_path / "n"),

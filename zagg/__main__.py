@@ -16,6 +16,7 @@ def _cmd_run(args) -> int:
         "catalog": args.catalog,
         "region": args.region,
         "bbox": args.bbox,
+        "shards": args.shards,
         "sweep": True if args.sweep else None,
         "dashboard": args.dashboard,
         "performance_report": args.performance_report,
@@ -257,10 +258,12 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from .inspect import verify_status
+    from .inspect import VerifyProgress, verify_status
 
     report, status = verify_status(
-        args.store, storage_options=_storage_options(args.storage_option)
+        args.store,
+        storage_options=_storage_options(args.storage_option),
+        progress=None if args.quiet else VerifyProgress(),
     )
     print(report)
     return status
@@ -350,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
     )
     r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
+    r.add_argument(
+        "--shards",
+        metavar="ID[,ID...]",
+        help="comma-separated shard ids at the config's shard order (output.grid."
+        "parent_order), e.g. -5121132231,-5121132232: only these shards",
+    )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument(
         "--overwrite",
@@ -477,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
         "intact, 1: damaged, 3: incomplete)",
     )
     v.add_argument("store")
+    v.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr, only the report"
+    )
     v.set_defaults(func=_cmd_verify)
     for p in (i, v, g, w):
         p.add_argument(
@@ -514,14 +526,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _joined_negative_values(argv: list[str]) -> list[str]:
-    """``--bbox -102,-76,-98,-75`` as ``--bbox=-102,...``: argparse would take a value that
-    starts with ``-`` (a western or southern box) for an option."""
+    """``--bbox -102,-76,-98,-75`` as ``--bbox=-102,...`` (and ``--shards -5121...`` alike):
+    argparse would take a value that starts with ``-`` (a western or southern box, a
+    southern shard) for an option."""
     out = []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a == "--bbox" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
-            out.append(f"--bbox={argv[i + 1]}")
+        if a in ("--bbox", "--shards") and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{a}={argv[i + 1]}")
             i += 2
             continue
         out.append(a)
@@ -536,14 +549,18 @@ class _CommandProcess:
     message; and Ctrl-C also asks zagg's waits to stop (:func:`zagg.progress.request_stop`),
     so an interrupt Python swallows (one landing in an object's ``__del__`` or a garbage
     collector callback, which distributed runs) still stops the run at its next wait. A
-    SIGINT ignored at start (a background job) stays ignored."""
+    SIGINT ignored at start (a background job) stays ignored. zagg's own warnings show as
+    ``zagg: warning: ...`` lines."""
 
     def __enter__(self):
         import logging
         import signal
+        import warnings
 
         self.logger = logging.getLogger("asyncio")
         self.logger.addFilter(_drop_all_exit)
+        self.showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning(self.showwarning)
         self.previous = signal.getsignal(signal.SIGINT)
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
@@ -551,14 +568,34 @@ class _CommandProcess:
 
     def __exit__(self, *exc):
         import signal
+        import warnings
 
         from .progress import clear_stop
 
+        warnings.showwarning = self.showwarning
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, self.previous)
         self.logger.removeFilter(_drop_all_exit)
         clear_stop()
         return False
+
+
+def _show_warning(previous):
+    """The command's display of warnings: zagg's own as one ``zagg: warning: ...`` line on
+    stderr (what a command-line user reads; no source line), others as Python shows them."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        ours = category.__module__.startswith("zagg.") or os.path.abspath(filename).startswith(
+            here + os.sep
+        )
+        if not ours:
+            return previous(message, category, filename, lineno, file, line)
+        print(f"zagg: warning: {message}", file=file or sys.stderr)
+
+    return show
 
 
 def _drop_all_exit(record) -> bool:

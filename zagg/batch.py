@@ -25,17 +25,29 @@ class RegionResult:
     summary: object = None  # the RunSummary, None when the region failed
     error: str | None = None
 
+    @property
+    def empty(self) -> bool:
+        """The region ran, and no shard of it holds data (written now or current)."""
+        return self.summary is not None and not self.summary.cells_with_data
+
     def line(self) -> str:
         if self.summary is None:
             return f"region {self.region}: failed: {self.error}"
         s = self.summary
         pts = "?" if s.points is None else f"{s.points:,}"
         current = s.units["current"] if getattr(s, "gate", None) else 0
-        return (
+        line = (
             f"region {self.region}: {s.shards:,} shards, {s.leaves_written:,} leaves "
             f"written, {current:,} current, {s.cells_with_data:,} cells with data, "
             f"{pts} points, {s.wall_seconds:.1f} s"
         )
+        if self.empty:
+            line += (
+                f"\nwarning: region {self.region} holds no data: no point of the source "
+                "falls in its shards (check that the region is where the source's points "
+                "are, or that the catalog lists granules over it)"
+            )
+        return line
 
 
 @dataclass
@@ -48,6 +60,11 @@ class BatchSummary:
     def failed(self) -> list[RegionResult]:
         return [r for r in self.results if r.summary is None]
 
+    @property
+    def empty(self) -> list[RegionResult]:
+        """The regions that ran and hold no data."""
+        return [r for r in self.results if r.empty]
+
     def lines(self) -> list[str]:
         done = [r.summary for r in self.results if r.summary is not None]
         return [
@@ -57,6 +74,15 @@ class BatchSummary:
                 f", {len(self.failed)} failed ({', '.join(r.region for r in self.failed)})"
                 if self.failed
                 else ""
+            ),
+            *(
+                [
+                    f"without data    {len(self.empty)} region"
+                    f"{'' if len(self.empty) == 1 else 's'} "
+                    f"({', '.join(r.region for r in self.empty)}): see the warnings above"
+                ]
+                if self.empty
+                else []
             ),
             f"leaves written  {sum(s.leaves_written for s in done):,}",
             f"cells with data {sum(s.cells_with_data for s in done):,} (summed over regions)",

@@ -47,6 +47,38 @@ class ClusterError(ZaggError, ValueError):
     """Cluster settings zagg refuses, or a scheduler it cannot reach."""
 
 
+class OversubscribedWarning(UserWarning):
+    """A local cluster asked for more threads than the machine has cores."""
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def oversubscription(n_workers: int, threads_per_worker: int) -> str | None:
+    """Why a local cluster of these sizes oversubscribes the machine (None: it does not).
+
+    More threads than cores is allowed, not refused: a run that waits on object-store
+    reads can use more; a compute-bound one only shares the cores and holds more partial
+    results in memory at once."""
+    cores, total = usable_cores(), n_workers * threads_per_worker
+    if total <= cores:
+        return None
+    return (
+        f"{n_workers} worker{'s' if n_workers != 1 else ''} x {threads_per_worker} "
+        f"threads = {total} threads on a machine of {cores} core"
+        f"{'s' if cores != 1 else ''}: the threads take turns on the cores, so the "
+        "aggregation is no faster and each worker holds more partial results in memory at "
+        f"once; ask for at most {cores} in all (e.g. --workers 1 --threads {cores}), or "
+        "leave --workers and --threads out to size the cluster to the machine (more "
+        "threads than cores help only a run that waits on object-store reads)"
+    )
+
+
 #: how long a client waits for a scheduler given by address before giving up
 CONNECT_TIMEOUT = "15s"
 
@@ -124,6 +156,11 @@ def local_cluster(
         opts["threads_per_worker"] = int(threads)
     if memory_limit is not None:
         opts["memory_limit"] = memory_limit
+    crowded = oversubscription(opts["n_workers"], opts["threads_per_worker"])
+    if crowded is not None:
+        import warnings
+
+        warnings.warn(crowded, OversubscribedWarning, stacklevel=3)
     if processes is None:
         processes = not runs_in_process(opts["n_workers"], opts["threads_per_worker"])
     # the scheduler always serves HTTP (health, metrics; the dashboard when asked for);

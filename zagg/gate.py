@@ -34,6 +34,7 @@ from .reruns import (
     REWRITE,
     Gate,
     classify,
+    current_records,
     touch_current,
     touch_root,
     write_empty,
@@ -92,15 +93,28 @@ class RunGate:
             self.run_id,
         )
 
-    def summary(self, wall_seconds: float):
+    def current(self, timed: bool = False) -> list[dict]:
+        """The records of the units found current that hold a leaf (what the store root's
+        objects need of them, :func:`zagg.reruns.current_records`)."""
+        if self.gate is None:
+            return []
+        return current_records(self.root, list(self.gate.verdicts.values()), timed=timed)
+
+    def summary(self, wall_seconds: float, shard_order: int, timed: bool = False):
         """The summary of a run the gate left nothing to do: no granule read, nothing
-        written."""
+        written but the root coverage, which lists every current unit (a killed run may
+        have stamped them all and died before publishing them)."""
+        from .hive.coverage import finish_root_coverage
         from .summary import RunSummary
 
+        current = self.current(timed)
+        finish_root_coverage(self.root, current, shard_order)
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,
             shards=len(self.gate.verdicts),
+            cells_with_data=sum(r["cells_with_data"] for r in current),
+            cells_written=0,
             points=0,
             granules=0,
             wall_seconds=wall_seconds,

@@ -197,7 +197,15 @@ def validate_id(shard_id: str) -> str:
 
 
 def validate_window(label: str) -> str:
-    if not isinstance(label, str) or not _WINDOW_RE.match(label) or label == "all":
+    if not isinstance(label, str):
+        raise ValueError(
+            f"window={label!r} is not text (it is a {type(label).__name__}): a window id is a "
+            "text label, as "
+            "the store names its leaves: '2019' for a year, '201906' for a month, "
+            "'20190601' for a day, or an explicit window's name; pass it quoted, e.g. "
+            f"window='{label}'"
+        )
+    if not _WINDOW_RE.match(label) or label == "all":
         raise ValueError(
             f"window label {label!r} is invalid: use 1-32 characters of [0-9A-Za-z-], not 'all'"
         )

@@ -14,6 +14,8 @@ reported with a warning too.
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -269,7 +271,7 @@ def _verify_artifacts(root: hive.StoreRoot, results: list[dict]) -> list[dict]:
         if e["artifact"] != "overview":
             continue
         k = e["order"]
-        nodes = {sid[: (1 if sid.startswith("-") else 0) + 1 + k] for sid, _w in leaves}
+        nodes = {G.ancestor_id(sid, k) for sid, _w in leaves}
         for w in [None, *windows]:
             rels |= {artifact.overview_path(n, w) for n in nodes}
 
@@ -331,21 +333,65 @@ def verify_store(store, storage_options=None) -> tuple[str, bool]:
     return report, status != EXIT_DAMAGED
 
 
-def verify_status(store, storage_options=None) -> tuple[str, int]:
+class VerifyProgress:
+    """What ``zagg verify`` says while it works, on ``stream`` (stderr). On a terminal: the
+    listing, the count of leaves to check, then one line kept up to date per leaf.
+    Elsewhere (a log, a pipe): nothing while the check is short; once it has run for
+    ``every_s`` seconds, a count line every ``every_s`` seconds and one at the end."""
+
+    def __init__(self, stream=None, every_s: float = 5.0):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every_s = every_s
+        self.total = 0
+        self.last = 0.0
+        self.spoke = False
+
+    def listing(self, url: str) -> None:
+        if self.tty:
+            self._say(f"verify: listing the leaves of {url} ...")
+
+    def start(self, total: int) -> None:
+        self.total, self.last = total, time.monotonic()
+        if self.tty:
+            self._say(f"verify: {_leaves(total)} to check")
+
+    def tick(self, done: int) -> None:
+        final = done == self.total
+        if self.tty:
+            end = "\n" if final else ""
+            print(f"\rverify: {done:,} of {self.total:,} checked", end=end, file=self.stream)
+            self.stream.flush()
+        elif (final and self.spoke) or time.monotonic() - self.last >= self.every_s:
+            self.last, self.spoke = time.monotonic(), True
+            self._say(f"verify: {done:,} of {_leaves(self.total)} checked")
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def verify_status(store, storage_options=None, progress=None) -> tuple[str, int]:
     """:func:`verify_store`'s report and its exit status: :data:`EXIT_INTACT`,
     :data:`EXIT_DAMAGED` (a damaged leaf or manifest) or :data:`EXIT_INCOMPLETE` (nothing
-    damaged, but debris is left or the last run into the store did not finish)."""
+    damaged, but debris is left or the last run into the store did not finish).
+    ``progress`` (a :class:`VerifyProgress`) is told how far the check is."""
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
+    if progress is not None:
+        progress.listing(root.url)
     found = _grouped_walk(root) + _windowed_leaves(root)
     manifest_problem = _manifest_problem(root, bool(found))
     results = []
+    if progress is not None:
+        progress.start(len(found))
     for leaf, sid in found:
         try:
             r = verify_leaf(root, leaf)
         except Exception as exc:  # whatever breaks one leaf is that leaf's outcome
             r = {"leaf": leaf, "status": "unreadable", "error": _reason(exc)}
         results.append({**r, "shard_id": sid})
+        if progress is not None:
+            progress.tick(len(results))
     artifacts = _verify_artifacts(root, results)
     notes = object_notes(root)
     counts = Counter(r["status"] for r in results)

@@ -105,9 +105,16 @@ def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -
     if geojson is not None:
         path = Path(geojson)
         if not path.exists():
-            from .packaged import find
+            from .packaged import find, names
 
-            path = find("region", str(geojson)) or path
+            shipped = find("region", str(geojson))
+            if shipped is None:
+                raise RegionError(
+                    f"--region {geojson}: no such GeoJSON file, and no shipped region of "
+                    f"that name; the shipped regions are {', '.join(names('region'))} "
+                    "(zagg configs lists them), or give the path of a GeoJSON polygon file"
+                )
+            path = shipped
         try:
             geo = json.loads(path.read_text())
         except OSError as exc:

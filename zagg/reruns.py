@@ -7,7 +7,9 @@ pair and gets one verdict per shard (:func:`classify`):
 
 - ``current``: the pair matches and the leaf is stamped: the run writes nothing for it and
   only refreshes its objects' modification times (:func:`touch_current`), so lifecycle
-  rules that purge old objects leave it alone;
+  rules that purge old objects leave it alone; the store-root objects the run finishes
+  still list it (:func:`current_records`), so a run that resumes a killed one leaves the
+  root an uninterrupted run leaves;
 - ``refused``: the planned granules drop ids the leaf was built from (a contraction, e.g.
   a catalog that lost granules): nothing is written for it unless contraction is allowed,
   and the run records every missing id in a refusal manifest at the store root
@@ -61,6 +63,8 @@ class Verdict:
     added: tuple[str, ...] = ()  # planned ids the record lacks
     versioned: bool = False
     empty: bool = False  # no leaf: the unit was computed and holds no point
+    cells_with_data: int = 0  # what the stamped leaf holds (a current unit's)
+    data: str | None = None  # the prefix of the leaf's arrays (a current unit's)
 
 
 @dataclass
@@ -195,7 +199,14 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
     planned = set(bare_granule_ids(ids))
     recorded_sha = record.get("granules_sha256")
     if recorded_sha == granules_sha256(planned):
-        return Verdict(sid, CURRENT, "unchanged", versioned=versioned)
+        return Verdict(
+            sid,
+            CURRENT,
+            "unchanged",
+            versioned=versioned,
+            cells_with_data=int(stamp.get("cells_with_data") or 0),
+            data=data_prefix(leaf, stamp),
+        )
     recorded = recorded_ids(root, sid)
     if recorded is None or recorded_sha is None or granules_sha256(recorded) != recorded_sha:
         # no sibling, or one that disagrees with the sidecar's hash (a torn rewrite)
@@ -214,6 +225,33 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
         added,
         versioned,
     )
+
+
+def current_records(root: StoreRoot, verdicts: list[Verdict], *, timed: bool) -> list[dict]:
+    """The leaf records of the current units that hold a leaf, as the store root's objects
+    need them: shard id, window, cells with data, and with ``timed`` (the config declares
+    per-centroid times) the leaf's temporal record, read from beside its arrays. A re-run
+    merges them with the leaves it wrote, so the root lists every unit, written or not."""
+    held = [v for v in verdicts if v.kind == CURRENT and not v.empty]
+
+    def record(v: Verdict) -> dict:
+        sid, window = unit_of(v.shard_id)
+        temporal = None
+        if timed and v.data is not None:
+            try:
+                temporal = root.read_json(f"{v.data}/{paths.LEAF_TEMPORAL_NAME}")
+            except ValueError:
+                temporal = None  # unreadable: the root's temporal cache leaves it out
+        return {
+            "shard_id": sid,
+            "window": window,
+            "cells_with_data": v.cells_with_data,
+            "temporal": temporal if isinstance(temporal, dict) else None,
+        }
+
+    workers = 1 if root.is_local or not timed else _READERS
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(record, held))
 
 
 def touch_current(

@@ -101,9 +101,9 @@ def run(
     ``threads`` and ``memory_limit``; a scheduler address; a cluster object; or a
     ``distributed.Client`` (a dask-gateway notebook's, say), which is used and left open.
     ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
-    GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` restrict the
-    run to the covering shards at the shard order, and with a catalog only granules that
-    touch them are read. The store's manifest is checked before any work starts, so an
+    GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` (shard ids at
+    the shard order, a list or comma-separated text) restrict the run to those shards, and
+    with a catalog only granules that touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
     the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
     cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
@@ -130,12 +130,18 @@ def run(
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
-    if region is not None and bbox is not None:
-        raise ConfigError("give --region or --bbox, not both: a run covers one region")
+    given = [n for n, v in (("--region", region), ("--bbox", bbox), ("--shards", shards)) if v]
+    if len(given) > 1:
+        raise ConfigError(
+            f"give only one of --region, --bbox and --shards (got {' and '.join(given)}): "
+            "a run covers one region"
+        )
     if region is not None or bbox is not None:
         from .regions import region_shards
 
         shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
+    elif shards is not None:
+        shards = checked_shards(shards, cfg.grid.parent_order)
     if source is None:
         check_source(cfg)
     else:
@@ -174,11 +180,13 @@ def run(
     )
     # with a catalog every shard's granules are known before any is opened: gate first
     planned = catalog_plan(cfg, shards) if gate is not None and source is None else None
+    timed = any(f.timed for f in cfg.fields.values())  # leaves carry temporal records
     todo = only = None
     if planned is not None:
         todo = gate.decide(planned)
         if not todo:
-            return gate.summary(time.perf_counter() - t0)
+            done = gate.summary(time.perf_counter() - t0, cfg.grid.parent_order, timed)
+            return chain_sweep(cfg, done, store, options, sweep)
         # read only the shards and granules of the units to write
         shards = sorted({unit_of(u)[0] for u in todo})
         only = sorted({g for u in todo for g in planned[u]})
@@ -236,6 +244,7 @@ def run(
                 t_start=t0,
                 versioned=cfg.output.leaf_versions,
                 run_id=run_id,
+                current=() if gate is None else gate.current(timed),
             )
             if gate is not None and gate.gate is not None:
                 summary.gate = gate.gate
@@ -249,6 +258,33 @@ def run(
             gate.record_empty(planned, todo, summary)
         watch.finish(summary)
         return chain_sweep(cfg, summary, store, options, sweep)
+
+
+def checked_shards(shards, order: int) -> list[str]:
+    """The decimal ids of ``shards`` (decimal ids, comma-separated text or morton words),
+    each refused unless it is a shard at the store's shard order."""
+    import numpy as np
+
+    from . import grid as G
+
+    if isinstance(shards, str):
+        shards = [s.strip() for s in shards.split(",") if s.strip()]
+    example = "e.g. --shards -5121132231,-5121132232"
+    try:
+        words = G.as_words(shards)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--shards: {exc}; list shard ids, {example}") from None
+    if not words.size:
+        raise ConfigError(f"--shards: no shard id given; {example}")
+    orders = (words & np.uint64(63)).tolist()  # a word's low six bits: its order
+    wrong = [sid for sid, o in zip(G.to_decimal(words), orders, strict=True) if o != order]
+    if wrong:
+        raise ConfigError(
+            f"--shards: {wrong[0]} is not a shard of this config: its shards are order "
+            f"{order} (output.grid.parent_order), ids of {order + 1} digits after the base "
+            f"cell; {example} (zagg inspect STORE lists a store's leaves)"
+        )
+    return sorted(set(G.to_decimal(words)))
 
 
 def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None:
@@ -268,13 +304,18 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
 
 def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | None):
     """The sweep a run chains after its leaves (``output.sweep: stages`` or ``sweep=True``),
-    scoped to the shards the run wrote."""
+    scoped to the shards the run covers: those it wrote and those it found current (a
+    killed run may have stamped leaves it never swept; nodes already folded from the
+    same children are not rewritten)."""
     if not (cfg.output.sweep == "stages" if sweep is None else sweep):
         return summary
     if cfg.output.pyramid is None:
         raise ConfigError("a sweep after the run needs a pyramid: output.pyramid is false")
     from .pyramid.sweep import sweep as run_sweep
+    from .reruns import unit_of
 
-    written = [r["shard_id"] for r in summary.records]
-    summary.sweep = run_sweep(store, storage_options=options, scope=written or None)
+    covered = {r["shard_id"] for r in summary.records}
+    if summary.gate is not None:
+        covered |= {unit_of(u)[0] for u in summary.gate.of("current")}
+    summary.sweep = run_sweep(store, storage_options=options, scope=sorted(covered) or None)
     return summary

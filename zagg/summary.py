@@ -17,7 +17,10 @@ class RunSummary:
     run_id: str | None = None  # names the run's leaf versions and refusal manifest
     shards: int = 0
     leaves_written: int = 0
+    #: the cells with data of every unit the run covers: the leaves it wrote and those it
+    #: found current (a re-run's summary counts what the store holds, not only its writes)
     cells_with_data: int = 0
+    cells_written: int | None = None  # of those, in the leaves this run wrote
     points: int | None = None
     granules: int | None = None
     failed_granules: list = field(default_factory=list)
@@ -52,7 +55,7 @@ class RunSummary:
             lines.insert(0, f"  of read       {read:,}")
         if read and not c.get("keyed"):
             hints = {  # the commonest reason decides what to check first
-                "outside_shards": "the region (--region, --bbox or shards) holds none of "
+                "outside_shards": "the region (--region, --bbox or --shards) holds none of "
                 "these points",
                 "invalid_coordinates": "check data_source.coordinates (latitude and longitude "
                 "swapped?)",
@@ -66,6 +69,13 @@ class RunSummary:
                 "source (granules, catalog and region, or input)"
             )
         return lines
+
+    def _written_cells(self) -> str:
+        """How many of the cells are in the leaves written, when some units were current."""
+        if self.gate is None or not self.gate.of("current"):
+            return ""
+        n = self.cells_written or 0
+        return f" ({n:,} in the {self.leaves_written:,} leaves written)"
 
     @property
     def units(self) -> dict[str, int]:
@@ -110,7 +120,7 @@ class RunSummary:
             f"store           {self.store}",
             *([f"run id          {self.run_id}"] if self.run_id else []),
             f"shards          {self.shards:,} ({self.leaves_written:,} leaves written)",
-            f"cells with data {self.cells_with_data:,}",
+            f"cells with data {self.cells_with_data:,}" + self._written_cells(),
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
             *self._dropped_lines(),
             *(

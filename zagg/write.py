@@ -24,13 +24,14 @@ from . import hive
 from . import progress as progress_
 from .checks import require_dataset
 from .collection import Shards, block_tasks, shard_priorities
+from .hive.coverage import finish_root_coverage
 from .hive.paths import MANIFEST_KEY, leaf_stem
 from .hive.versions import new_run_id, new_version
 from .manifests import ensure_store
 from .shards import ShardCells, from_sparse
 from .stages import DATASET_CELLS, WRITE_LEAF, layer_name
 from .summary import RunSummary
-from .windows.leaves import root_temporal, run_windowing, temporal_record, unit_window
+from .windows.leaves import run_windowing, temporal_record, unit_window
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -147,8 +148,11 @@ def write_shards(
     t_start: float | None = None,
     versioned: bool = True,
     run_id: str | None = None,
+    current=(),
 ) -> RunSummary:
-    """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`).
+    """Write every shard of ``shards`` as a leaf of ``store`` (see :func:`to_hive`);
+    ``current`` are the records of the units a re-run left as they are (see
+    :meth:`HiveWrite.execute`).
 
     Once the writes are submitted nothing here holds the shards: when the caller does not
     either (``write_shards(shard_collection(...), ...)``), each input chunk's partial is
@@ -162,7 +166,7 @@ def write_shards(
         run_id=run_id,
     )
     del shards
-    return write.execute(progress=progress)
+    return write.execute(progress=progress, current=current)
 
 
 @dataclass
@@ -182,28 +186,28 @@ class HiveWrite:
     t0: float
     run_id: str | None = None
 
-    def execute(self, progress: bool = False) -> RunSummary:
+    def execute(self, progress: bool = False, current=()) -> RunSummary:
+        """Write the leaves, then the root coverage over them and over ``current`` (the
+        records of the units a re-run found current, :func:`zagg.reruns.current_records`),
+        so the root lists every unit the run covers whether it wrote it or not."""
         tasks, self.tasks = self.tasks, []
         records = progress_.compute(tasks, progress=progress, label="writing leaves", release=True)
         written = _records(records)
-        if written:
-            hive.update_root_coverage(
-                self.root,
-                [r["shard_id"] for r in written],
-                self.shard_order,
-                temporal=root_temporal(self.root, written, self.shard_order),
-            )
-            from zagg.pyramid.companion import refresh_companion
+        current = list(current)
+        finish_root_coverage(self.root, written + current, self.shard_order)
+        cells = sum(r["cells_with_data"] for r in written)
+        from zagg.pyramid.companion import refresh_companion
 
-            manifest = hive.read_manifest(self.root)
-            if manifest is not None:
-                refresh_companion(self.root, manifest)
+        manifest = hive.read_manifest(self.root)
+        if manifest is not None:
+            refresh_companion(self.root, manifest)
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,
             shards=len(self.shards),
             leaves_written=len(written),
-            cells_with_data=sum(r["cells_with_data"] for r in written),
+            cells_with_data=cells + sum(r["cells_with_data"] for r in current),
+            cells_written=cells,
             points=self.info.get("points"),
             granules=self.info.get("granules"),
             failed_granules=list(self.info.get("failed") or []),

@@ -14,7 +14,9 @@ waiting (:func:`wait_for`) while another writer holds it, so the writer whose po
 lands last also writes the siblings last.
 
 A claim records how long it may be held (``ttl_s``); an older one is a writer that died
-holding it, and is taken over. Two writers taking over one stale claim at the same moment
+holding it, and is taken over. It also records the host and process of its writer, so a
+writer on the same host takes over at once a claim whose process is gone (a run killed
+mid-write, then run again, does not wait out the ttl). Two writers taking over one stale claim at the same moment
 can both succeed (the store has no conditional delete): the residual of the scheme, as for
 the pyramid sweep's lease.
 """
@@ -22,6 +24,8 @@ the pyramid sweep's lease.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,6 +69,8 @@ def claim_leaf(
             "token": token,
             "claimed_at": time.time(),
             "ttl_s": float(ttl_s),
+            "host": process_host(),
+            "pid": os.getpid(),
         }
     )
     if root.create(key, body):
@@ -76,7 +82,7 @@ def claim_leaf(
     if not isinstance(held, dict):
         held = {}
     age = time.time() - float(held.get("claimed_at") or 0.0)
-    if age < float(held.get("ttl_s") or CLAIM_TTL_S):
+    if age < float(held.get("ttl_s") or CLAIM_TTL_S) and not holder_gone(held):
         raise LeafHeldError(
             f"leaf {root.url_of(leaf)} is being written by run {held.get('run_id')!r} (claimed "
             f"{age:.0f} s ago): two runs may not write one leaf at once without leaf versions. "
@@ -91,6 +97,37 @@ def claim_leaf(
             "claim at the same moment; run again once it is done"
         )
     return Claim(key, token, time.monotonic(), float(ttl_s))
+
+
+def process_host() -> str:
+    """Where this process's ids mean something: the host name and its pid namespace (two
+    containers of one name do not share process ids)."""
+    try:
+        space = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        space = ""
+    return f"{socket.gethostname()}/{space}"
+
+
+def holder_gone(held: dict) -> bool:
+    """Whether a claim's writer is known to be dead: a process of this host that no
+    longer runs (or is a zombie). A claim from another host is alive until its ttl."""
+    pid = held.get("pid")
+    if held.get("host") != process_host() or not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return False  # this process: a live writer of its own
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's live process
+        return False
+    try:  # a killed process nobody has reaped yet still answers signal 0
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def release(root: StoreRoot, claim: Claim) -> None:

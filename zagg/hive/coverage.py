@@ -315,6 +315,24 @@ def update_root_coverage(
 _UNION_ATTEMPTS = 8
 
 
+def finish_root_coverage(root, records: list[dict], order: int) -> dict | None:
+    """After a run: the root coverage (and a windowed store's temporal section) unioned
+    with every unit the run covers, given as leaf records (``shard_id``, ``window``,
+    ``temporal``): those it wrote and those it found current. A re-run after a killed run
+    lists this way the leaves the killed run stamped before it could publish them."""
+    if not records:
+        return None
+    from zagg.windows.leaves import root_temporal
+
+    root = as_root(root)
+    return update_root_coverage(
+        root,
+        [r["shard_id"] for r in records],
+        order,
+        temporal=root_temporal(root, records, order),
+    )
+
+
 def _union_once(root, mine: set, order: int, source: str, temporal: dict | None = None) -> dict:
     """One GET-union-PUT of the root coverage with the shards ``mine`` (and a temporal
     section composed with the standing one)."""
@@ -342,8 +360,20 @@ def _union_once(root, mine: set, order: int, source: str, temporal: dict | None 
         envelope["temporal"] = compose_section(standing, temporal)
     elif standing is not None:
         envelope["temporal"] = standing
+    if existing is not None and same_but_times(existing, envelope):
+        return existing  # nothing new: a re-run leaves the object as it is
     root.write_json(ROOT_COVERAGE_KEY, envelope)
     return envelope
+
+
+def same_but_times(a, b) -> bool:
+    """Whether two JSON objects agree but for their ``generated_at`` times (at any depth)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (set(a) | set(b)) - {"generated_at"}
+        return all(k in a and k in b and same_but_times(a[k], b[k]) for k in keys)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_but_times(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def refresh_root_coverage(root) -> dict:

@@ -86,9 +86,13 @@ def parse_scope(scope) -> list[str] | None:
 
 
 def _in_scope(scope: list[str] | None):
+    """Whether a node is an ancestor of a scoped node, or under one (by id prefix; a set
+    lookup per prefix, so a scope of many shards stays cheap)."""
     if scope is None:
         return lambda node: True
-    return lambda node: any(node.startswith(s) or s.startswith(node) for s in scope)
+    given = set(scope)
+    above = {s[:i] for s in given for i in range(1, len(s) + 1)}
+    return lambda node: node in above or any(node[:i] in given for i in range(1, len(node)))
 
 
 def sweep(
@@ -153,13 +157,13 @@ def _run(root, manifest, decl, scope, width, held, summary: SweepSummary) -> Non
     if decl.windowed:
         from zagg.pyramid.windowed import run_windowed
 
-        leaves, records = run_windowed(root, decl, laws, _in_scope(scope), width, held, summary)
-        _finish(root, manifest, decl, leaves, records, summary)
+        leaves, _records = run_windowed(root, decl, laws, _in_scope(scope), width, held, summary)
+        _finish(root, manifest, decl, leaves, summary)
         return
     leaves = _committed_leaves(root, manifest)
     summary.leaves = len(leaves)
-    records = ladder(root, decl, laws, leaves, _in_scope(scope), width, held, summary)
-    _finish(root, manifest, decl, leaves, records, summary)
+    ladder(root, decl, laws, leaves, _in_scope(scope), width, held, summary)
+    _finish(root, manifest, decl, leaves, summary)
 
 
 def ladder(
@@ -307,9 +311,11 @@ def _wait(done) -> None:
     wait(list(done))
 
 
-def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
+def _finish(root, manifest, decl, leaves, summary) -> None:
     """The finisher: the root coverage and the manifest's actuals, each only when it
-    changes (the lease is released by the caller)."""
+    changes (the lease is released by the caller). A level's actuals describe every
+    committed overview at its order, folded by this sweep or standing from an earlier one,
+    so a sweep that completes an interrupted one records what an uninterrupted one does."""
     order = manifest["shard_order"]
     if leaves:
         current = coverage.read_root_coverage(root)
@@ -332,22 +338,33 @@ def _finish(root, manifest, decl, leaves, records: list[dict], summary) -> None:
             if entry.get("actuals") != want:
                 entry["actuals"], changed = want, True
             continue
-        mine = [r for r in records if r["order"] == node]
-        if not mine:
+        want = level_actuals(root, leaves, node)
+        had = entry.get("actuals") or {}
+        if want is None or {k: had.get(k) for k in want} == want:
             continue
-        counts = {"folded": 0, "missing": 0, "unreadable": 0}
-        for r in mine:
-            for key in counts:
-                counts[key] += r["source_children"][key]
-        entry["actuals"] = {
-            "regime": mine[0]["regime"],
-            "merges_from_raw": max(r["merges_from_raw"] for r in mine),
-            "source_children": counts,
-            "run_id": summary.run_id,
-            "generated_at": now_iso(),
-        }
+        entry["actuals"] = {**want, "run_id": summary.run_id, "generated_at": now_iso()}
         changed = True
     if changed:
         root.write_json(MANIFEST_KEY, fresh)
         summary.objects_written += 1
     summary.objects_written += refresh_companion(root, fresh)
+
+
+def level_actuals(root, leaves: list[str], order: int) -> dict | None:
+    """What the committed all-time overviews at ``order`` over ``leaves`` record: their
+    regime, the most merges from raw, and their summed source children (None: no
+    overview there yet)."""
+    ids = sorted({G.ancestor_id(s, order) for s in leaves})
+    found = _read_attrs(root, {nid: artifact.overview_path(nid) for nid in ids}, "overview")
+    blocks = [found[nid][artifact.OVERVIEW_ATTR] for nid in ids if nid in found]
+    if not blocks:
+        return None
+    counts = {"folded": 0, "missing": 0, "unreadable": 0}
+    for b in blocks:
+        for key in counts:
+            counts[key] += int((b.get("source_children") or {}).get(key) or 0)
+    return {
+        "regime": blocks[0].get("regime"),
+        "merges_from_raw": max(int(b.get("merges_from_raw") or 0) for b in blocks),
+        "source_children": counts,
+    }

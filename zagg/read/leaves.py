@@ -79,6 +79,48 @@ def candidates(
     return [leaf for leaf, k in zip(found, keep, strict=True) if k]
 
 
+class IncompleteStoreWarning(UserWarning):
+    """A store whose last run did not finish: some stamped leaves are not (yet) listed in
+    its root coverage, so a read through it would miss them."""
+
+
+def warn_if_incomplete(
+    root: StoreRoot, found: list[tuple[str, str]], discover: str, window: str | None, stacklevel=3
+) -> None:
+    """Warn, naming the store and the fix, when the read can tell without more listing
+    that a run into the store did not finish: no usable root coverage although leaves are
+    there (the read walks instead), or (a windowed read, which walks anyway) stamped shards
+    the root coverage does not list. The walk of an unwindowed store is not paid for this:
+    ``zagg verify`` checks every leaf."""
+    if not found or (window is None and discover == "walk"):
+        return
+    envelope = _coverage.read_root_coverage(root)
+    if envelope is not None and window is None:
+        return
+    missing = []
+    if envelope is not None:
+        try:
+            listed = set(_coverage.expand_ranges(envelope))
+        except ValueError:
+            listed = set()
+        missing = sorted({sid for _, sid in found} - listed)
+        if not missing:
+            return
+    why = (
+        f"its root {_paths.ROOT_COVERAGE_KEY} does not list {len(missing)} of its shards "
+        f"(e.g. {missing[0]})"
+        if missing
+        else f"it has no usable root {_paths.ROOT_COVERAGE_KEY}"
+    )
+    warnings.warn(
+        f"{root.url} is incomplete: {why}, so the last run into it did not finish (or one "
+        "is still writing). Run the same zagg run command again to complete it; "
+        f"`zagg verify {root.url}` checks every leaf",
+        IncompleteStoreWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def admit(
     root: StoreRoot,
     manifest: dict,
@@ -97,7 +139,8 @@ def admit(
         if leaf == "debris":
             warnings.warn(
                 f"skipping {root.url_of(rel)}: no commit stamp (debris from an unfinished "
-                "write, or a leaf the root coverage lists that is gone)",
+                "write, or a leaf the root coverage lists that is gone); run the same zagg "
+                "run command again to finish it",
                 UserWarning,
                 stacklevel=stacklevel,
             )

@@ -82,6 +82,7 @@ def open_hive(
     _check_window(root, manifest, window)
     reg = parse_region(region, bbox, cells, order=manifest["cell_order"])
     found = _leaves.candidates(root, manifest, discover, reg, window)
+    _leaves.warn_if_incomplete(root, found, discover, window)
     leaves = _leaves.admit(root, manifest, found, reg)
     if not leaves:
         if reg is None:

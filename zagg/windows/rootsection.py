@@ -18,6 +18,7 @@ from __future__ import annotations
 import mortie
 import numpy as np
 
+from ..hive.coverage import same_but_times
 from ..hive.paths import ROOT_COVER_KEY
 from ..hive.stamp import now_iso
 from .record import CAP, ELEMENT, TEMPORAL_ORDER, b64, bucket_words, capped, coarsen, decode_words
@@ -237,7 +238,7 @@ def publish(root, records: list[dict], order: int) -> dict | None:
     except ValueError:
         standing = None  # unparsable: debris this run replaces
     composed = compose_cover(standing, cover, order)
-    if composed is not None:
+    if composed is not None and not same_but_times(standing, composed):
         root.write_json(ROOT_COVER_KEY, composed)
     elif isinstance(standing, dict):
         section["cover"] = standing.get("spec")
