@@ -31,7 +31,7 @@ CMAPS = {"counts": "magma", "values": "viridis", "difference": "RdBu_r", "fracti
 _DIFFERENCE_WORDS = ("difference", "change", "anomaly", "residual", "bias")
 _ASPECT_RANGE = (0.3, 3.5)  # a panel's height / width; a longer region is padded to it
 _STEPS = [1, 2, 2.5, 5, 10]
-_MIN_MARKER_PT = 1.2  # a cell smaller than this is still drawn this wide (sparse tracks)
+_MIN_MARKER_PT = 1.8  # a cell smaller than this is still drawn this wide (sparse tracks)
 
 
 @dataclass
@@ -312,7 +312,8 @@ def _colorbars(fig, axes, panels, scatters, norms, loc: str) -> None:
             location=loc,
             extend=extend,
             shrink=1.0,
-            aspect=30 if len(idx) > 1 else 22,
+            aspect=34 if len(idx) > 1 else 26,
+            extendfrac=0.035,
             pad=0.02,
         )
         cb.set_label(label, fontsize=10)
@@ -352,7 +353,7 @@ class _Geometry:
             axis_aspect = 1.0
             cell = EARTH_RADIUS_KM * side
         xs, ys = x[shown], y[shown]
-        x0, x1 = xs.min() - cell, xs.max() + cell
+        x0, x1 = xs.min() - cell * axis_aspect, xs.max() + cell * axis_aspect
         y0, y1 = ys.min() - cell, ys.max() + cell
         w, h = (x1 - x0) / axis_aspect, (y1 - y0)  # page units: one y unit each
         w, h = max(w, h * 1e-3, 1e-9), max(h, w * 1e-3, 1e-9)
