@@ -336,8 +336,6 @@ class _Geometry:
     axis_aspect: float  # y units per x unit on the page (matplotlib's set_aspect)
     cell_side: float  # a cell's side in y data units
     south: bool
-    lat: np.ndarray
-    lon: np.ndarray
 
     @classmethod
     def of(cls, projection, lat, lon, shown, order):
@@ -367,7 +365,7 @@ class _Geometry:
             y0, y1 = y0 - grow, y1 + grow
         pad_x, pad_y = 0.02 * (x1 - x0), 0.02 * (y1 - y0)
         limits = (x0 - pad_x, x1 + pad_x, y0 - pad_y, y1 + pad_y)
-        return cls(projection, x, y, limits, a, axis_aspect, cell, south, lat[shown], lon[shown])
+        return cls(projection, x, y, limits, a, axis_aspect, cell, south)
 
     def cell_pixels(self, ax) -> float:
         """About how many pixels (at 100 dpi) one cell spans in ``ax`` once laid out."""
