@@ -62,13 +62,62 @@ def test_base_config_parses_with_defaults():
     td = cfg.fields["h_tdigest"]
     assert td.params == {"delta": 256, "weights": "counts", "weight_source": None, "gain": None}
     assert td.array_attrs() == {
+        "long_name": "photon height",
+        "units": "m",
         "ragged": {"spec": "zagg-ragged/1", "element": {"dtype": "float32", "shape": [-1, 2]}},
         "weights": "counts",
     }
-    assert m.array_attrs() == {"units": "m"}
+    assert m.array_attrs() == {"long_name": "mean photon height", "units": "m"}
     filt = cfg.data_source.filters[0]
     conf = np.array([[0, 0, 0, 4, 0], [0, 0, 0, 1, 0]], np.int8)
     np.testing.assert_array_equal(filt.mask(conf), [True, False])
+
+
+def test_every_field_is_named_with_cf_long_name_and_units():
+    """long_name and units follow from what the source measures and the reducer; a stratum
+    or predicate says which points; the config's own attrs win."""
+    cfg = copy.deepcopy(BASE)
+    cfg["data_source"]["variables"] = ["h_ph", "signal_conf_ph", "delta_time", "q"]
+    cfg["aggregation"]["variables"] = {
+        "count": {"function": "count"},
+        "h_count": {"function": "count", "source": "h_ph"},
+        "h_sum": {"function": "sum", "source": "h_ph"},
+        "h_min": {"function": "min", "source": "h_ph"},
+        "h_var": {"function": "var", "source": "h_ph"},
+        "h_std": {"function": "std", "source": "h_ph"},
+        "q_max": {"function": "max", "source": "q"},
+        "h_high": {"function": "mean", "source": "h_ph", "where": "q >= 2"},
+        "h_named": {"function": "max", "source": "h_ph", "attrs": {"long_name": "crest"}},
+        "h_signal": {
+            "function": "tdigest",
+            "source": "h_ph",
+            "where": "q >= 1",
+            "stratum": {"name": "signal", "threshold": 2},
+        },
+        "composition": {
+            "function": "composition",
+            "source": "signal_conf_ph",
+            "params": {"of": "h_signal"},
+        },
+    }
+    fields = load_config(cfg).fields
+    got = {
+        n: (f.array_attrs().get("long_name"), f.array_attrs().get("units"))
+        for n, f in fields.items()
+    }
+    assert got == {
+        "count": ("number of points", "1"),
+        "h_count": ("number of photon height values", "1"),
+        "h_sum": ("sum of photon height", "m"),
+        "h_min": ("minimum photon height", "m"),
+        "h_var": ("variance of photon height", "m2"),
+        "h_std": ("standard deviation of photon height", "m"),
+        "q_max": ("maximum q", None),  # an unknown variable: its name, no units
+        "h_high": ("mean photon height where q >= 2", "m"),
+        "h_named": ("crest", "m"),
+        "h_signal": ("signal photon height", "m"),
+        "composition": ("signal confidence composition of h_signal", None),
+    }
 
 
 def test_a_loaded_config_is_read_only_and_survives_pickling():

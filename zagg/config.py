@@ -128,9 +128,12 @@ class FieldSpec:
         return self.reducer.kind
 
     def array_attrs(self) -> dict:
-        """The zarr array attrs of this field: user attrs, stratum provenance, and the
+        """The zarr array attrs of this field: its CF ``long_name`` and ``units`` (the
+        config's attrs, else :meth:`describe`), user attrs, stratum provenance, and the
         spec-owned blocks the writer stamps."""
-        attrs = copy.deepcopy(dict(self.attrs))
+        long_name, units = self.describe()
+        attrs = {"long_name": long_name} | ({"units": units} if units is not None else {})
+        attrs.update(copy.deepcopy(dict(self.attrs)))
         if self.stratum:
             attrs["stratum"] = self.stratum["name"]
             attrs["signal_threshold"] = self.stratum["threshold"]
@@ -140,6 +143,20 @@ class FieldSpec:
         if self.timed:
             attrs["times"] = self.times_name
         return attrs
+
+    def describe(self) -> tuple[str, str | None]:
+        """``(long_name, units)`` derived from what the source variable measures
+        (:mod:`zagg.sources.quantities`) and the reducer: "mean photon height" in "m",
+        "signal photon height" for a stratum's digest, "… where q >= 2" for a predicate."""
+        from .sources.quantities import quantity
+
+        source = quantity(self.source) if self.source else None
+        long_name, units = self.reducer.describe(source, self.params)
+        if self.stratum:
+            long_name = f"{self.stratum['name']} {long_name}"
+        elif self.where:
+            long_name = f"{long_name} where {self.where}"
+        return long_name, units
 
     @property
     def times_name(self) -> str:

@@ -160,19 +160,9 @@ def plot_map(store: str, png: str) -> bool:
     from .read import open_hive
 
     ds = open_hive(store)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
-    draw(ds, "count", ax=axes[0], projection="lonlat", title="photons per cell")
-    draw(
-        ds,
-        "h_tdigest",
-        q=0.5,
-        ax=axes[1],
-        projection="lonlat",
-        cmap="terrain",
-        title="median height (m)",
-    )
-    fig.suptitle(f"zagg demo store {store}: {ds.sizes['cells']:,} cells with data")
+    axes = draw(ds, ["count", "h_tdigest"], projection="lonlat")
+    fig = axes[0].figure
     Path(png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
     return True

@@ -118,6 +118,11 @@ class Reducer:
     options: Callable[[object, Mapping[str, object]], dict] | None = None
     #: how stored values of child cells fold into a parent cell (None for class none)
     fold: Fold | None = None
+    #: the CF ``(long_name, units)`` of the stored value from the source's
+    #: :class:`~zagg.sources.quantities.Quantity` (None: no source) and the field's params
+    describe: Callable[[object, Mapping[str, object]], tuple[str, str | None]] = (
+        lambda source, params: (source.long_name if source else "points", None)
+    )
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -300,6 +305,30 @@ def get(name: str) -> Reducer:
     return REGISTRY[name]
 
 
+def _named(template: str, units: str | None = "source"):
+    """A ``describe`` rule: ``template`` with ``{of}`` the source's long_name, and units
+    the source's (``"source"``), their square (``"source2"``) or a fixed string."""
+
+    def describe(source, params):
+        of = source.long_name if source else "points"
+        u = source.units if source else None
+        if units == "source2":
+            u = None if u is None else "1" if u == "1" else f"{u}2" if u.isalpha() else f"({u})2"
+        elif units != "source":
+            u = units
+        return template.format(of=of), u
+
+    return describe
+
+
+def _describe_count(source, params):
+    return ("number of points" if source is None else f"number of {source.long_name} values"), "1"
+
+
+def _describe_composition(source, params):
+    return f"signal confidence composition of {params['of']}", None
+
+
 FOLD_COUNT = Fold("sum", S.fold_count)
 FOLD_SUM = Fold("sum", S.fold_sum)
 FOLD_MIN = Fold("min", S.fold_min)
@@ -317,11 +346,47 @@ for _r in (
         source_optional=True,
         dtype_kinds="iu",
         fold=FOLD_COUNT,
+        describe=_describe_count,
     ),
-    Reducer("sum", (COUNT, SUM), _fin_sum, "float64", "exact", dtype_kinds="f", fold=FOLD_SUM),
-    Reducer("mean", (COUNT, SUM), _fin_mean, "float32", "none", dtype_kinds="f"),
-    Reducer("min", (COUNT, MIN), _fin_min, "float32", "exact", dtype_kinds="fi", fold=FOLD_MIN),
-    Reducer("max", (COUNT, MAX), _fin_max, "float32", "exact", dtype_kinds="fi", fold=FOLD_MAX),
+    Reducer(
+        "sum",
+        (COUNT, SUM),
+        _fin_sum,
+        "float64",
+        "exact",
+        dtype_kinds="f",
+        fold=FOLD_SUM,
+        describe=_named("sum of {of}"),
+    ),
+    Reducer(
+        "mean",
+        (COUNT, SUM),
+        _fin_mean,
+        "float32",
+        "none",
+        dtype_kinds="f",
+        describe=_named("mean {of}"),
+    ),
+    Reducer(
+        "min",
+        (COUNT, MIN),
+        _fin_min,
+        "float32",
+        "exact",
+        dtype_kinds="fi",
+        fold=FOLD_MIN,
+        describe=_named("minimum {of}"),
+    ),
+    Reducer(
+        "max",
+        (COUNT, MAX),
+        _fin_max,
+        "float32",
+        "exact",
+        dtype_kinds="fi",
+        fold=FOLD_MAX,
+        describe=_named("maximum {of}"),
+    ),
     Reducer(
         "var",
         (COUNT, SUM, SUMSQ),
@@ -330,6 +395,7 @@ for _r in (
         "none",
         params=_ddof_param(),
         dtype_kinds="f",
+        describe=_named("variance of {of}", "source2"),
     ),
     Reducer(
         "std",
@@ -339,6 +405,7 @@ for _r in (
         "none",
         params=_ddof_param(),
         dtype_kinds="f",
+        describe=_named("standard deviation of {of}"),
     ),
     Reducer(
         "tdigest",
@@ -351,6 +418,7 @@ for _r in (
         dtype_kinds="f",
         spec_attrs=_tdigest_attrs,
         fold=FOLD_DIGEST,
+        describe=_named("{of}"),  # the digest's quantiles are of the source quantity
     ),
     Reducer(
         "time_range",
@@ -361,6 +429,7 @@ for _r in (
         present=_cellclock.present,
         dtype_kinds="u",
         spec_attrs=_cellclock.spec_attrs,
+        describe=_named("time range of {of}", None),  # toc words (temporal): no CF units
     ),
     Reducer(
         "composition",
@@ -377,6 +446,7 @@ for _r in (
         dtype_kinds="u",
         spec_attrs=_composition_attrs,
         fold=FOLD_COMPOSITION,
+        describe=_describe_composition,
     ),
 ):
     register(_r)

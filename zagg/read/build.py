@@ -134,6 +134,7 @@ def dataset(
         for k in ("spec", "cell_order", "shard_order", "semantic_hash")
         if k in manifest
     }
+    ds.attrs["morton_hive"]["store"] = root.url  # where it was read from (plot titles)
     return ds
 
 

@@ -78,6 +78,7 @@ def composition_lanes(ds: xr.Dataset, field: str, *, fractions: bool = False) ->
     out = xr.DataArray(lanes, dims=(*var.dims, LANE_DIM), coords=var.coords, name=field)
     out = out.assign_coords({LANE_DIM: list(LANES)})
     out.attrs = {
+        "long_name": f"fraction of {block.get('of')}'s points per flag",
         "of": block.get("of"),
         "threshold": block.get("threshold"),
         "units": "1" if fractions else "1/255",

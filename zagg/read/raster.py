@@ -162,6 +162,7 @@ def open_raster(
         for k in ("spec", "cell_order", "shard_order", "semantic_hash")
         if k in manifest
     }
+    ds.attrs["morton_hive"]["store"] = root.url  # where it was read from (plot titles)
     return ds
 
 

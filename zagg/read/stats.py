@@ -33,7 +33,9 @@ def quantile(ds: xr.Dataset, field: str, q) -> xr.DataArray:
     qs = _numbers(q, "q", "a number or a list of numbers in [0, 1]")
     if np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
         raise ValueError(f"quantiles must lie in [0, 1], got {q!r}")
-    return _evaluate(var, field, qs, np.ndim(q) == 0, "quantile", _quantile_block)
+    scalar = np.ndim(q) == 0
+    attrs = _labelled(var, percentile_name(float(qs[0])) if scalar else "quantile", None)
+    return _evaluate(var, field, qs, scalar, "quantile", _quantile_block, attrs)
 
 
 def cdf(ds: xr.Dataset, field: str, x) -> xr.DataArray:
@@ -44,7 +46,34 @@ def cdf(ds: xr.Dataset, field: str, x) -> xr.DataArray:
     """
     var = _digest_field(ds, field, "zagg.cdf")
     xs = _numbers(x, "x", "a number or a list of numbers")
-    return _evaluate(var, field, xs, np.ndim(x) == 0, "value", _cdf_block)
+    attrs = _labelled(var, "fraction at or below the value", "1")
+    return _evaluate(var, field, xs, np.ndim(x) == 0, "value", _cdf_block, attrs)
+
+
+def percentile_name(q: float) -> str:
+    """ "median", "10th percentile", "2.5th percentile", "minimum"… for quantile ``q``."""
+    if q == 0.5:
+        return "median"
+    if q in (0.0, 1.0):
+        return "minimum" if q == 0 else "maximum"
+    p = round(q * 100, 6)
+    text = f"{p:g}"
+    n = int(p) if p == int(p) else None
+    suffix = "th"
+    if n is not None and n % 100 not in (11, 12, 13):
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{text}{suffix} percentile"
+
+
+def _labelled(var, what: str, units: str | None) -> dict:
+    """The CF attrs of a statistic of ``var``: "{long_name}, {what}" in the field's units
+    (or ``units`` when the statistic has its own)."""
+    name = var.attrs.get("long_name", var.name)
+    attrs = {"long_name": f"{name}, {what}"}
+    units = units or var.attrs.get("units")
+    if units:
+        attrs["units"] = units
+    return attrs
 
 
 def digest_fields(ds) -> list[str]:
@@ -93,7 +122,7 @@ def _numbers(value, name: str, what: str) -> np.ndarray:
     return out
 
 
-def _evaluate(var, field: str, points: np.ndarray, scalar: bool, dim: str, block):
+def _evaluate(var, field: str, points: np.ndarray, scalar: bool, dim: str, block, attrs):
     import dask.array as da
     import xarray as xr
 
@@ -108,7 +137,7 @@ def _evaluate(var, field: str, points: np.ndarray, scalar: bool, dim: str, block
         )
     else:
         values = block(np.asarray(data), points)
-    out = xr.DataArray(values, dims=(*var.dims, dim), coords=var.coords, name=field)
+    out = xr.DataArray(values, dims=(*var.dims, dim), coords=var.coords, name=field, attrs=attrs)
     out = out.assign_coords({dim: points})
     return out.isel({dim: 0}) if scalar else out
 
