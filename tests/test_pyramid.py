@@ -96,6 +96,10 @@ def test_pyramid_false_writes_the_declared_off_form_without_mirror():
 
 def test_sweep_key():
     assert zagg.load_config(strata(sweep="stages")).output.sweep == "stages"
+    assert zagg.load_config(strata(sweep=True)).output.sweep == "stages"
+    assert zagg.load_config(strata()).output.sweep == "stages"  # a run builds its pyramid
+    assert zagg.load_config(strata(sweep=False)).output.sweep is None
+    assert zagg.load_config(strata(False)).output.sweep is None  # nothing to sweep
     with pytest.raises(ConfigError, match="output.sweep"):
         zagg.load_config(strata(sweep="always"))
     with pytest.raises(ConfigError, match="output.sweep.*declares none"):

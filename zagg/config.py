@@ -195,7 +195,9 @@ class Output:
     storage_options: Mapping[str, object] = field(default_factory=dict)
     #: the declared leaf resolutions of the pyramid (None: declared off)
     pyramid: tuple[int, ...] | None = None
-    sweep: str | None = None  # "stages": build the pyramid ladder after each run
+    #: "stages": build the pyramid ladder after each run (the default under a pyramid);
+    #: None: leave it to a later sweep (``output.sweep: false``, or no pyramid)
+    sweep: str | None = None
     #: each leaf write makes a new version and moves the leaf's ``current`` pointer
     leaf_versions: bool = True
     #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
@@ -748,7 +750,7 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
         value, grid.parent_order, grid.chunk_inner, grid.child_order, windowed=windowed
     )
     declare.overview_delta(value)
-    sweep = declare.sweep_mode(raw.get("sweep"))
+    sweep = declare.sweep_mode(raw.get("sweep"), declared=res is not None)
     if sweep and res is None:
         fail(
             "output.sweep",

@@ -357,13 +357,20 @@ def of_manifest(manifest: Mapping) -> Declaration | None:
     )
 
 
-def sweep_mode(value, where: str = "output.sweep") -> str | None:
-    """``output.sweep``: ``"stages"`` chains the sweep after a run; absent or false: no."""
-    if value is None or value is False:
+def sweep_mode(value, declared: bool = True, where: str = "output.sweep") -> str | None:
+    """``output.sweep``: whether a run chains the sweep after its leaves, so that every
+    level the manifest declares is built. Absent: ``"stages"`` whenever a pyramid is
+    ``declared`` (a run builds what it declares); ``"stages"`` or true: chain it; false:
+    leave the ladder for a later ``zagg sweep`` (the manifest then records only the leaf
+    columns as built)."""
+    if value is None:
+        return "stages" if declared else None
+    if value is False:
         return None
-    if value != "stages":
+    if value is not True and value != "stages":
         fail(
             where,
-            f"expected 'stages' (build the pyramid ladder after the run) or false, got {value!r}",
+            f"expected 'stages' or true (build the pyramid ladder after the run; the "
+            f"default) or false (sweep later with zagg sweep), got {value!r}",
         )
     return "stages"
