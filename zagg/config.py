@@ -110,6 +110,8 @@ class FieldSpec:
     stratum: Mapping[str, object] | None = None  # {"name": signal|noise, "threshold": int}
     located: bool = False  # a {name}_locations sibling of per-centroid point/area words
     timed: bool = False  # a {name}_times sibling of per-centroid toc time words
+    #: the t-digest budget this field's pyramid folds compress at (None: the pyramid's)
+    overview_delta: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "params", ReadOnlyDict(self.params))
@@ -248,6 +250,7 @@ _FIELD = (
     "stratum",
     "located",
     "timed",
+    "overview_delta",
 )
 _OUTPUT = (
     "store",
@@ -548,6 +551,17 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
             f"{path}.timed",
             f"only digest (ragged) fields carry per-centroid times, not {function!r}",
         )
+    overview_delta = None
+    if raw.get("overview_delta") is not None:
+        from .pyramid import declare
+
+        if red.pyramid_fold is None or red.kind != "ragged":
+            fail(
+                f"{path}.overview_delta",
+                f"the pyramid budget is a t-digest field's, not {function!r}'s; drop the key "
+                "(or set output.pyramid.overview_delta for every digest field)",
+            )
+        overview_delta = declare.overview_delta(raw, f"{path}.overview_delta")
     if function == "composition":
         if "fill_value" in raw and raw["fill_value"] != 0:
             fail(
@@ -573,6 +587,7 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         stratum,
         located,
         timed,
+        overview_delta,
     )
 
 
