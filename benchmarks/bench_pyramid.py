@@ -11,6 +11,9 @@ ratio to the baseline leaf write (target: at most 0.30), and the peak RSS of the
 tree over each run, the sweep and everything (target: under 3 GiB; the cluster's workers
 keep what earlier runs grew, so later peaks include it). The counts it prints
 (shards, cells, ladder nodes per order) are what ``tests/test_benchmarks.py`` checks.
+Last it prints the pyramid digests' budget and accuracy per order at ``overview_delta``
+128 beside digests built directly from each cell's raw points (``pyramid_accuracy.py``,
+on ``--accuracy-size`` points of the same region; 0 skips it).
 
     python benchmarks/bench_pyramid.py                      # the dense 1e8-point store
     python benchmarks/bench_pyramid.py --size 1e7 --rounds 3   # best of 3 alternating pairs
@@ -61,6 +64,7 @@ def main() -> int:
         "--region", nargs=4, type=float, default=DENSE, metavar=("LON0", "LAT0", "LON1", "LAT1")
     )
     ap.add_argument("--chunk", type=int, default=2_000_000)
+    ap.add_argument("--accuracy-size", type=float, default=4e5)
     ap.add_argument(
         "--rounds",
         type=int,
@@ -162,6 +166,10 @@ def main() -> int:
         print(
             f"re-sweep of the unchanged store: {zagg.sweep(f'{tmp}/columns').folded} nodes folded"
         )
+        if args.accuracy_size:
+            from pyramid_accuracy import run_accuracy
+
+            print("\n".join(run_accuracy(int(args.accuracy_size), args.region, tmp)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

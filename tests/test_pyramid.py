@@ -96,6 +96,10 @@ def test_pyramid_false_writes_the_declared_off_form_without_mirror():
 
 def test_sweep_key():
     assert zagg.load_config(strata(sweep="stages")).output.sweep == "stages"
+    assert zagg.load_config(strata(sweep=True)).output.sweep == "stages"
+    assert zagg.load_config(strata()).output.sweep == "stages"  # a run builds its pyramid
+    assert zagg.load_config(strata(sweep=False)).output.sweep is None
+    assert zagg.load_config(strata(False)).output.sweep is None  # nothing to sweep
     with pytest.raises(ConfigError, match="output.sweep"):
         zagg.load_config(strata(sweep="always"))
     with pytest.raises(ConfigError, match="output.sweep.*declares none"):
@@ -119,7 +123,7 @@ def test_field_map_of_the_strata_product():
         "dtype": "float32",
         "inner_shape": [2],
         "delta": 512,
-        "overview_delta": 512,
+        "overview_delta": 128,  # neither the field nor the pyramid names one: the cap
         "function": "tdigest",
     }
     assert fields["h_tdigest_signal"]["location"] == "coordinates"
@@ -141,6 +145,35 @@ def test_none_fields_carry_class_only_and_overview_delta_splits():
     fields = manifest_of(raw)["pyramid"]["overview"]["fields"]
     assert fields["h_mean"] == {"class": "none"}
     assert fields["h_tdigest"]["delta"] == 512 and fields["h_tdigest"]["overview_delta"] == 128
+
+
+def test_a_fields_overview_delta_wins_over_the_pyramids():
+    raw = strata({"overviews": 13, "overview_delta": 256})
+    raw["aggregation"]["variables"]["h_tdigest"]["overview_delta"] = 64
+    fields = manifest_of(raw)["pyramid"]["overview"]["fields"]
+    assert fields["h_tdigest"]["overview_delta"] == 64
+    assert fields["h_tdigest_signal"]["overview_delta"] == 256  # the pyramid's default
+    # a pyramid setting: the store's semantic hash does not move with it
+    plain = strata({"overviews": 13, "overview_delta": 256})
+    assert manifest_of(raw)["semantic_hash"] == manifest_of(plain)["semantic_hash"]
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("count", 128, "a t-digest field's, not 'count'"),
+        ("h_tdigest", 8, "integer from 16 to 1000000, got 8"),
+        ("h_tdigest", "big", "integer from 16 to 1000000"),
+        ("h_tdigest", True, "integer from 16 to 1000000"),
+    ],
+)
+def test_a_bad_field_overview_delta_is_refused_by_key(name, value, message):
+    raw = strata()
+    raw["aggregation"]["variables"][name]["overview_delta"] = value
+    with pytest.raises(
+        ConfigError, match=rf"aggregation.variables.{name}.overview_delta.*{message}"
+    ):
+        zagg.load_config(raw)
 
 
 def test_packed_over_a_flux_divisor_is_declared_none():

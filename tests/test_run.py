@@ -42,6 +42,8 @@ def config(store=None, *, points=None, child=13, sharded=True):
         },
         "output": {
             "dataset": {"short_name": "TEST", "version": "1"},
+            # these tests are about the leaves: the chained sweep is tested with the pyramid
+            "sweep": False,
             "grid": {
                 "parent_order": 8,
                 "child_order": child,

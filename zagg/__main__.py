@@ -17,7 +17,7 @@ def _cmd_run(args) -> int:
         "region": args.region,
         "bbox": args.bbox,
         "shards": args.shards,
-        "sweep": True if args.sweep else None,
+        "sweep": args.sweep,
         "dashboard": args.dashboard,
         "performance_report": args.performance_report,
         "overwrite": args.overwrite,
@@ -372,10 +372,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite shards whose leaves were built from granules this run does "
         "not have (refused by default, and listed in refusals_*.json)",
     )
-    r.add_argument(
+    swept = r.add_mutually_exclusive_group()
+    swept.add_argument(
         "--sweep",
         action="store_true",
-        help="build the pyramid ladder after the leaves (as output.sweep: stages does)",
+        default=None,
+        help="build the pyramid ladder after the leaves (the default whenever the config "
+        "declares a pyramid, unless output.sweep: false)",
+    )
+    swept.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_false",
+        help="write the leaves and their columns only; build the overviews later with "
+        "zagg sweep STORE",
     )
     r.set_defaults(func=_cmd_run)
 

@@ -391,6 +391,8 @@ def fields_block(config: Config) -> dict:
         }
         if f.where:
             out[f.name]["where"] = f.where
+        if f.overview_delta is not None:
+            out[f.name]["overview_delta"] = f.overview_delta
         if f.located:
             out[f.locations_name] = {
                 "function": None,

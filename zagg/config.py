@@ -110,6 +110,8 @@ class FieldSpec:
     stratum: Mapping[str, object] | None = None  # {"name": signal|noise, "threshold": int}
     located: bool = False  # a {name}_locations sibling of per-centroid point/area words
     timed: bool = False  # a {name}_times sibling of per-centroid toc time words
+    #: the t-digest budget this field's pyramid folds compress at (None: the pyramid's)
+    overview_delta: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "params", ReadOnlyDict(self.params))
@@ -212,7 +214,9 @@ class Output:
     storage_options: Mapping[str, object] = field(default_factory=dict)
     #: the declared leaf resolutions of the pyramid (None: declared off)
     pyramid: tuple[int, ...] | None = None
-    sweep: str | None = None  # "stages": build the pyramid ladder after each run
+    #: "stages": build the pyramid ladder after each run (the default under a pyramid);
+    #: None: leave it to a later sweep (``output.sweep: false``, or no pyramid)
+    sweep: str | None = None
     #: each leaf write makes a new version and moves the leaf's ``current`` pointer
     leaf_versions: bool = True
     #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
@@ -263,6 +267,7 @@ _FIELD = (
     "stratum",
     "located",
     "timed",
+    "overview_delta",
 )
 _OUTPUT = (
     "store",
@@ -563,6 +568,17 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
             f"{path}.timed",
             f"only digest (ragged) fields carry per-centroid times, not {function!r}",
         )
+    overview_delta = None
+    if raw.get("overview_delta") is not None:
+        from .pyramid import declare
+
+        if red.pyramid_fold is None or red.kind != "ragged":
+            fail(
+                f"{path}.overview_delta",
+                f"the pyramid budget is a t-digest field's, not {function!r}'s; drop the key "
+                "(or set output.pyramid.overview_delta for every digest field)",
+            )
+        overview_delta = declare.overview_delta(raw, f"{path}.overview_delta")
     if function == "composition":
         if "fill_value" in raw and raw["fill_value"] != 0:
             fail(
@@ -588,6 +604,7 @@ def _parse_field(name: str, raw, variables, fields_raw=None) -> FieldSpec:
         stratum,
         located,
         timed,
+        overview_delta,
     )
 
 
@@ -765,7 +782,7 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
         value, grid.parent_order, grid.chunk_inner, grid.child_order, windowed=windowed
     )
     declare.overview_delta(value)
-    sweep = declare.sweep_mode(raw.get("sweep"))
+    sweep = declare.sweep_mode(raw.get("sweep"), declared=res is not None)
     if sweep and res is None:
         fail(
             "output.sweep",

@@ -29,10 +29,26 @@ def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
         source = {k: v for k, v in source.items() if k not in PACKAGING_SOURCE_KEYS}
     return {
         "data_source": source,
-        "aggregation": config_raw.get("aggregation"),
+        "aggregation": _without_overview_deltas(config_raw.get("aggregation")),
         "dataset": dataset,
         "grid": {"sharded": bool(sharded)},
     }
+
+
+def _without_overview_deltas(aggregation):
+    """The aggregation block without the fields' pyramid budgets (a pyramid setting: the
+    leaves do not depend on it)."""
+    if not isinstance(aggregation, dict) or not isinstance(aggregation.get("variables"), dict):
+        return aggregation
+    variables = {
+        name: (
+            {k: v for k, v in spec.items() if k != "overview_delta"}
+            if isinstance(spec, dict)
+            else spec
+        )
+        for name, spec in aggregation["variables"].items()
+    }
+    return {**aggregation, "variables": variables}
 
 
 def manifest_for(zattrs: dict) -> dict:

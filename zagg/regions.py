@@ -24,14 +24,51 @@ class RegionError(ZaggError, ValueError):
 
 
 def parse_bbox(text: str) -> tuple[float, float, float, float]:
-    """``"lon0,lat0,lon1,lat1"`` → a validated box."""
+    """``"lon0,lat0,lon1,lat1"`` → a validated box (see :func:`check_bbox`)."""
     try:
         lon0, lat0, lon1, lat1 = (float(v) for v in str(text).split(","))
     except ValueError:
         raise RegionError(f"--bbox {text!r}: expected four numbers lon0,lat0,lon1,lat1") from None
-    if not (-180 <= lon0 < lon1 <= 360 and -90 <= lat0 < lat1 <= 90):
-        raise RegionError(f"--bbox {text!r}: need lon0 < lon1 and -90 <= lat0 < lat1 <= 90")
+    return check_bbox((lon0, lat0, lon1, lat1), f"--bbox {text!r}")
+
+
+def check_bbox(bbox, label: str | None = None) -> tuple[float, float, float, float]:
+    """A validated ``(west, south, east, north)`` box. Longitudes lie in -180..360; a box
+    with west > east crosses the antimeridian (``(170, -10, -170, 10)`` is the same box as
+    ``(170, -10, 190, 10)``), and one spanning 360° or more is every longitude."""
+    label = label or f"bbox={bbox!r}"
+    try:
+        lon0, lat0, lon1, lat1 = (float(v) for v in bbox)
+    except (TypeError, ValueError):
+        raise RegionError(f"{label}: expected four numbers (lon0, lat0, lon1, lat1)") from None
+    lons_ok = all(-180 <= v <= 360 for v in (lon0, lon1)) and lon0 != lon1
+    if not (lons_ok and -90 <= lat0 < lat1 <= 90):
+        raise RegionError(
+            f"{label}: need west != east, both within -180..360 (west > east crosses the "
+            "antimeridian), and -90 <= south < north <= 90 (west, south, east, north)"
+        )
     return lon0, lat0, lon1, lat1
+
+
+def box_pieces(bbox) -> list[tuple[float, float, float, float]]:
+    """A validated box as boxes at most 90° wide that stay within -180..180 (cut at every
+    multiple of 90°), so that no ring is ambiguous on the sphere: a box wider than 180°, a
+    whole-globe box or one across the antimeridian covers exactly its cells."""
+    lon0, lat0, lon1, lat1 = check_bbox(bbox)
+    if lon1 < lon0:
+        lon1 += 360.0
+    lon1 = min(lon1, lon0 + 360.0)
+    cuts = [lon0, *(k * 90.0 for k in range(-2, 9) if lon0 < k * 90.0 < lon1), lon1]
+    pieces = []
+    for west, east in zip(cuts, cuts[1:], strict=False):
+        shift = 360.0 * np.floor((west + 180.0) / 360.0)  # bring the piece into -180..180
+        pieces.append((west - shift, lat0, east - shift, lat1))
+    return pieces
+
+
+def box_rings(bbox) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The densified rings (lats, lons) of :func:`box_pieces`."""
+    return [box_ring(piece) for piece in box_pieces(bbox)]
 
 
 def box_ring(bbox) -> tuple[np.ndarray, np.ndarray]:
@@ -127,8 +164,9 @@ def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -
         except RegionError as exc:
             raise RegionError(f"--region {path}: {exc}") from None
     if bbox is not None:
-        lats, lons = box_ring(parse_bbox(bbox) if isinstance(bbox, str) else bbox)
-        words.append(np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64))
+        box = parse_bbox(bbox) if isinstance(bbox, str) else bbox
+        for lats, lons in box_rings(box):
+            words.append(np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64))
     if not words:
         raise RegionError("give a region: a GeoJSON polygon file or a lon0,lat0,lon1,lat1 box")
     merged = np.unique(np.concatenate(words))

@@ -105,8 +105,9 @@ def run(
     the shard order, a list or comma-separated text) restrict the run to those shards, and
     with a catalog only granules that touch them are read. The store's manifest is checked before any work starts, so an
     incompatible existing store is refused without computing anything. ``sweep`` (default:
-    the config's ``output.sweep``) builds the pyramid ladder after the leaves, on the same
-    cluster (its summary is ``summary.sweep``). ``dashboard`` serves a local cluster's
+    the config's ``output.sweep``, on whenever a pyramid is declared) builds the pyramid
+    ladder after the leaves, on the same cluster (its summary is ``summary.sweep``);
+    ``sweep=False`` leaves it to a later ``zagg sweep``. ``dashboard`` serves a local cluster's
     dashboard on 127.0.0.1 and prints its link; ``performance_report`` writes distributed's
     performance report of the run to that HTML file; ``timings`` (default: on the clusters
     the run starts) records the tasks' own timings, shown as ``summary.stages`` (see
@@ -302,20 +303,41 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
         meta["shard_granules"] = {u: list(ids) for u in shards.unit_names}
 
 
+#: how often a run's chained sweep asks again for a lease another sweep holds
+SWEEP_RETRY_S = 1.0
+
+
 def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | None):
-    """The sweep a run chains after its leaves (``output.sweep: stages`` or ``sweep=True``),
-    scoped to the shards the run covers: those it wrote and those it found current (a
-    killed run may have stamped leaves it never swept; nodes already folded from the
-    same children are not rewritten)."""
-    if not (cfg.output.sweep == "stages" if sweep is None else sweep):
-        return summary
-    if cfg.output.pyramid is None:
-        raise ConfigError("a sweep after the run needs a pyramid: output.pyramid is false")
+    """The sweep a run chains after its leaves (by default whenever a pyramid is declared;
+    ``output.sweep: false`` or ``sweep=False`` opts out), so that every level the manifest
+    declares is built; scoped to the shards the run covers: those it wrote and those it
+    found current (a killed run may have stamped leaves it never swept; nodes already
+    folded from the same children are not rewritten). A run that does not sweep records
+    its leaf columns as the built part of the pyramid."""
+    wanted = cfg.output.sweep == "stages" if sweep is None else sweep
+    if wanted and cfg.output.pyramid is None:
+        raise ConfigError(
+            "a sweep after the run needs a pyramid: output.pyramid is false; "
+            "declare a pyramid or run without --sweep"
+        )
+    from .pyramid.sweep import record_columns
     from .pyramid.sweep import sweep as run_sweep
     from .reruns import unit_of
 
     covered = {r["shard_id"] for r in summary.records}
     if summary.gate is not None:
         covered |= {unit_of(u)[0] for u in summary.gate.of("current")}
-    summary.sweep = run_sweep(store, storage_options=options, scope=sorted(covered) or None)
-    return summary
+    if not wanted:
+        if covered and cfg.output.pyramid is not None:
+            record_columns(store, storage_options=options)
+        return summary
+    from .pyramid.lease import SweepRefused
+
+    # another run's sweep of this store may hold its lease: ours waits its turn (the
+    # holder finishes, or its lease goes stale and is claimed), then folds our shards
+    while True:
+        try:
+            summary.sweep = run_sweep(store, storage_options=options, scope=sorted(covered) or None)
+            return summary
+        except SweepRefused:
+            time.sleep(SWEEP_RETRY_S)

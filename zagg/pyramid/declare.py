@@ -26,6 +26,9 @@ MULTISCALES_SPEC = "zagg-multiscales/1"
 RAW_MEMBER_DEPTH = 2
 FOLD_REGIME = {"fold_source": "cascade", "exact_levels": 1}
 _KEYS = ("overviews", "overview_delta", "all_time")
+#: the digest budget of the pyramid's folds when neither the field nor the pyramid names
+#: one (the format's overview cap)
+DEFAULT_OVERVIEW_DELTA = 128
 _LEGACY = ("orders", "spacing", "exact_levels", "fold_source", "summarize")
 
 
@@ -209,7 +212,8 @@ def resolutions(
 
 
 def overview_delta(value, where: str = "output.pyramid.overview_delta") -> int | None:
-    """The digest budget overview folds compress at (None: each field's own delta)."""
+    """The digest budget a mapping's ``overview_delta`` names (``output.pyramid``'s, or a
+    field's): None when absent."""
     if not isinstance(value, Mapping) or value.get("overview_delta") is None:
         return None
     d = value["overview_delta"]
@@ -243,7 +247,10 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
                 "inner_shape": [2],
                 "delta": int(params.get("delta") or 0),
             }
-            entry["overview_delta"] = int(delta or entry["delta"])
+            # the field's own budget, else the pyramid's, else the format's overview cap
+            entry["overview_delta"] = int(
+                f.get("overview_delta") or delta or DEFAULT_OVERVIEW_DELTA
+            )
             if params.get("weights", "counts") != "counts":
                 entry["weights"] = params["weights"]
                 entry["gain"] = dict(params.get("gain") or {})
@@ -357,13 +364,20 @@ def of_manifest(manifest: Mapping) -> Declaration | None:
     )
 
 
-def sweep_mode(value, where: str = "output.sweep") -> str | None:
-    """``output.sweep``: ``"stages"`` chains the sweep after a run; absent or false: no."""
-    if value is None or value is False:
+def sweep_mode(value, declared: bool = True, where: str = "output.sweep") -> str | None:
+    """``output.sweep``: whether a run chains the sweep after its leaves, so that every
+    level the manifest declares is built. Absent: ``"stages"`` whenever a pyramid is
+    ``declared`` (a run builds what it declares); ``"stages"`` or true: chain it; false:
+    leave the ladder for a later ``zagg sweep`` (the manifest then records only the leaf
+    columns as built)."""
+    if value is None:
+        return "stages" if declared else None
+    if value is False:
         return None
-    if value != "stages":
+    if value is not True and value != "stages":
         fail(
             where,
-            f"expected 'stages' (build the pyramid ladder after the run) or false, got {value!r}",
+            f"expected 'stages' or true (build the pyramid ladder after the run; the "
+            f"default) or false (sweep later with zagg sweep), got {value!r}",
         )
     return "stages"

@@ -178,7 +178,9 @@ def slice_level(level: Level, order: int, lo: int, hi: int) -> Level:
     out = Level(level.order)
     for name, fc in level.fields.items():
         anc = G.ancestor(fc.words, order)
-        a, b = np.searchsorted(anc, [lo, hi])
+        # the bounds as words: a list of Python ints would be compared as float64, which
+        # cannot tell a northern word (below 2**63) from the next one
+        a, b = np.searchsorted(anc, np.array([lo, hi], dtype=np.uint64))
         if isinstance(fc.values, Digests):
             values = fc.values.take(int(a), int(b))
         else:

@@ -311,6 +311,37 @@ def _wait(done) -> None:
     wait(list(done))
 
 
+def _leaf_actuals(entry: dict, decl) -> bool:
+    """Record the leaf entry's actuals (the fleet's own columns, spec §4.5); whether the
+    entry changed."""
+    want = {
+        "regime": "leaf-column",
+        "merges_from_raw": max(decl.group_mfr(r) for r in entry["cells"]),
+    }
+    if entry.get("actuals") == want:
+        return False
+    entry["actuals"] = want
+    return True
+
+
+def record_columns(store, *, storage_options=None) -> bool:
+    """After a run that does not sweep: record in the manifest that the leaf entry is
+    built (its columns), so that the ladder levels without actuals read as declared but
+    not yet swept (spec §4.5). Whether the manifest was rewritten."""
+    root = as_root(store, storage_options)
+    manifest = read_manifest(root)
+    decl = of_manifest(manifest) if manifest is not None else None
+    if decl is None or not laws_of(decl.fields):
+        return False  # no ladder, or no composable field: no column is written
+    changed = False
+    for entry in manifest["pyramid"].get("overviews") or []:
+        if int(entry["node"]) == decl.shard_order:
+            changed = _leaf_actuals(entry, decl) or changed
+    if changed:
+        root.write_json(MANIFEST_KEY, manifest)
+    return changed
+
+
 def _finish(root, manifest, decl, leaves, summary) -> None:
     """The finisher: the root coverage and the manifest's actuals, each only when it
     changes (the lease is released by the caller). A level's actuals describe every
@@ -331,12 +362,7 @@ def _finish(root, manifest, decl, leaves, summary) -> None:
     for entry in entries:
         node = int(entry["node"])
         if node == decl.shard_order:
-            want = {
-                "regime": "leaf-column",
-                "merges_from_raw": max(decl.group_mfr(r) for r in entry["cells"]),
-            }
-            if entry.get("actuals") != want:
-                entry["actuals"], changed = want, True
+            changed = _leaf_actuals(entry, decl) or changed
             continue
         want = level_actuals(root, leaves, node)
         had = entry.get("actuals") or {}

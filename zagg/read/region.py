@@ -8,7 +8,9 @@ is ``searchsorted`` arithmetic, never a per-cell geometry test.
 A cell belongs to a polygon or box region when it is in mortie's cover of it at the cell
 order: every cell the boundary touches plus every cell whose centre is inside (holes and
 multipart polygons by mortie's even-odd rule). Box edges are densified first, because mortie
-treats ring edges as great-circle arcs (:func:`zagg.regions.box_ring`). A ``cells`` region holds every cell at or below the
+treats ring edges as great-circle arcs (:func:`zagg.regions.box_ring`), and cut into pieces at
+most 90° wide (:func:`zagg.regions.box_pieces`), so that the whole globe, a box wider than
+180° and one across the antimeridian (west > east, or east up to 360) are unambiguous. A ``cells`` region holds every cell at or below the
 listed ones (and the cell containing a listed word finer than the cell order).
 """
 
@@ -22,7 +24,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
-from zagg.regions import RegionError, box_ring
+from zagg.regions import RegionError, box_rings
 
 
 class Region:
@@ -103,10 +105,14 @@ def parse_region(region=None, bbox=None, cells=None, *, order: int) -> Region | 
         geo, label = _geojson(region)
         return Region.from_words(_cover_geojson(geo, label, order), order)
     if bbox is not None:
-        box = _check_bbox(bbox)
-        lats, lons = box_ring(box)
-        words = mortie.from_wkb(_wkb_polygon([np.stack([lons, lats], 1)]), order=order, moc=True)
-        return Region.from_words(np.asarray(words, np.uint64), order)
+        parts = [
+            np.asarray(
+                mortie.from_wkb(_wkb_polygon([np.stack([lons, lats], 1)]), order=order, moc=True),
+                np.uint64,
+            )
+            for lats, lons in box_rings(bbox)
+        ]
+        return Region.from_words(np.concatenate(parts), order)
     if cells is not None:
         return Region.from_words(_cell_words(cells), order)
     return None
@@ -207,21 +213,6 @@ def _wkb_polygon(rings: list[np.ndarray]) -> bytes:
 
 
 # -- boxes and cells ---------------------------------------------------------------------
-def _check_bbox(bbox) -> tuple[float, float, float, float]:
-    try:
-        lon0, lat0, lon1, lat1 = (float(v) for v in bbox)
-    except (TypeError, ValueError):
-        raise RegionError(
-            f"bbox={bbox!r}: expected four numbers (lon0, lat0, lon1, lat1)"
-        ) from None
-    if not (-180 <= lon0 < lon1 <= 360 and -90 <= lat0 < lat1 <= 90):
-        raise RegionError(
-            f"bbox={bbox!r}: need -180 <= lon0 < lon1 <= 360 and "
-            "-90 <= lat0 < lat1 <= 90 (west, south, east, north)"
-        )
-    return lon0, lat0, lon1, lat1
-
-
 def _cell_words(cells) -> np.ndarray:
     if isinstance(cells, str | int | np.integer):
         items = [cells]
