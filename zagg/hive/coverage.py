@@ -322,7 +322,7 @@ def finish_root_coverage(root, records: list[dict], order: int) -> dict | None:
     lists this way the leaves the killed run stamped before it could publish them."""
     if not records:
         return None
-    from zagg.windows.leaves import root_temporal
+    from zagg.windows.rootsection import root_temporal
 
     root = as_root(root)
     return update_root_coverage(

@@ -1,12 +1,11 @@
 """What the leaf writer asks of a windowed run: each unit's window and time range, its
-leaf's temporal record, and the store root's temporal coverage after the leaves.
+leaf's temporal record (the store root's temporal coverage after the leaves is
+:func:`zagg.windows.rootsection.root_temporal`).
 
 Kept apart from :mod:`zagg.write` so that the writer only names these steps.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
@@ -44,19 +43,3 @@ def temporal_record(fields: dict, sc) -> dict | None:
     from .record import leaf_record
 
     return leaf_record(timed, sc.clock)
-
-
-def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
-    """The root temporal section of a run whose leaves carry temporal records (writing
-    their ``coverage.toc`` first); None otherwise. Fail-open: both are caches."""
-    if not any(r.get("temporal") for r in records):
-        return None
-    from .rootsection import publish
-
-    try:
-        return publish(root, records, shard_order)
-    except Exception as exc:  # a regenerable cache never fails the run
-        warnings.warn(
-            f"the root temporal coverage of {root.url} was not updated: {exc}", stacklevel=2
-        )
-        return None

@@ -15,6 +15,8 @@ as it stands.
 
 from __future__ import annotations
 
+import warnings
+
 import mortie
 import numpy as np
 
@@ -243,3 +245,17 @@ def publish(root, records: list[dict], order: int) -> dict | None:
     elif isinstance(standing, dict):
         section["cover"] = standing.get("spec")
     return section
+
+
+def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
+    """The root temporal section of a run whose leaves carry temporal records (writing
+    their ``coverage.toc`` first); None otherwise. Fail-open: both are caches."""
+    if not any(r.get("temporal") for r in records):
+        return None
+    try:
+        return publish(root, records, shard_order)
+    except Exception as exc:  # a regenerable cache never fails the run
+        warnings.warn(
+            f"the root temporal coverage of {root.url} was not updated: {exc}", stacklevel=2
+        )
+        return None
