@@ -1,0 +1,178 @@
+"""Benchmark: key + reduce of the default t-digest product per thread, against geo2mort.
+
+Synthetic ATL03-like photons (track-ordered, as granules are) are cut into 2^20-row chunks
+with a granule index beside them, as a granule run reads them, and reduced one chunk at a
+time by ``zagg.reduce.reduce_chunk`` under the default ATL03 t-digest config's
+aggregation and grid (count + height t-digest at order 19 in order 9 shards, photons kept
+where the land-ice confidence is at least 2). One thread: mortie's pool and numba run
+with one thread each (set before they load).
+
+Printed per input point, best of ``--reps``:
+
+- floor:  ``mortie.geo2mort`` at the cell order on the kept points alone, the per-point
+          cost no implementation avoids;
+- stages: filter + keep, keying (zagg's own work around geo2mort), grouping by cell, the
+          count and digest kernels, and the rest (granule tracking, shard cut, compaction);
+- key + reduce: the whole ``reduce_chunk``, its rate in M points/s and its ratio to the
+          floor, against the 6 M points/s per thread target.
+
+    python benchmarks/bench_reduce.py                 # 5e6 points
+    python benchmarks/bench_reduce.py --points 1e6 --reps 3
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAYON_NUM_THREADS"] = "1"
+os.environ["NUMBA_NUM_THREADS"] = "1"
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+#: key + reduce points per second per thread, the target
+TARGET_RATE = 6e6
+CHUNK = 1 << 20
+GRANULE_ROWS = 2_500_000  # rows per granule of the index beside the points
+
+
+def config():
+    """The default ATL03 t-digest config, read from the synthetic generator's names."""
+    from zagg.config import load_config
+
+    raw = load_config("atl03_tdigest").raw
+    raw["data_source"] = {
+        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
+        "variables": {
+            "h_ph": "h_ph",
+            "land_ice_conf": {"variable": "signal_conf_ph", "column": 3},
+        },
+        "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
+    }
+    return load_config(raw)
+
+
+def timed(fn, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(n: int, reps: int) -> dict:
+    import mortie
+    import numpy as np
+
+    from zagg import grid as G
+    from zagg.kernels import segments
+    from zagg.keying import key_chunk
+    from zagg.plan import make_plan
+    from zagg.reduce import reduce_chunk
+    from zagg.sources.synthetic import synthetic_photons
+
+    plan = make_plan(config(), None, "granule")
+    ds = synthetic_photons(n, chunk_size=CHUNK, seed=1)[
+        ["lat_ph", "lon_ph", "h_ph", "signal_conf_ph"]
+    ]
+    ds = ds.compute()
+    source = {name: ds[name].values for name in ds.data_vars}
+    source["land_ice_conf"] = np.ascontiguousarray(source["signal_conf_ph"][:, 3])
+    source["granule"] = (np.arange(n) // GRANULE_ROWS).astype(np.int32)
+    inputs = {name: source[name] for name in plan.inputs}
+    chunks = [{k: v[i : i + CHUNK] for k, v in inputs.items()} for i in range(0, n, CHUNK)]
+    kept = source["land_ice_conf"] >= 2
+    lat, lon = source["lat_ph"][kept], source["lon_ph"][kept]
+    lat_c = [lat[i : i + CHUNK] for i in range(0, lat.size, CHUNK)]
+    lon_c = [lon[i : i + CHUNK] for i in range(0, lon.size, CHUNK)]
+
+    def run_all():
+        return [reduce_chunk(plan, *c.values()) for c in chunks]
+
+    run_all()  # compile or load the kernels outside the timing
+    t = {}
+    t["geo2mort"] = timed(
+        lambda: [
+            mortie.geo2mort(a, b, order=plan.cell_order) for a, b in zip(lat_c, lon_c, strict=True)
+        ],
+        reps,
+    )
+
+    def filtered():
+        for c in chunks:
+            keep = None
+            for f in plan.filters:
+                m = f.mask(np.asarray(c[f.variable]))
+                keep = m if keep is None else keep & m
+            c["lat_ph"][keep], c["lon_ph"][keep]
+
+    t["filter + keep"] = timed(filtered, reps)
+    keyed = [key_chunk(plan, c) for c in chunks]
+    t["key_chunk"] = timed(lambda: [key_chunk(plan, c) for c in chunks], reps)
+    t["group by cell"] = timed(
+        lambda: [segments.group_cells(p.cell_words, plan.cell_order) for p, _ in keyed], reps
+    )
+    t["keying"] = t["key_chunk"] - t["filter + keep"] - t["group by cell"] - t["geo2mort"]
+    for _key, spec in plan.specs:
+
+        def kernel(spec=spec):
+            for c in chunks:
+                points, _ = key_chunk(plan, c)
+                points.grouping  # noqa: B018
+                spec.state.chunk(points, spec)
+
+        t[f"{spec.state.name} kernel"] = timed(kernel, reps) - t["key_chunk"]
+    t["key + reduce"] = timed(run_all, reps)
+    t["rest"] = t["key + reduce"] - sum(
+        v for k, v in t.items() if k not in ("key_chunk", "key + reduce")
+    )
+    words = G.cell_words(lat, lon, plan.cell_order)[0]
+    return {
+        "n": n,
+        "kept": int(kept.sum()),
+        "cells": int(np.unique(words).size),
+        "t": t,
+    }
+
+
+def report(r: dict) -> None:
+    n, t = r["n"], r["t"]
+    print(
+        f"\n{n:.0e} photons in {CHUNK:,}-row chunks, one thread: {r['kept']:,} kept, "
+        f"{r['cells']:,} cells (order 19)"
+    )
+    for stage in (
+        "geo2mort",
+        "filter + keep",
+        "keying",
+        "group by cell",
+        *(k for k in t if k.endswith(" kernel")),
+        "rest",
+    ):
+        label = "floor: geo2mort" if stage == "geo2mort" else "  " + stage
+        print(f"  {label:<24} {1e9 * t[stage] / n:7.1f} ns/point")
+    total = t["key + reduce"]
+    ours = total - t["geo2mort"]
+    rate = n / total
+    met = "meets" if rate >= TARGET_RATE else "misses"
+    print(
+        f"  key + reduce             {1e9 * total / n:7.1f} ns/point = {rate / 1e6:.2f} M points/s "
+        f"per thread ({met} {TARGET_RATE / 1e6:.0f} M); floor alone {n / t['geo2mort'] / 1e6:.2f} "
+        f"M points/s; floor / key + reduce {t['geo2mort'] / total:.2f}; ours "
+        f"{1e9 * ours / n:.1f} ns/point ({ours / total:.0%})"
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=float, default=5e6)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args(argv)
+    report(measure(int(args.points), args.reps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
