@@ -12,7 +12,8 @@ Printed per input point, best of ``--reps``:
 - floor:  ``mortie.geo2mort`` at the cell order on the kept points alone, the per-point
           cost no implementation avoids;
 - stages: filter + keep, keying (zagg's own work around geo2mort), grouping by cell, the
-          count and digest kernels, and the rest (granule tracking, shard cut, compaction);
+          digest build, and the rest (the values' gather, the count kernel, granule
+          tracking, the partial and its shard cut);
 - key + reduce: the whole ``reduce_chunk``, its rate in M points/s and its ratio to the
           floor, against the 6 M points/s per thread target.
 
@@ -67,7 +68,7 @@ def measure(n: int, reps: int) -> dict:
     import numpy as np
 
     from zagg import grid as G
-    from zagg.kernels import segments
+    from zagg.kernels import segments, tdigest
     from zagg.keying import key_chunk
     from zagg.plan import make_plan
     from zagg.reduce import reduce_chunk
@@ -115,19 +116,21 @@ def measure(n: int, reps: int) -> dict:
         lambda: [segments.group_cells(p.cell_words, plan.cell_order) for p, _ in keyed], reps
     )
     t["keying"] = t["key_chunk"] - t["filter + keep"] - t["group by cell"] - t["geo2mort"]
-    for _key, spec in plan.specs:
-
-        def kernel(spec=spec):
-            for c in chunks:
-                points, _ = key_chunk(plan, c)
-                points.grouping  # noqa: B018
-                spec.state.chunk(points, spec)
-
-        t[f"{spec.state.name} kernel"] = timed(kernel, reps) - t["key_chunk"]
-    t["key + reduce"] = timed(run_all, reps)
-    t["rest"] = t["key + reduce"] - sum(
-        v for k, v in t.items() if k not in ("key_chunk", "key + reduce")
+    digest_spec = next(spec for _, spec in plan.specs if spec.state.name == "digest")
+    delta = int(digest_spec.opts["delta"])
+    prepared = [(p.addressed("h_ph"), p.grouping) for p, _ in keyed]
+    t["digest build"] = timed(
+        lambda: [
+            tdigest.build(
+                v, g.offsets, delta, out_dtype=np.float32, starts=g.starts, drop_unit_weights=True
+            )
+            for v, g in prepared
+        ],
+        reps,
     )
+    t["key + reduce"] = timed(run_all, reps)
+    # the values' gather, the count kernel, granule tracking, the partial and its shard cut
+    t["rest"] = t["key + reduce"] - t["key_chunk"] - t["digest build"]
     words = G.cell_words(lat, lon, plan.cell_order)[0]
     return {
         "n": n,
@@ -148,7 +151,7 @@ def report(r: dict) -> None:
         "filter + keep",
         "keying",
         "group by cell",
-        *(k for k in t if k.endswith(" kernel")),
+        "digest build",
         "rest",
     ):
         label = "floor: geo2mort" if stage == "geo2mort" else "  " + stage
