@@ -7,7 +7,8 @@ aggregation and grid (count + height t-digest at order 19 in order 9 shards, pho
 where the land-ice confidence is at least 2). One thread: mortie's pool and numba run
 with one thread each (set before they load).
 
-Printed per input point, best of ``--reps``:
+Printed per input point, each stage's best of ``--reps`` passes, the stages timed chunk by
+chunk beside each other (a shared machine's load swings then hit them alike):
 
 - floor:  ``mortie.geo2mort`` at the cell order on the kept points alone, the per-point
           cost no implementation avoids;
@@ -54,20 +55,10 @@ def config():
     return load_config(raw)
 
 
-def timed(fn, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def measure(n: int, reps: int) -> dict:
     import mortie
     import numpy as np
 
-    from zagg import grid as G
     from zagg.kernels import segments, tdigest
     from zagg.keying import key_chunk
     from zagg.plan import make_plan
@@ -84,58 +75,60 @@ def measure(n: int, reps: int) -> dict:
     source["granule"] = (np.arange(n) // GRANULE_ROWS).astype(np.int32)
     inputs = {name: source[name] for name in plan.inputs}
     chunks = [{k: v[i : i + CHUNK] for k, v in inputs.items()} for i in range(0, n, CHUNK)]
-    kept = source["land_ice_conf"] >= 2
-    lat, lon = source["lat_ph"][kept], source["lon_ph"][kept]
-    lat_c = [lat[i : i + CHUNK] for i in range(0, lat.size, CHUNK)]
-    lon_c = [lon[i : i + CHUNK] for i in range(0, lon.size, CHUNK)]
 
     def run_all():
         return [reduce_chunk(plan, *c.values()) for c in chunks]
 
-    run_all()  # compile or load the kernels outside the timing
-    t = {}
-    t["geo2mort"] = timed(
-        lambda: [
-            mortie.geo2mort(a, b, order=plan.cell_order) for a, b in zip(lat_c, lon_c, strict=True)
-        ],
-        reps,
-    )
-
-    def filtered():
-        for c in chunks:
-            keep = None
-            for f in plan.filters:
-                m = f.mask(np.asarray(c[f.variable]))
-                keep = m if keep is None else keep & m
-            c["lat_ph"][keep], c["lon_ph"][keep]
-
-    t["filter + keep"] = timed(filtered, reps)
-    keyed = [key_chunk(plan, c) for c in chunks]
-    t["key_chunk"] = timed(lambda: [key_chunk(plan, c) for c in chunks], reps)
-    t["group by cell"] = timed(
-        lambda: [segments.group_cells(p.cell_words, plan.cell_order) for p, _ in keyed], reps
-    )
-    t["keying"] = t["key_chunk"] - t["filter + keep"] - t["group by cell"] - t["geo2mort"]
+    results = run_all()  # compile or load the kernels outside the timing
     digest_spec = next(spec for _, spec in plan.specs if spec.state.name == "digest")
     delta = int(digest_spec.opts["delta"])
-    prepared = [(p.addressed("h_ph"), p.grouping) for p, _ in keyed]
-    t["digest build"] = timed(
-        lambda: [
-            tdigest.build(
-                v, g.offsets, delta, out_dtype=np.float32, starts=g.starts, drop_unit_weights=True
-            )
-            for v, g in prepared
-        ],
-        reps,
-    )
-    t["key + reduce"] = timed(run_all, reps)
+
+    def keep_of(c):
+        keep = None
+        for f in plan.filters:
+            m = f.mask(np.asarray(c[f.variable]))
+            keep = m if keep is None else keep & m
+        return keep
+
+    kept_ll = [(c["lat_ph"][keep_of(c)], c["lon_ph"][keep_of(c)]) for c in chunks]
+    stages = {
+        "geo2mort": lambda i, c: mortie.geo2mort(*kept_ll[i], order=plan.cell_order),
+        "filter + keep": lambda i, c: (
+            c["lat_ph"].take(k := np.flatnonzero(keep_of(c))),
+            c["lon_ph"].take(k),
+        ),
+        "key_chunk": lambda i, c: key_chunk(plan, c),
+        "group by cell": lambda i, c: segments.group_cells(keyed[i].cell_words, plan.cell_order),
+        "digest build": lambda i, c: tdigest.build(
+            keyed[i].addressed("h_ph"),
+            keyed[i].grouping.offsets,
+            delta,
+            out_dtype=np.float32,
+            starts=keyed[i].grouping.starts,
+            drop_unit_weights=True,
+        ),
+        "key + reduce": lambda i, c: reduce_chunk(plan, *c.values()),
+    }
+    keyed = [key_chunk(plan, c)[0] for c in chunks]
+    # every stage of a chunk back to back, so a shared machine's load swings hit them alike;
+    # each stage's best pass over the chunks
+    t = dict.fromkeys(stages, float("inf"))
+    for _ in range(reps):
+        spent = dict.fromkeys(stages, 0.0)
+        for i, c in enumerate(chunks):
+            for name, stage in stages.items():
+                t0 = time.perf_counter()
+                stage(i, c)
+                spent[name] += time.perf_counter() - t0
+        t = {name: min(t[name], spent[name]) for name in stages}
+    t["keying"] = t["key_chunk"] - t["filter + keep"] - t["group by cell"] - t["geo2mort"]
     # the values' gather, the count kernel, granule tracking, the partial and its shard cut
     t["rest"] = t["key + reduce"] - t["key_chunk"] - t["digest build"]
-    words = G.cell_words(lat, lon, plan.cell_order)[0]
     return {
         "n": n,
-        "kept": int(kept.sum()),
-        "cells": int(np.unique(words).size),
+        "kept": sum(r.counts["keyed"] for r in results),
+        "shards": int(np.unique(np.concatenate([r.shards for r in results])).size),
+        "cells": int(np.unique(np.concatenate([r.partial.cells for r in results])).size),
         "t": t,
     }
 
@@ -143,8 +136,8 @@ def measure(n: int, reps: int) -> dict:
 def report(r: dict) -> None:
     n, t = r["n"], r["t"]
     print(
-        f"\n{n:.0e} photons in {CHUNK:,}-row chunks, one thread: {r['kept']:,} kept, "
-        f"{r['cells']:,} cells (order 19)"
+        f"\n{n:.0e} photons in {CHUNK:,}-row chunks, one thread: {r['kept']:,} keyed, "
+        f"{r['shards']} shards, {r['cells']:,} cells with data"
     )
     for stage in (
         "geo2mort",

@@ -92,8 +92,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         keep = m if keep is None else keep & m
     lat = np.asarray(arrs[plan.lat], dtype=np.float64)
     lon = np.asarray(arrs[plan.lon], dtype=np.float64)
-    if keep is not None:
-        lat, lon = lat[keep], lon[keep]
+    # the kept input rows as indices, made once: every array is gathered through them in
+    # one pass (``take`` beats a boolean mask per array, and drops are folded in, not
+    # applied as a second mask)
+    rows = None if keep is None else np.flatnonzero(keep)
+    if rows is not None:
+        lat, lon = lat.take(rows), lon.take(rows)
     n_filtered = n_in - len(lat)
     if plan.needs_point_words:
         words, ok = G.point_words(lat, lon)
@@ -110,11 +114,11 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         )
         n_outside = int(np.count_nonzero(ok & ~inside))
         sel = ok & inside
-    all_sel = bool(sel.all())
-    if not all_sel:
+    if not bool(sel.all()):
         cell_words = cell_words[sel]
         if words is not None:
             words = words[sel]
+        rows = np.flatnonzero(sel) if rows is None else rows[sel]
     columns = {n: (var, col) for n, var, col in plan.columns}
 
     def select(name):
@@ -122,11 +126,11 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         v = np.asarray(arrs[var])
         if col is not None:
             v = v[:, col]
-        if keep is not None:
-            v = v[keep]
+        if rows is not None:
+            v = v.take(rows, axis=0)
         if v.dtype == np.bool_:  # flags aggregate as 0/1 (a mean is the fraction set)
             v = v.view(np.uint8)
-        return v if all_sel else v[sel]
+        return v
 
     counts = {
         "points_in": n_in,
