@@ -115,10 +115,11 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         n_outside = int(np.count_nonzero(ok & ~inside))
         sel = ok & inside
     if not bool(sel.all()):
-        cell_words = cell_words[sel]
+        drop = np.flatnonzero(~sel)
+        cell_words = _without(cell_words, sel, drop)
         if words is not None:
-            words = words[sel]
-        rows = np.flatnonzero(sel) if rows is None else rows[sel]
+            words = _without(words, sel, drop)
+        rows = np.flatnonzero(sel) if rows is None else _without(rows, sel, drop)
     columns = {n: (var, col) for n, var, col in plan.columns}
 
     def select(name):
@@ -140,3 +141,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         "keyed": int(cell_words.size),
     }
     return CellPoints(plan, cell_words, select, words), counts
+
+
+def _without(x: np.ndarray, sel: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    """``x[sel]``, where ``drop`` lists the rows ``sel`` leaves out: a few (unkeyable
+    coordinates are rare) are cut out by copying the spans between them, at memory speed."""
+    if drop.size > 64:
+        return x[sel]
+    edges = np.concatenate(([-1], drop, [x.size]))
+    return np.concatenate([x[a + 1 : b] for a, b in zip(edges[:-1], edges[1:], strict=True)])
