@@ -4,7 +4,9 @@ Each config runs ``zagg.warm.warm`` (aggregate, write and read back a few thousa
 synthetic photons in one process) in a fresh interpreter whose ``NUMBA_CACHE_DIR`` is an
 empty folder (cold: every kernel it calls is compiled), then again in another interpreter
 on the same folder (warm: every kernel is loaded from the cache). The difference is what
-a fresh environment, or a new worker of an image that was not warmed, pays once.
+a fresh environment, or a new worker of an image that was not warmed, pays once. The
+compile is single-threaded, so its CPU seconds (printed beside) are what the wall time
+would be on an idle machine: read those when the machine is shared.
 
     python benchmarks/bench_compile.py [--configs atl03_synthetic atl03_strata]
 """
@@ -27,9 +29,10 @@ import json, sys, time
 t0 = time.perf_counter()
 import zagg.warm as w
 cold = w.is_cold()
+c0 = time.process_time()
 seconds = w.warm([sys.argv[1]], points=int(sys.argv[2]))
 print(json.dumps({"cold": cold, "seconds": seconds[sys.argv[1]],
-                  "process": time.perf_counter() - t0}))
+                  "cpu": time.process_time() - c0, "process": time.perf_counter() - t0}))
 """
 
 
@@ -59,7 +62,8 @@ def main(argv=None) -> int:
         line = (
             f"{label:<9} ({name}): cold {cold['seconds']:.1f} s, warm "
             f"{warm['seconds']:.1f} s, compile {cold['seconds'] - warm['seconds']:.1f} s "
-            f"(cold / warm {cold['seconds'] / max(warm['seconds'], 1e-9):.1f}); "
+            f"(cold / warm {cold['seconds'] / max(warm['seconds'], 1e-9):.1f}); CPU cold "
+            f"{cold['cpu']:.1f} s, warm {warm['cpu']:.1f} s; "
             f"process cold {cold['process']:.1f} s, warm {warm['process']:.1f} s"
         )
         if name == "atl03_strata":

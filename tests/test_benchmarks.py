@@ -274,3 +274,21 @@ def test_bench_scaling_counts_every_cluster_and_prints_the_ratios(expected_count
         )
         == 2
     )
+
+
+def test_bench_reduce_counts_the_kept_points_and_their_cells():
+    """bench_reduce keys and reduces what mortie alone keys: the photons the land-ice
+    confidence keeps, their shards and cells; and it prints its per-thread verdict."""
+    from zagg.sources.synthetic import synthetic_photons
+
+    ds = synthetic_photons(N, chunk_size=1 << 20, seed=1).compute()
+    lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
+    kept = (ds["signal_conf_ph"].values[:, 3] >= 2) & np.isfinite(lat) & np.isfinite(lon)
+    cells = np.unique(mortie.geo2mort(lat[kept], lon[kept], order=19)).size
+    shards = np.unique(mortie.geo2mort(lat[kept], lon[kept], order=9)).size
+    text = _run("bench_reduce.py", "--points", str(N), "--reps", "1")
+    m = re.search(r"([\d,]+) keyed, (\d+) shards, ([\d,]+) cells with data", text)
+    assert m, text
+    assert int(m.group(1).replace(",", "")) == int(kept.sum())
+    assert (int(m.group(2)), int(m.group(3).replace(",", ""))) == (shards, cells)
+    assert re.search(r"M points/s per thread \((meets|misses) 6 M\)", text), text

@@ -92,8 +92,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         keep = m if keep is None else keep & m
     lat = np.asarray(arrs[plan.lat], dtype=np.float64)
     lon = np.asarray(arrs[plan.lon], dtype=np.float64)
-    if keep is not None:
-        lat, lon = lat[keep], lon[keep]
+    # the kept input rows as indices, made once: every array is gathered through them in
+    # one pass (``take`` beats a boolean mask per array, and drops are folded in, not
+    # applied as a second mask)
+    rows = None if keep is None else np.flatnonzero(keep)
+    if rows is not None:
+        lat, lon = lat.take(rows), lon.take(rows)
     n_filtered = n_in - len(lat)
     if plan.needs_point_words:
         words, ok = G.point_words(lat, lon)
@@ -110,11 +114,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         )
         n_outside = int(np.count_nonzero(ok & ~inside))
         sel = ok & inside
-    all_sel = bool(sel.all())
-    if not all_sel:
-        cell_words = cell_words[sel]
+    if not bool(sel.all()):
+        drop = np.flatnonzero(~sel)
+        cell_words = _without(cell_words, sel, drop)
         if words is not None:
-            words = words[sel]
+            words = _without(words, sel, drop)
+        rows = np.flatnonzero(sel) if rows is None else _without(rows, sel, drop)
     columns = {n: (var, col) for n, var, col in plan.columns}
 
     def select(name):
@@ -122,11 +127,11 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         v = np.asarray(arrs[var])
         if col is not None:
             v = v[:, col]
-        if keep is not None:
-            v = v[keep]
+        if rows is not None:
+            v = v.take(rows, axis=0)
         if v.dtype == np.bool_:  # flags aggregate as 0/1 (a mean is the fraction set)
             v = v.view(np.uint8)
-        return v if all_sel else v[sel]
+        return v
 
     counts = {
         "points_in": n_in,
@@ -136,3 +141,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         "keyed": int(cell_words.size),
     }
     return CellPoints(plan, cell_words, select, words), counts
+
+
+def _without(x: np.ndarray, sel: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    """``x[sel]``, where ``drop`` lists the rows ``sel`` leaves out: a few (unkeyable
+    coordinates are rare) are cut out by copying the spans between them, at memory speed."""
+    if drop.size > 64:
+        return x[sel]
+    edges = np.concatenate(([-1], drop, [x.size]))
+    return np.concatenate([x[a + 1 : b] for a, b in zip(edges[:-1], edges[1:], strict=True)])

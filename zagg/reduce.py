@@ -83,8 +83,20 @@ def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
 
 
 def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, list[int]]:
+    """Shard word → the granule indices of its points (shards in order of their first
+    granule, each list ascending). Points arrive in runs of one granule and shard, so only
+    the runs' (shard, granule) pairs are sorted, never the points."""
+    granule = np.asarray(granule)
+    if granule.size == 0:
+        return {}
+    change = shard_words[1:] != shard_words[:-1]
+    change |= granule[1:] != granule[:-1]
+    first = np.flatnonzero(np.concatenate(([True], change)))
+    words, grans = shard_words[first], granule[first]
+    by = np.lexsort((words, grans))  # granule, then shard
+    words, grans = words[by], grans[by]
+    new = np.concatenate(([True], (words[1:] != words[:-1]) | (grans[1:] != grans[:-1])))
     out: dict[int, list[int]] = {}
-    for g in np.unique(granule):
-        for w in np.unique(shard_words[granule == g]):
-            out.setdefault(int(w), []).append(int(g))
+    for w, g in zip(words[new].tolist(), grans[new].tolist(), strict=True):
+        out.setdefault(int(w), []).append(int(g))
     return out

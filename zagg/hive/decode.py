@@ -367,9 +367,9 @@ def _u32(data, o):
 
 @numba.njit(cache=True, nogil=True)
 def _frame_cells(frame, per, starts, lengths):
-    if frame.size < 4 or _u32(frame, 0) != per:
+    i = np.int64(4)  # typed like every later offset: _u32 compiles once
+    if frame.size < 4 or _u32(frame, i - 4) != per:
         return False
-    i = 4
     for c in range(per):
         if i + 4 > frame.size:
             return False

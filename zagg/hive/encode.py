@@ -264,10 +264,12 @@ def _ragged_batches(ranks, offsets, data, n: int, n_inner: int, rows, frames: bo
             src = np.empty(int(offsets[b1]) - lo, np.uint8)
             _row_words(rows[0], rows[1], src.view(np.uint32), lo // 8)
             at = offsets - lo
+        src = src.view(unit)
+        src.flags.writeable = False  # read-only like stored data: one compiled copy
         _vlen_buffers(
             ranks,
             at // w,
-            src.view(unit),
+            src,
             per,
             touched[t:end],
             bounds[t : end + 1],

@@ -9,14 +9,15 @@ The networks are generated once at import from the pair list below. Each is comp
 function of its own, once per element type, and called (not inlined: numba's inlining of
 a few hundred straight-line statements costs several times their compile, in every caller);
 a caller's numba cache holds the code of the networks it calls, so a change here also needs
-the callers' caches cleared (``__pycache__``).
+the callers' caches cleared (``__pycache__``). Widths stop at 16: a 32-wide network
+compiles for several seconds per element type, and counting ranks is as fast there.
 """
 
 from __future__ import annotations
 
 import numba as nb
 
-WIDTHS = (8, 16, 32)
+WIDTHS = (8, 16)
 
 
 def batcher_pairs(n: int) -> list[tuple[int, int]]:
@@ -48,19 +49,18 @@ def _network(n: int):
     return nb.njit(nogil=True)(namespace[f"sort{n}"])
 
 
-sort8, sort16, sort32 = (_network(n) for n in WIDTHS)
+sort8, sort16 = (_network(n) for n in WIDTHS)
 
 
 @nb.njit(inline="always")
-def sort_up_to_32(src, dst, base, n, pad):
-    """Sort ``src[:n]`` (n <= 32) into ``dst[base:base + n]`` with the narrowest network,
+def sort_up_to_16(src, dst, base, n, pad):
+    """Sort ``src[:n]`` (n <= 16) into ``dst[base:base + n]`` with the narrower network,
     after padding ``src`` up to its width with ``pad`` (no less than any value)."""
-    width = 8 if n <= 8 else (16 if n <= 16 else 32)
-    for k in range(n, width):
-        src[k] = pad
-    if width == 8:
+    if n <= 8:
+        for k in range(n, 8):
+            src[k] = pad
         sort8(src, dst, base, n)
-    elif width == 16:
-        sort16(src, dst, base, n)
     else:
-        sort32(src, dst, base, n)
+        for k in range(n, 16):
+            src[k] = pad
+        sort16(src, dst, base, n)

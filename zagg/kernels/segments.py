@@ -17,6 +17,7 @@ import numba as nb
 import numpy as np
 
 _U64 = np.uint64
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @nb.njit(cache=True, nogil=True)
@@ -241,8 +242,13 @@ def _gather_runs(src, starts, sizes, out):
 def gather_runs(src: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Concatenation of ``src[starts[k]:starts[k] + sizes[k]]`` over k, without an index
     array (the output is allocated by numpy)."""
+    src = np.ascontiguousarray(src)
     out = np.empty(int(sizes.sum()), dtype=src.dtype)
-    _gather_runs(src, np.asarray(starts, np.int64), np.asarray(sizes, np.int64), out)
+    # moved as unsigned words of the element's width: one compiled copy per width, not
+    # per dtype (float64, int64 and uint64 rows share one)
+    unit = _WORDS.get(src.dtype.itemsize) if src.ndim == 1 else None
+    a, b = (src, out) if unit is None else (src.view(unit), out.view(unit))
+    _gather_runs(a, np.asarray(starts, np.int64), np.asarray(sizes, np.int64), b)
     return out
 
 

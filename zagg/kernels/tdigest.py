@@ -109,14 +109,15 @@ def _max_segment(offsets):
 @njit(cache=True, nogil=True)
 def _small_sort(src, n, dst, base):
     """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0; ``src``
-    holds at least 32 slots and its tail past n is overwritten).
+    holds at least 16 slots and its tail past n is overwritten).
 
-    Up to 32 values go through a branch-free sorting network padded with +inf; larger
-    ones scatter each value to its rank (count of smaller values, ties broken by index),
-    an O(n^2) loop that vectorises and avoids insertion sort's mispredictions.
+    Up to 16 values (most cells) go through a branch-free sorting network padded with +inf;
+    larger ones scatter each value to its rank (count of smaller values, ties broken by
+    index), an O(n^2) loop that vectorises and avoids insertion sort's mispredictions, and
+    as fast as a 32-wide network at these sizes, which would cost seconds to compile.
     """
-    if n <= 32:
-        networks.sort_up_to_32(src, dst, base, n, np.inf)
+    if n <= 16:
+        networks.sort_up_to_16(src, dst, base, n, np.inf)
         return
     for k in range(n):
         x = src[k]
@@ -467,28 +468,17 @@ def _order_weight_ties(m, w, idx, n):
 
 @njit(cache=True, nogil=True)
 def _rank_permutation(src, n, perm, keys, bits):
-    """Stable sorting permutation of ``src[:n]`` (n <= _SHORT; finite float32 values, no
-    -0.0): ``perm[r]`` is the row of rank r. Up to 32 rows sort as (value, row) keys in a
-    sorting network; more count ranks (see :func:`_small_sort`). ``keys`` (uint64) and
-    ``bits`` (float32) are scratch of at least 32 slots."""
-    if n > 32:
-        for k in range(n):
-            x = src[k]
-            r = 0
-            for j in range(n):
-                r += (src[j] < x) | ((src[j] == x) & (j < k))
-            perm[r] = k
-        return
-    words = bits.view(np.uint32)
+    """Stable sorting permutation of ``src[:n]`` (n <= _SHORT; finite values, no -0.0):
+    ``perm[r]`` is the row of rank r, counted as in :func:`_small_sort` (ties by row).
+    Counting, rather than a network over (value, row) keys, keeps a second element type
+    of the networks out of the compile. ``keys`` and ``bits`` are scratch the callers
+    provide (unused)."""
     for k in range(n):
-        bits[k] = src[k]
-        u = np.uint64(words[k])
-        # the float's order as an unsigned integer: flip all bits of negatives, else the sign
-        u = (~u & np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
-        keys[k] = (u << np.uint64(32)) | np.uint64(k)
-    networks.sort_up_to_32(keys, keys, 0, n, np.uint64(0xFFFFFFFFFFFFFFFF))
-    for r in range(n):
-        perm[r] = np.int64(keys[r] & np.uint64(0xFFFFFFFF))
+        x = src[k]
+        r = 0
+        for j in range(n):
+            r += (src[j] < x) | ((src[j] == x) & (j < k))
+        perm[r] = k
 
 
 @njit(cache=True, nogil=True)
