@@ -15,6 +15,7 @@ lazy_package(
         "cdf": ".read",
         "composition_lanes": ".read",
         "open_hive": ".read",
+        "open_icechunk": ".read.icechunk",
         "open_leaf": ".read",
         "open_store": ".read",
         "open_level": ".read.levels",
