@@ -82,12 +82,9 @@ def plain_open(root: StoreRoot, group: str):
     """The repo opened with icechunk and xarray alone (the documented plain way)."""
     from zagg.hive import icechunk as ic
 
-    repo = icechunk.Repository.open(
+    repo = icechunk.Repository.open(  # the container config is the repo's own
         ic.repo_storage(root), authorize_virtual_chunk_access=ic.credentials(root)
     )
-    cfg = icechunk.RepositoryConfig.default()
-    cfg.set_virtual_chunk_container(ic.container(root))
-    repo = repo.reopen(config=cfg, authorize_virtual_chunk_access=ic.credentials(root))
     session = repo.readonly_session(branch="main")
     return xr.open_zarr(session.store, group=group, consolidated=False, chunks=None)
 
@@ -220,3 +217,22 @@ def test_the_repo_on_the_local_s3_server_equals_open_level(photons, moto_s3):
     assert first.path == "s3://ice-store/prod/icechunk"
     assert_levels_equal(url, options)
     assert commit(url, options).commits == []
+
+
+def test_zagg_gc_expires_the_snapshots_older_than_the_kept_versions(tmp_path, photons, capsys):
+    from zagg.__main__ import main
+
+    store = str(tmp_path / "store")
+    first = build(photons, store)
+    build(photons.isel(photon=slice(0, 20_000)), store)
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+    before = [s.id for s in repo.ancestry(branch="main")]
+    assert first.snapshot in before
+    assert main(["gc", store, "--keep", "0"]) == 0
+    assert "icechunk: expired" in capsys.readouterr().out
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+    after = [s.id for s in repo.ancestry(branch="main")]
+    assert first.snapshot not in after and len(after) < len(before)
+    with pytest.raises(Exception):  # noqa: B017  (icechunk's own error type)
+        zagg.open_icechunk(store, 2, snapshot=first.snapshot)
+    assert_levels_equal(store)  # main still reads the hive, the collected versions unneeded

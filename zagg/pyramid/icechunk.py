@@ -560,3 +560,28 @@ def _has_repo(root: StoreRoot) -> bool:
         return icechunk.Repository.exists(ic.repo_storage(root))
     except ValueError:
         return False
+
+
+def expire(store, storage_options=None, *, keep: int = 0, dry_run: bool = False) -> dict | None:
+    """Expire the repo's history older than its ``keep + 1`` newest reference commits and
+    collect what no kept snapshot reaches (Icechunk's ``expire_snapshots`` then
+    ``garbage_collect``, both cut at the oldest kept commit's time, never "now"). This is
+    what ``zagg gc --keep K`` runs beside removing superseded leaf versions: a snapshot
+    older than the kept ones may name versions that collection removes. ``None`` when the
+    store has no repo."""
+    root = as_root(store, storage_options)
+    if not ic.available() or not _has_repo(root):
+        return None
+    repo = ic.open_repo(root)
+    commits = [s for s in repo.ancestry(branch="main") if LEDGER in (s.metadata or {})]
+    out = {"kept": min(len(commits), keep + 1), "expired": 0, "gc": None}
+    if len(commits) <= keep + 1:
+        return out
+    cutoff = commits[keep].written_at
+    if dry_run:
+        out["expired"] = sum(1 for s in repo.ancestry(branch="main") if s.written_at < cutoff)
+        return out
+    out["expired"] = len(repo.expire_snapshots(older_than=cutoff))
+    gc = repo.garbage_collect(cutoff)
+    out["gc"] = {"snapshots": gc.snapshots_deleted, "manifests": gc.manifests_deleted}
+    return out
