@@ -143,9 +143,12 @@ def _ranks(nodes: list[str]) -> dict[str, int]:
     import mortie
 
     out = {}
-    for n in nodes:
-        nested, _ = mortie.mort2healpix(G.from_decimal([n]))
-        out[n] = int(np.asarray(nested)[0])
+    by_order: dict[int, list[str]] = {}
+    for n in nodes:  # mortie converts words of one order at a time
+        by_order.setdefault(G.id_order(n), []).append(n)
+    for same in by_order.values():
+        nested, _ = mortie.mort2healpix(G.from_decimal(same))
+        out.update(zip(same, (int(x) for x in np.asarray(nested)), strict=True))
     return out
 
 
