@@ -16,6 +16,7 @@ lazy_package(
         "composition_lanes": ".read",
         "open_column": ".read.column",
         "open_hive": ".read",
+        "open_icechunk": ".read.icechunk",
         "open_leaf": ".read",
         "open_store": ".read",
         "open_temporal": ".read.temporal",

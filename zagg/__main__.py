@@ -224,6 +224,14 @@ def _cmd_gc(args) -> int:
         print(f"  {leaf}: {', '.join(gone)}")
     for leaf in done.skipped:
         print(f"  skipped {leaf}: its pointer cannot be read (left as it is)")
+    from .pyramid.icechunk import expire
+
+    history = expire(root, keep=args.keep, dry_run=args.dry_run)
+    if history is not None:
+        print(
+            f"  icechunk: {'would expire' if args.dry_run else 'expired'} "
+            f"{history['expired']} snapshot(s) older than the {history['kept']} kept"
+        )
     return 0
 
 

@@ -219,6 +219,9 @@ class Output:
     sweep: str | None = None
     #: each leaf write makes a new version and moves the leaf's ``current`` pointer
     leaf_versions: bool = True
+    #: the store's Icechunk companion (spec §11): None commits it when the icechunk
+    #: package is installed, False never, True always (refused when it is missing)
+    icechunk: bool | None = None
     #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
     windowing: object = None
 
@@ -279,6 +282,7 @@ _OUTPUT = (
     "pyramid",
     "sweep",
     "leaf_versions",
+    "icechunk",
     "windowing",
 )
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
@@ -766,8 +770,39 @@ def _parse_output(raw, fields) -> Output:
             f"leaf; the default) or false (rewrite leaves in place), got {versions!r}",
         )
     return Output(
-        store, short_name, str(version), grid, layout, limit, options, pyramid, sweep, versions
+        store,
+        short_name,
+        str(version),
+        grid,
+        layout,
+        limit,
+        options,
+        pyramid,
+        sweep,
+        versions,
+        _parse_icechunk(raw.get("icechunk")),
     )
+
+
+def _parse_icechunk(value) -> bool | None:
+    """``output.icechunk``: absent (on when the package is installed), true or false."""
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        fail(
+            "output.icechunk",
+            f"expected true (commit the store's Icechunk companion) or false, got {value!r}",
+        )
+    if value:
+        from .hive.icechunk import available
+
+        if not available():
+            fail(
+                "output.icechunk",
+                "is true but the icechunk package is not installed; install it "
+                "(pip install 'zagg[icechunk]') or set output.icechunk: false",
+            )
+    return value
 
 
 def _parse_pyramid(raw, grid: Grid) -> tuple:

@@ -14,6 +14,7 @@ from .config import Config, ConfigError, load_config
 from .hive.paths import MANIFEST_KEY
 from .hive.versions import new_run_id
 from .manifests import check_store, manifest_for
+from .pyramid.icechunk import after_run, enabled
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -185,8 +186,9 @@ def run(
     todo = only = None
     if planned is not None:
         todo = gate.decide(planned)
-        if not todo:
+        if not todo:  # the repo still catches up with leaves an earlier run left unindexed
             done = gate.summary(time.perf_counter() - t0, cfg.grid.parent_order, timed)
+            after_run(cfg, done, store, options, run_id)
             return chain_sweep(cfg, done, store, options, sweep)
         # read only the shards and granules of the units to write
         shards = sorted({unit_of(u)[0] for u in todo})
@@ -258,6 +260,7 @@ def run(
         if planned is not None:
             gate.record_empty(planned, todo, summary)
         watch.finish(summary)
+        after_run(cfg, summary, store, options, run_id)
         return chain_sweep(cfg, summary, store, options, sweep)
 
 
@@ -337,7 +340,12 @@ def chain_sweep(cfg: Config, summary: RunSummary, store, options, sweep: bool | 
     # holder finishes, or its lease goes stale and is claimed), then folds our shards
     while True:
         try:
-            summary.sweep = run_sweep(store, storage_options=options, scope=sorted(covered) or None)
+            summary.sweep = run_sweep(
+                store,
+                storage_options=options,
+                scope=sorted(covered) or None,
+                icechunk=enabled(cfg.output.icechunk),
+            )
             return summary
         except SweepRefused:
             time.sleep(SWEEP_RETRY_S)

@@ -30,6 +30,7 @@ class RunSummary:
     #: the point accounting (read, filtered, invalid_coordinates, outside_shards, keyed)
     point_counts: dict | None = None
     sweep: object = None  # the pyramid sweep chained after the run (zagg.pyramid.sweep)
+    icechunk: object = None  # the Icechunk companion's commit (zagg.pyramid.icechunk)
     gate: object = None  # the re-run verdicts (zagg.reruns.Gate; None: no gate)
     stages: object = None  # where the tasks' time went (zagg.timings.StageTimes)
 

@@ -57,6 +57,7 @@ class SweepSummary:
     bytes_written: int = 0
     seconds: float = 0.0
     claimed_from: str | None = None
+    icechunk: dict | None = None  # the Icechunk companion's commit after the ladder
     records: list = field(default_factory=list, repr=False)
 
     def lines(self) -> list[str]:
@@ -103,13 +104,15 @@ def sweep(
     tuple_width: int = 3,
     ttl_s: int = _lease.DEFAULT_TTL,
     progress: bool = False,
+    icechunk: bool | None = None,
 ) -> SweepSummary:
     """Build or refresh the pyramid ladder of ``store`` from its committed leaf columns.
 
     ``scope`` (node prefixes) limits which ancestor nodes are refolded; a refolded node
     always folds every child on disk. Refuses (:class:`~zagg.pyramid.lease.SweepRefused`)
     while another sweep holds the store's lease. Nodes whose generation triple is
-    unchanged are not rewritten."""
+    unchanged are not rewritten. ``icechunk`` commits the store's Icechunk companion after
+    the ladder (``node``); None: when the store has one."""
     t0 = time.perf_counter()
     root = as_root(store, storage_options)
     manifest = read_manifest(root)
@@ -132,6 +135,9 @@ def sweep(
         _run(root, manifest, decl, scope, tuple_width, held, summary)
     finally:
         held.release()
+    from zagg.pyramid.icechunk import after_sweep
+
+    summary.icechunk = after_sweep(root, icechunk, run_id)
     summary.seconds = time.perf_counter() - t0
     return summary
 
