@@ -45,11 +45,11 @@ def measure(n: int, threads: int, reps: int, region=None) -> dict:
 
     import zagg
     from zagg import grid as G
-    from zagg.collection import merge_shard
-    from zagg.config import load_config
-    from zagg.plan import make_plan
-    from zagg.reduce import reduce_chunk
-    from zagg.shards import finalize
+    from zagg.config.model import load_config
+    from zagg.engine.combine import merge_shard
+    from zagg.engine.plan import make_plan
+    from zagg.engine.reduce import reduce_chunk
+    from zagg.engine.shards import finalize
     from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
     ds = synthetic_photons(n, tuple(region or DEFAULT_REGION), chunk_size=CHUNK, seed=1)[

@@ -1,6 +1,6 @@
 """Numba compile cost: the shipped t-digest and strata configs with an empty kernel cache.
 
-Each config runs ``zagg.warm.warm`` (aggregate, write and read back a few thousand
+Each config runs ``zagg.pipeline.warm.warm`` (aggregate, write and read back a few thousand
 synthetic photons in one process) in a fresh interpreter whose ``NUMBA_CACHE_DIR`` is an
 empty folder (cold: every kernel it calls is compiled), then again in another interpreter
 on the same folder (warm: every kernel is loaded from the cache). The difference is what
@@ -27,7 +27,7 @@ LABELS = {"atl03_synthetic": "t-digest", "atl03_strata": "strata"}
 PROBE = """
 import json, sys, time
 t0 = time.perf_counter()
-import zagg.warm as w
+import zagg.pipeline.warm as w
 cold = w.is_cold()
 c0 = time.process_time()
 seconds = w.warm([sys.argv[1]], points=int(sys.argv[2]))

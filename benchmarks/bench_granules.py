@@ -124,7 +124,7 @@ def child(spec: dict) -> dict:
     import psutil
 
     import zagg
-    from zagg.cluster import cluster_for
+    from zagg.cluster.clients import cluster_for
 
     me = psutil.Process()
     if spec.get("in_process"):
@@ -187,7 +187,7 @@ def _aggregate(spec: dict, target) -> tuple[int, int, int]:
     """``zagg.aggregate`` (every input chunk read, keyed and reduced, each shard merged and
     finalized, held on the cluster) on ``target``: a run without its leaf writes."""
     import zagg
-    from zagg.cluster import connected
+    from zagg.cluster.clients import connected
     from zagg.sources.granules import open_for_config
 
     cfg = zagg.load_config(spec["config"])
@@ -292,7 +292,7 @@ def band_shards(box, fraction: float):
     import numpy as np
 
     from zagg import grid as G
-    from zagg.regions import region_shards
+    from zagg.sources.regions import region_shards
 
     mid, half = 0.5 * (box[1] + box[3]), 0.5 * fraction * (box[3] - box[1])
     bbox = f"{box[0]},{mid - half:.4f},{box[2]},{mid + half:.4f}"

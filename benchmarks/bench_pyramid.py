@@ -50,7 +50,7 @@ class Peak:
 
 
 def run_store(cfg: dict, store: str, client) -> tuple[float, object]:
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     t0 = time.perf_counter()
     summary = run(cfg, store=store, scheduler=client.scheduler.address, progress=False)
@@ -78,7 +78,7 @@ def main() -> int:
     from bench_store import write_points
 
     import zagg
-    from zagg.cluster import client_for
+    from zagg.cluster.clients import client_for
 
     tmp = tempfile.mkdtemp(prefix="zagg-bench-pyramid-")
     try:

@@ -2,7 +2,7 @@
 
 Synthetic ATL03-like photons (track-ordered, as granules are) are cut into 2^20-row chunks
 with a granule index beside them, as a granule run reads them, and reduced one chunk at a
-time by ``zagg.reduce.reduce_chunk`` under the default ATL03 t-digest config's
+time by ``zagg.engine.reduce.reduce_chunk`` under the default ATL03 t-digest config's
 aggregation and grid (count + height t-digest at order 19 in order 9 shards, photons kept
 where the land-ice confidence is at least 2). One thread: mortie's pool and numba run
 with one thread each (set before they load).
@@ -41,7 +41,7 @@ GRANULE_ROWS = 2_500_000  # rows per granule of the index beside the points
 
 def config():
     """The default ATL03 t-digest config, read from the synthetic generator's names."""
-    from zagg.config import load_config
+    from zagg.config.model import load_config
 
     raw = load_config("atl03_tdigest").raw
     raw["data_source"] = {
@@ -59,10 +59,10 @@ def measure(n: int, reps: int) -> dict:
     import mortie
     import numpy as np
 
+    from zagg.engine.keying import key_chunk
+    from zagg.engine.plan import make_plan
+    from zagg.engine.reduce import reduce_chunk
     from zagg.kernels import segments, tdigest
-    from zagg.keying import key_chunk
-    from zagg.plan import make_plan
-    from zagg.reduce import reduce_chunk
     from zagg.sources.synthetic import synthetic_photons
 
     plan = make_plan(config(), None, "granule")

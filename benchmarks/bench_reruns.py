@@ -69,7 +69,7 @@ def verdict(ratio: float) -> str:
 
 def granule_runs(n: int, per: int, tmp: Path, client) -> list[str]:
     from zagg import hive
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     paths = granules_for(n + per, per, 7, None, tmp)  # one more granule than the first runs
     first_paths, extra = paths[:-1], paths[-1]
@@ -107,7 +107,7 @@ def granule_runs(n: int, per: int, tmp: Path, client) -> list[str]:
 
 
 def synthetic_runs(n: int, tmp: Path, client) -> list[str]:
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     cfg = standard_config(synthetic={"points": n, "seed": 0})
     store = str(tmp / "syn-store")
@@ -128,8 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args(argv)
     n, per = int(args.size), min(args.per_granule, max(int(args.size) // 4, 1000))
-    from zagg.cluster import cluster_for, connected
-    from zagg.run import run
+    from zagg.cluster.clients import cluster_for, connected
+    from zagg.pipeline.run import run
     from zagg.sources.synthetic import synthetic_photons
 
     with (

@@ -102,7 +102,7 @@ def one_run(latency: float, ds, client, size: int) -> list[tuple[float, object, 
     server, then of the same run again into that store (which replaces every leaf)."""
     import s3fs
 
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     server = Server(latency)
     out = []
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         serve(args.serve)
         return 0
     os.environ.setdefault("RAYON_NUM_THREADS", str(os.cpu_count() or 1))
-    from zagg.cluster import client_for
+    from zagg.cluster.clients import client_for
     from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
     n = int(args.size)

@@ -39,7 +39,7 @@ TARGET_OVERHEAD = 0.10  # gateway run against the local cluster's, cluster start
 def timed_run(cfg: dict, warm_cfg: dict, client, workdir: str, runs: int) -> tuple[float, object]:
     """(best wall seconds, summary) of ``runs`` runs, each into a fresh store, after a
     warm-up run."""
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     run(warm_cfg, store=tempfile.mkdtemp(dir=workdir), scheduler=client, progress=False)
     best, summary = float("inf"), None
@@ -54,7 +54,7 @@ def timed_run(cfg: dict, warm_cfg: dict, client, workdir: str, runs: int) -> tup
 
 def on_cluster(kind: str, workers: int, url: str | None, cfg, warm_cfg, workdir: str, runs: int):
     """(cluster start seconds, run seconds, summary) on a new cluster of ``kind``."""
-    from zagg.cluster import connect
+    from zagg.cluster.clients import connect
 
     t0 = time.perf_counter()
     if kind == "gateway":

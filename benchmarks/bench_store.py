@@ -117,7 +117,7 @@ def cell_bytes(cfg: dict) -> int:
     dense field's value and each vlen field's u64 length prefix."""
     import numpy as np
 
-    from zagg.config import load_config
+    from zagg.config.model import load_config
 
     fields = load_config(cfg).fields.values()
     return 8 + sum(8 if f.kind == "ragged" else np.dtype(f.dtype).itemsize for f in fields)
@@ -263,7 +263,7 @@ def one_run(cfg: dict, client) -> tuple[float, object, int, str, float]:
     shard chain) of one ``zagg.run`` into a fresh store on ``client``'s cluster."""
     from distributed import get_task_stream
 
-    from zagg.run import run
+    from zagg.pipeline.run import run
 
     tmp = tempfile.mkdtemp(prefix="zagg-bench-")
     stop, peak = threading.Event(), []
@@ -321,9 +321,9 @@ def main() -> int:
     import xarray  # noqa: F401
     import zarr  # noqa: F401
 
-    import zagg.aggregate  # noqa: F401
-    import zagg.write  # noqa: F401
-    from zagg.cluster import client_for
+    import zagg.engine.aggregate  # noqa: F401
+    import zagg.engine.write  # noqa: F401
+    from zagg.cluster.clients import client_for
     from zagg.sources.synthetic import DEFAULT_REGION
 
     region = list(args.region or DEFAULT_REGION)

@@ -67,7 +67,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     n = int(args.size)
 
-    from zagg.cluster import cluster_for
+    from zagg.cluster.clients import cluster_for
 
     base = tempfile.mkdtemp(prefix="bench-windows-")
     try:

@@ -360,8 +360,8 @@ def test_integer_and_dask_backed_lazy_input_not_materialised():
 def test_compacted_states_combine_exactly_like_full_ones():
     """Chunk partials wait in int32 counts and float32 extremes where exact; combining
     them gives the full-width states bit for bit."""
-    from zagg.partials import Groups
-    from zagg.reducers import COUNT, MAX, MIN
+    from zagg.reducers.partials import Groups
+    from zagg.reducers.records import COUNT, MAX, MIN
 
     a = {
         "count": np.array([1, 2, 3]),

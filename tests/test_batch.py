@@ -12,7 +12,7 @@ import numpy as np
 
 from zagg import grid as G
 from zagg import hive
-from zagg.regions import region_shards
+from zagg.sources.regions import region_shards
 from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
 POINTS, SEED, PARENT, CHILD = 150_000, 5, 11, 15

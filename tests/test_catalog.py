@@ -244,7 +244,7 @@ def test_bad_catalog_files(tmp_path):
         read_catalog(tmp_path / "y.json")
     with pytest.raises(ValueError, match="order must be"):
         build_catalog(block(tmp_path), order=30)
-    from zagg.config import ConfigError
+    from zagg.config.model import ConfigError
 
     with pytest.raises(
         ConfigError, match="config key 'data_source.granules': catalog .*does not exist"
@@ -299,7 +299,7 @@ def copy_granules(granules, d, n=None):
 def test_hrefs_are_stored_against_the_catalog_not_the_working_directory(
     granules, tmp_path, monkeypatch
 ):
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     work = tmp_path / "work"
     copies = copy_granules(granules, work / "g" / "ATL03", 3)
@@ -329,8 +329,8 @@ def test_hrefs_are_stored_against_the_catalog_not_the_working_directory(
         assert ds.attrs["granules"] == [p.name for p in copies]
         assert ds.sizes["obs"] == sum(e.rows for e in back)
     # as `zagg run --catalog` does it: the config's source with the catalog swapped in
-    from zagg.config import load_config
-    from zagg.run import open_source
+    from zagg.config.model import load_config
+    from zagg.pipeline.run import open_source
 
     conf = load_config(str(cli_config(tmp_path, "../work/sub/cat.json")))
     assert open_source(conf).attrs["granules"] == [p.name for p in copies]
@@ -468,9 +468,9 @@ def test_sizes_are_recorded_and_a_replaced_granule_is_refused(granules, tmp_path
 
 
 def test_s3_catalogs_use_the_sources_storage_options(granules, tmp_path, moto_s3):
-    from zagg.__main__ import main
-    from zagg.config import load_config
-    from zagg.run import open_source
+    from zagg.cli.main import main
+    from zagg.config.model import load_config
+    from zagg.pipeline.run import open_source
 
     opts, fs = moto_s3
     fs.mkdir("qa3")

@@ -43,7 +43,7 @@ def test_a_run_reaches_its_cluster_start_without_the_heavy_imports(tmp_path):
 import json, pathlib, sys
 import zagg
 from zagg import hive
-from zagg.manifests import manifest_for
+from zagg.engine.manifest import manifest_for
 cfg = zagg.load_config(pathlib.Path({str(cfg)!r}))
 probe = {{"grid": cfg.grid.as_dict(), "config": cfg.raw,
           "dataset": {{"short_name": cfg.output.short_name, "version": cfg.output.version}}}}
@@ -57,11 +57,14 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}
 
 def test_public_names_are_the_functions_even_after_their_modules_load():
     code = """
-import zagg, zagg.aggregate, zagg.run, sys
+import zagg
+import zagg.engine.aggregate
+import zagg.pipeline.run
+import sys
 from zagg import *
-assert callable(zagg.aggregate) and zagg.aggregate.__module__ == "zagg.aggregate"
-assert callable(zagg.run) and zagg.run.__module__ == "zagg.run"
-assert sys.modules["zagg.run"].run is zagg.run and run is zagg.run and to_hive
+assert callable(zagg.aggregate) and zagg.aggregate.__module__ == "zagg.engine.aggregate"
+assert callable(zagg.run) and zagg.run.__module__ == "zagg.pipeline.run"
+assert sys.modules["zagg.pipeline.run"].run is zagg.run and run is zagg.run and to_hive
 import zagg.sources.write_granules  # the submodule first, then the name it shares
 from zagg.sources import write_granules
 assert callable(write_granules) and write_granules.__module__ == "zagg.sources.write_granules"
@@ -97,14 +100,20 @@ print(sorted(zagg.__all__))
 def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
     """Before any task runs, each worker has imported what its tasks run and has paid
     numba's one-time set-up (a compiled kernel's first call)."""
-    from zagg.cluster import client_for
+    from zagg.cluster.clients import client_for
 
     def state():
         setup = sys.modules.get("zagg.kernels.setup")
         return {
             "modules": sorted(
                 m
-                for m in ("zagg.aggregate", "zagg.write", "zagg.hive.leaf", "zagg.preload", "numba")
+                for m in (
+                    "zagg.engine.aggregate",
+                    "zagg.engine.write",
+                    "zagg.hive.leaf",
+                    "zagg.cluster.preload",
+                    "numba",
+                )
                 if m in sys.modules
             ),
             "numba ready": bool(setup and setup._first_call.signatures),
@@ -114,7 +123,13 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
         seen = list(client.run(state).values())
     assert seen == [
         {
-            "modules": ["numba", "zagg.aggregate", "zagg.hive.leaf", "zagg.preload", "zagg.write"],
+            "modules": [
+                "numba",
+                "zagg.cluster.preload",
+                "zagg.engine.aggregate",
+                "zagg.engine.write",
+                "zagg.hive.leaf",
+            ],
             "numba ready": True,
         }
     ]
@@ -141,7 +156,7 @@ def test_cli_refuses_cluster_settings_that_would_hang_or_fail(args, message):
 
 
 def test_python_api_refuses_the_same_settings_before_starting_a_cluster():
-    from zagg.cluster import ClusterError, check_knobs, cluster_for
+    from zagg.cluster.clients import ClusterError, check_knobs, cluster_for
 
     for knobs in (
         {"workers": 0},
@@ -160,7 +175,7 @@ def test_python_api_refuses_the_same_settings_before_starting_a_cluster():
 def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
     import socket
 
-    import zagg.cluster as cluster
+    import zagg.cluster.clients as cluster
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -187,7 +202,7 @@ def test_an_unreachable_scheduler_is_reported_with_the_fix(monkeypatch):
 
 
 def test_one_worker_on_every_core_runs_inside_this_process():
-    from zagg.cluster import runs_in_process
+    from zagg.cluster.clients import runs_in_process
 
     cores = os.cpu_count() or 1
     assert runs_in_process(1, cores) and runs_in_process(1, cores + 2)
@@ -196,7 +211,7 @@ def test_one_worker_on_every_core_runs_inside_this_process():
 
 
 def test_an_in_process_cluster_shares_this_process_and_listens_on_no_port():
-    from zagg.cluster import client_for
+    from zagg.cluster.clients import client_for
 
     cores = os.cpu_count() or 1
     with client_for(None, workers=1, threads=cores) as client:
@@ -269,7 +284,7 @@ def test_a_default_run_listens_on_no_address_but_loopback(tmp_path):
     """No dashboard unless asked for; schedulers and workers zagg starts bind 127.0.0.1."""
     import psutil
 
-    from zagg.cluster import client_for
+    from zagg.cluster.clients import client_for
 
     def listening() -> set[str]:
         me = psutil.Process()
@@ -293,7 +308,7 @@ def test_a_default_run_listens_on_no_address_but_loopback(tmp_path):
 def test_the_shipped_profile_configures_workers_of_a_cluster_of_ones_own(tmp_path):
     """``DASK_CONFIG=$(zagg profile --path)``: workers of any dask cluster started with it
     get the profile's environment (here a LocalCluster that zagg does not start)."""
-    from zagg.deploy import PROFILE
+    from zagg.cluster.profile import PROFILE
 
     code = """
 import os

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zagg.config import ConfigError, load_config
+from zagg.config.model import ConfigError, load_config
 
 BASE = {
     "data_source": {
@@ -461,7 +461,7 @@ def test_shard_memory_limit_can_be_raised():
 
 
 def test_reducer_registry_is_consistent():
-    from zagg import reducers
+    from zagg.reducers import records as reducers
 
     for r in reducers.REGISTRY.values():
         assert r.kind in reducers.KINDS and r.pyramid_class in reducers.PYRAMID_CLASSES

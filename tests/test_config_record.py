@@ -9,10 +9,10 @@ from test_run import REGION, config
 
 import zagg
 from zagg import hive
-from zagg.manifests import differences, semantic_core
-from zagg.run import run
+from zagg.engine.manifest import differences, semantic_core
+from zagg.engine.write import to_hive
+from zagg.pipeline.run import run
 from zagg.sources.synthetic import synthetic_photons
-from zagg.write import to_hive
 
 SECRET = "wJalrXUtnFEMI-not-a-real-secret"
 
@@ -78,7 +78,7 @@ def test_run_names_the_setting_before_its_cluster_starts(tmp_path, photons, monk
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for a run the store refuses")
 
-    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    monkeypatch.setattr(sys.modules["zagg.pipeline.run"], "cluster_for", no_cluster)
     cfg = config()
     cfg["output"]["dataset"]["version"] = "2"
     cfg["output"]["grid"]["sharded"] = False

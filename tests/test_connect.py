@@ -3,7 +3,7 @@ dask-gateway cluster (the gateway itself: tests/test_gateway.py)."""
 
 import pytest
 
-from zagg.cluster import ClusterError, connect
+from zagg.cluster.clients import ClusterError, connect
 
 
 def test_a_local_client_owns_its_cluster_and_closes_it():

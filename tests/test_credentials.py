@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 import zagg
-from zagg.manifests import manifest_for
+from zagg.engine.manifest import manifest_for
 
 SECRET = "s3cr3t-value-0123"
 
@@ -93,8 +93,8 @@ def test_output_storage_options_are_validated_without_showing_secrets():
 
 
 def test_an_s3_zarr_input_is_read_with_its_storage_options(tmp_path, moto_s3):
-    from zagg.run import run
-    from zagg.write import to_hive
+    from zagg.engine.write import to_hive
+    from zagg.pipeline.run import run
 
     options, fs = moto_s3
     fs.mkdir("points-in")

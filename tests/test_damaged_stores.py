@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from zagg import hive
-from zagg.__main__ import main
+from zagg.cli.main import main
 from zagg.hive.coverage import root_envelope
 
 CONFIG = {

@@ -26,9 +26,9 @@ def _timed_store(path):
     import dask
     from test_windows_timed import REGION, config
 
-    from zagg.aggregate import shard_collection
+    from zagg.engine.aggregate import shard_collection
+    from zagg.engine.write import write_shards
     from zagg.sources.synthetic import synthetic_photons
-    from zagg.write import write_shards
 
     ds = synthetic_photons(12_000, REGION, chunk_size=6_000, seed=5)
     with dask.config.set(scheduler="sync"):

@@ -10,7 +10,7 @@ import zagg
 from zagg.errors import ZaggError
 
 # modules that need an optional extra this environment may lack are skipped, not failed
-OPTIONAL = ("zagg.read.plot", "zagg.plot")
+OPTIONAL = ("zagg.read.plot", "zagg.read.plot")
 
 
 def zagg_modules():
@@ -31,7 +31,7 @@ def test_every_exception_class_of_zagg_derives_from_zagg_error():
                 and value.__module__.startswith("zagg.")
             ):
                 found[f"{value.__module__}.{value.__qualname__}"] = value
-    assert "zagg.validation.ConfigError" in found or any(
+    assert "zagg.checks.validation.ConfigError" in found or any(
         name.endswith(".ConfigError") for name in found
     )
     outside = sorted(name for name, cls in found.items() if not issubclass(cls, ZaggError))

@@ -16,7 +16,7 @@ import pytest
 from gateway_server import listening, local_gateway
 
 from zagg import hive
-from zagg.cluster import ClusterError, connect
+from zagg.cluster.clients import ClusterError, connect
 from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
 POINTS, CHUNK, SEED, CELL_ORDER = 120_000, 30_000, 4, 12
@@ -94,7 +94,7 @@ def test_a_run_on_two_gateway_workers_writes_the_store_moczarr_reads(gateway, tr
                         "OMP_NUM_THREADS",
                     )
                 },
-                "zagg.preload" in sys.modules,
+                "zagg.cluster.preload" in sys.modules,
             )
         )
         assert (

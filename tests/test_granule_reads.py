@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 
 import zagg
-from zagg.config import ConfigError, load_config
+from zagg.config.model import ConfigError, load_config
 from zagg.kernels import composition, tdigest
-from zagg.regions import region_shards
-from zagg.run import run
+from zagg.pipeline.run import run
 from zagg.sources.granules import (
     GranuleError,
     open_granules,
     parse_granule_source,
     wants_processes,
 )
+from zagg.sources.regions import region_shards
 from zagg.sources.write_granules import BEAMS, write_granules
 
 REGION = (-100.2, -76.0, -99.8, -75.0)  # tall enough that the tracks (~30 km) do not wrap

@@ -12,9 +12,9 @@ import pytest
 
 import zagg
 from zagg import hive
-from zagg.regions import region_shards
-from zagg.run import run
+from zagg.pipeline.run import run
 from zagg.sources.catalog import build_catalog, write_catalog
+from zagg.sources.regions import region_shards
 from zagg.sources.write_granules import write_granules
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
@@ -196,7 +196,7 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
 
 def test_cli_verifies_and_inspects_an_s3_store(tmp_path, granules, s3, monkeypatch, capsys):
     """Credentials from the AWS_* environment, the endpoint as a --storage-option."""
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     options, fs = s3
     cfg = atl03_config("s3://granules-in/atl03/", "s3://zagg-out/cli", storage_options=options)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import zagg
-from zagg.config import ConfigError, load_config
+from zagg.config.model import ConfigError, load_config
 from zagg.sources.granules import (
     GranuleError,
     GranuleSource,

@@ -148,8 +148,8 @@ def test_every_shape_of_the_result_writes_the_same_leaves(tmp_path):
     import dask
 
     import zagg
+    from zagg.engine.write import to_hive
     from zagg.sources.synthetic import synthetic_photons
-    from zagg.write import to_hive
 
     cfg = {
         "data_source": {

@@ -16,15 +16,15 @@ xr = pytest.importorskip("xarray")
 import mortie  # noqa: E402
 
 import zagg  # noqa: E402
-from zagg.aggregate import shard_collection  # noqa: E402
-from zagg.config import load_config  # noqa: E402
+from zagg.checks.validation import ConfigError  # noqa: E402
+from zagg.config.model import load_config  # noqa: E402
+from zagg.engine.aggregate import shard_collection  # noqa: E402
 from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
 from zagg.hive.walk import walk_windows  # noqa: E402
 from zagg.pyramid.icechunk import commit, levels_of  # noqa: E402
 from zagg.read.levels import open_level  # noqa: E402
 from zagg.sources.synthetic import synthetic_photons  # noqa: E402
-from zagg.validation import ConfigError  # noqa: E402
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
 P, BASE, C = 8, 10, 13
@@ -65,7 +65,7 @@ def photons():
 
 
 def build(photons, store, storage_options=None):
-    from zagg.write import write_shards
+    from zagg.engine.write import write_shards
 
     cfg = load_config(raw_config())
     with dask.config.set(scheduler="sync"):
@@ -216,7 +216,7 @@ def test_the_repo_on_the_local_s3_server_equals_open_level(photons, moto_s3):
 
 
 def test_zagg_gc_expires_the_snapshots_older_than_the_kept_versions(tmp_path, photons, capsys):
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     store = str(tmp_path / "store")
     first = build(photons, store)

@@ -7,8 +7,8 @@ import pytest
 
 import zagg
 from zagg import hive
-from zagg.config import load_config
-from zagg.run import open_source, run
+from zagg.config.model import load_config
+from zagg.pipeline.run import open_source, run
 from zagg.sources.synthetic import synthetic_photons
 
 REGION = (-100.2, -75.6, -99.8, -75.4)

@@ -17,7 +17,7 @@ from test_read_temporal import config as timed_config
 from test_read_temporal import write as timed_write
 
 import zagg
-from zagg.__main__ import main
+from zagg.cli.main import main
 from zagg.hive import artifact
 from zagg.pyramid.sweep import sweep
 from zagg.sources.synthetic import synthetic_photons

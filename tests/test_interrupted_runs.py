@@ -26,10 +26,10 @@ import yaml
 
 import zagg
 from zagg import hive
-from zagg.__main__ import main
-from zagg.cluster import cluster_for, usable_cores
+from zagg.cli.main import main
+from zagg.cluster.clients import cluster_for, usable_cores
 from zagg.hive.coverage import expand_ranges, root_envelope
-from zagg.inspect import EXIT_INTACT, verify_status
+from zagg.read.inspect import EXIT_INTACT, verify_status
 from zagg.read.leaves import IncompleteStoreWarning
 
 REGION = [-100.3, -75.7, -99.7, -75.3]

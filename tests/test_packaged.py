@@ -4,9 +4,9 @@ import pathlib
 
 import pytest
 
-from zagg.__main__ import main
-from zagg.config import ConfigError, load_config
-from zagg.regions import region_shards
+from zagg.cli.main import main
+from zagg.config.model import ConfigError, load_config
+from zagg.sources.regions import region_shards
 
 REPO = pathlib.Path(__file__).parents[1]
 

@@ -32,7 +32,7 @@ def _store(path, n, seed, config="atl03_synthetic", region=None, sweep=False) ->
 def stores(tmp_path_factory):
     """The notebooks' stores: the same generator, seeds and configs (the granules
     notebook's seeded granules aggregated in-process instead of on a cluster)."""
-    from zagg.demo import demo_config
+    from zagg.cli.demo import demo_config
     from zagg.sources.granules import open_granules
     from zagg.sources.write_granules import write_granules
 

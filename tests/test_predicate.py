@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zagg.predicate import MAX_DEPTH, MAX_LENGTH, Predicate, PredicateError, parse
+from zagg.checks.predicate import MAX_DEPTH, MAX_LENGTH, Predicate, PredicateError, parse
 
 VARS = ("signal_conf_land", "signal_conf_ocean", "x", "y", "h_li")
 
@@ -282,7 +282,7 @@ class TestInjection:
     def test_source_never_calls_eval(self):
         import inspect
 
-        import zagg.predicate as module
+        import zagg.checks.predicate as module
 
         source = inspect.getsource(module)
         assert not re.search(r"(?<![\w.])(eval|exec|compile)\s*\(", source)

@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 import zagg
-from zagg import reducers
-from zagg.config import ConfigError
-from zagg.partials import Groups
+from zagg.config.model import ConfigError
 from zagg.pyramid import declare
 from zagg.pyramid.declare import Declaration, resolutions
-from zagg.reducers import Fold, Reducer, State
+from zagg.reducers import records as reducers
+from zagg.reducers.partials import Groups
+from zagg.reducers.records import Fold, Reducer, State
 
 STRATA = yaml.safe_load(open("configs/atl03_strata.yaml"))
 
@@ -29,8 +29,8 @@ def strata(pyramid=..., sweep=None, grid=None):
 
 
 def manifest_of(raw):
-    from zagg.aggregate import fields_block
-    from zagg.manifests import manifest_for
+    from zagg.engine.aggregate import fields_block
+    from zagg.engine.manifest import manifest_for
 
     cfg = zagg.load_config(raw)
     return manifest_for(

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import zagg
-from zagg.__main__ import main
+from zagg.cli.main import main
 from zagg.hive import artifact
+from zagg.pipeline.run import run
 from zagg.read.levels import open_level
-from zagg.run import run
 from zagg.sources.synthetic import synthetic_photons
 
 REGION = (-101.0, -76.0, -99.0, -75.0)
@@ -193,10 +193,10 @@ def assert_columns_are_the_direct_fold_of_their_leaves(store):
     from the leaf's cells at and above the boundary, from the boundary group below it."""
     from zagg.hive import StoreRoot, read_stamp, walk_leaves
     from zagg.hive.stamp import data_prefix
-    from zagg.partials import Digests
     from zagg.pyramid.declare import of_manifest
     from zagg.pyramid.levels import coarsen, laws_of
     from zagg.pyramid.reading import group_level
+    from zagg.reducers.partials import Digests
 
     root = StoreRoot(str(store))
     decl = of_manifest(json.loads((store / "morton_hive.json").read_text()))

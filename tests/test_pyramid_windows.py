@@ -13,8 +13,9 @@ import pytest
 
 import zagg
 from zagg import grid as G
-from zagg.aggregate import shard_collection
-from zagg.config import load_config
+from zagg.checks.validation import ConfigError
+from zagg.config.model import load_config
+from zagg.engine.aggregate import shard_collection
 from zagg.hive import artifact
 from zagg.hive.manifest import read_manifest
 from zagg.hive.storage import as_root
@@ -24,7 +25,6 @@ from zagg.pyramid.levels import digest_weights
 from zagg.pyramid.reading import payload_digests
 from zagg.read.levels import levels, open_level
 from zagg.sources.synthetic import synthetic_photons
-from zagg.validation import ConfigError
 from zagg.windows import assign
 
 REGION = (-100.2, -75.6, -99.8, -75.4)  # three order-8 shards
@@ -65,7 +65,7 @@ def raw_config(windowed=True, pyramid=None):
 
 
 def write(ds, cfg, store):
-    from zagg.write import write_shards
+    from zagg.engine.write import write_shards
 
     with dask.config.set(scheduler="sync"):
         return write_shards(shard_collection(ds, cfg, chunk_size=25_000), str(store))
@@ -323,7 +323,7 @@ def test_moczarr_reads_the_window_levels_and_the_all_time_fold(stores):
 
 
 def test_inspect_lists_the_window_levels_and_the_all_time_fold(stores, capsys):
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     _plain, win = stores
     main(["inspect", win])
@@ -424,7 +424,7 @@ def test_a_manifest_recording_all_time_false_gets_no_fold(stores, tmp_path):
 
 
 def test_the_windowed_pyramid_on_s3_equals_the_local_store(stores, photons, moto_s3):
-    from zagg.write import write_shards
+    from zagg.engine.write import write_shards
 
     options, fs = moto_s3
     fs.mkdir("windowed-pyramid")

@@ -18,8 +18,8 @@ from zagg import grid as G
 from zagg.hive import StoreRoot, artifact
 from zagg.hive.cells import dense_cells
 from zagg.hive.layout import FieldSpec
+from zagg.hive.schema import fill_value, leaf_group
 from zagg.hive.stamp import data_prefix, read_stamp
-from zagg.read.schema import fill_value, leaf_group
 from zagg.sources.synthetic import synthetic_photons
 
 P, C = 6, 11

@@ -10,8 +10,8 @@ import pytest
 import xarray as xr
 
 import zagg
-from zagg import reducers
-from zagg.reducers import Reducer
+from zagg.reducers import records as reducers
+from zagg.reducers.records import Reducer
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reducers.md"
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from zagg.regions import RegionError, region_shards
+from zagg.sources.regions import RegionError, region_shards
 
 
 def _square(lon0, lat0, d):

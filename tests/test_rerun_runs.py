@@ -20,11 +20,11 @@ from test_granule_run import REGION, atl03_config, recount, store_counts
 
 import zagg
 from zagg import hive
-from zagg.inspect import EXIT_INTACT, verify_status
-from zagg.run import run
+from zagg.engine.write import RunSummary
+from zagg.pipeline.run import run
+from zagg.read.inspect import EXIT_INTACT, verify_status
 from zagg.sources.catalog import build_catalog, write_catalog
 from zagg.sources.write_granules import write_granules
-from zagg.write import RunSummary
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,7 @@ RACER = """
 import faulthandler, pathlib, sys, time
 faulthandler.dump_traceback_later(float(sys.argv[6]), exit=True)  # a hang shows its stacks
 import zagg
-from zagg.cluster import cluster_for, connected
+from zagg.cluster.clients import cluster_for, connected
 cfg, stores, me, other, sync = sys.argv[1], sys.argv[2].split(","), *sys.argv[3:5], \\
     pathlib.Path(sys.argv[5])
 with cluster_for(None, workers=1, threads=1) as cluster, connected(cluster) as client:
@@ -372,7 +372,7 @@ def test_two_runs_at_once_never_tear_a_leaf(tmp_path, small_granules, where, req
 
 
 def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, capsys):
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     store = tmp_path / "s"
     go(catalog(granules, tmp_path / "all.json"), store)

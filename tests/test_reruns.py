@@ -9,9 +9,10 @@ import pytest
 import xarray as xr
 
 import zagg
-from zagg import hive, reruns
+from zagg import hive
+from zagg.engine.manifest import manifest_for
 from zagg.hive import paths
-from zagg.manifests import manifest_for
+from zagg.pipeline import reruns
 
 
 def points(granules=("G1.h5", "G2.h5", "G3.h5"), n=6_000, seed=3):

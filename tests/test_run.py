@@ -13,12 +13,12 @@ from leaves import data_dir
 
 import zagg
 from zagg import hive
-from zagg.__main__ import main
+from zagg.cli.main import main
+from zagg.engine.write import to_hive
 from zagg.kernels import tdigest
+from zagg.pipeline.run import run
 from zagg.read import open_hive
-from zagg.run import run
 from zagg.sources.synthetic import synthetic_photons
-from zagg.write import to_hive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +126,7 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
 def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
     tmp_path, photons, monkeypatch, fan_in
 ):
-    from zagg import collection
+    from zagg.engine import combine as collection
 
     cfg = config()
     # digests are chunking-invariant while loss-free: give every cell room for its photons
@@ -169,7 +169,7 @@ def test_rerun_with_changed_cell_order_is_refused_before_any_write(tmp_path, pho
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for a run the store refuses")
 
-    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    monkeypatch.setattr(sys.modules["zagg.pipeline.run"], "cluster_for", no_cluster)
     with pytest.raises(hive.ManifestConflictError, match="cell_order"):
         run(config(child=12), store=str(store), source=photons, workers=1, progress=False)
     assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
@@ -179,7 +179,7 @@ def test_a_run_without_points_is_refused_before_its_cluster_starts(tmp_path, mon
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for a run with no points to read")
 
-    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    monkeypatch.setattr(sys.modules["zagg.pipeline.run"], "cluster_for", no_cluster)
     with pytest.raises(zagg.ConfigError, match="'data_source': no input given"):
         run(config(tmp_path / "s"), progress=False)
     cfg = config(tmp_path / "s")
@@ -225,7 +225,7 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
     the box's shards, exactly as ``--bbox=...`` does."""
     import yaml
 
-    from zagg.regions import region_shards
+    from zagg.sources.regions import region_shards
 
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config(points=60_000)))
@@ -301,7 +301,7 @@ def test_a_store_location_that_cannot_take_a_hive_store_is_refused_before_any_wo
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for a store that is refused")
 
-    monkeypatch.setattr(sys.modules["zagg.run"], "cluster_for", no_cluster)
+    monkeypatch.setattr(sys.modules["zagg.pipeline.run"], "cluster_for", no_cluster)
     afile = tmp_path / "afile"
     afile.write_text("not a store")
     other = tmp_path / "points.zarr"
@@ -492,7 +492,7 @@ def test_cli_reports_config_errors_cleanly(tmp_path):
 
 
 def test_demo_writes_store_summary_and_map(tmp_path, capsys):
-    from zagg.demo import demo
+    from zagg.cli.demo import demo
 
     out = demo(store=str(tmp_path / "demo-store"), points=80_000, workers=1)
     text = capsys.readouterr().out
@@ -506,7 +506,7 @@ def test_demo_writes_store_summary_and_map(tmp_path, capsys):
 def test_verify_reports_each_outcome_separately(tmp_path, photons):
     import zarr
 
-    from zagg.inspect import verify_leaf, verify_store
+    from zagg.read.inspect import verify_leaf, verify_store
 
     store = tmp_path / "v"
     to_hive(zagg.aggregate(photons, config()), store)

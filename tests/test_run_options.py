@@ -14,12 +14,12 @@ from test_interrupted_runs import plain_config, windowed_config
 
 import zagg
 from zagg import hive
-from zagg.__main__ import main
-from zagg.batch import batch
-from zagg.cluster import cluster_for, usable_cores
+from zagg.cli.main import main
+from zagg.cluster.clients import cluster_for, usable_cores
 from zagg.hive.walk import walk_windows
-from zagg.inspect import EXIT_INTACT, VerifyProgress, verify_status
 from zagg.packaged import names
+from zagg.pipeline.batch import batch
+from zagg.read.inspect import EXIT_INTACT, VerifyProgress, verify_status
 
 
 @pytest.fixture(scope="module")

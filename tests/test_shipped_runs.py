@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from zagg.__main__ import main
-from zagg.config import load_config
+from zagg.cli.main import main
+from zagg.config.model import load_config
 from zagg.hive.walk import walk_windows
 from zagg.read.levels import levels, open_level
 from zagg.read.open import open_hive

@@ -10,10 +10,10 @@ import yaml
 from test_hive_builders import chunk_objects
 
 import zagg
-from zagg.config import ConfigError
+from zagg.config.model import ConfigError
+from zagg.engine.write import to_hive
 from zagg.kernels import composition, tdigest
 from zagg.sources.synthetic import synthetic_photons
-from zagg.write import to_hive
 
 REGION = (-100.1, -75.55, -99.9, -75.45)
 STRATA = yaml.safe_load(open("configs/atl03_strata.yaml"))
@@ -347,7 +347,7 @@ def test_strata_leaves_do_not_depend_on_the_chunking_or_the_combine_tree(
 ):
     """Composition words, where-selected digests and location siblings: a store reduced
     from other chunks and merged in a deeper tree holds the same bytes."""
-    from zagg import collection
+    from zagg.engine import combine as collection
 
     stores = {}
     for label, chunk, fan_in in (("whole", 20_000, 64), ("deep", 7_000, 2)):

@@ -8,7 +8,7 @@ import sys
 
 
 def test_an_empty_cache_is_cold_and_a_run_says_it_compiles(tmp_path, monkeypatch):
-    from zagg.warm import NOTICE, is_cold, notice_if_cold
+    from zagg.pipeline.warm import NOTICE, is_cold, notice_if_cold
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     assert is_cold()
@@ -37,6 +37,6 @@ def test_warm_fills_the_cache_a_run_then_loads(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0].startswith("warm atl03_synthetic ")
     assert lines[-1].startswith("numba kernels ")
-    probe = "from zagg.warm import is_cold; print(is_cold())"
+    probe = "from zagg.pipeline.warm import is_cold; print(is_cold())"
     after = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert after.stdout.strip() == "False"

@@ -97,7 +97,7 @@ def test_a_cluster_given_to_a_run_gets_no_task_stream_unless_asked(tmp_path):
 
 
 def test_a_performance_report_must_be_an_html_file(tmp_path):
-    from zagg.cluster import ClusterError
+    from zagg.cluster.clients import ClusterError
 
     with pytest.raises(ClusterError, match="name an .html file"):
         zagg.run(

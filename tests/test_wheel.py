@@ -71,7 +71,7 @@ def _run(bindir: Path, work: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_wheel_is_the_package_and_ships_its_data(installed):
     bindir, work = installed
     probe = (
-        "import json, zagg, zagg.packaged as p, zagg.deploy as d; print(json.dumps("
+        "import json, zagg, zagg.packaged as p, zagg.cluster.profile as d; print(json.dumps("
         "[zagg.__file__, p.names('config'), p.names('region'), d.PROFILE.is_file()]))"
     )
     out = subprocess.run(

@@ -14,13 +14,13 @@ import xarray as xr
 import zagg
 from zagg import grid as G
 from zagg import hive
-from zagg.aggregate import shard_collection
-from zagg.config import load_config
+from zagg.config.model import load_config
+from zagg.engine.aggregate import shard_collection
+from zagg.engine.write import write_shards
 from zagg.hive.walk import walk_windows
 from zagg.kernels import tdigest
 from zagg.sources.synthetic import synthetic_photons
 from zagg.windows import assign
-from zagg.write import write_shards
 
 REGION = (-100.2, -75.6, -99.8, -75.4)  # three order-8 shards
 EPOCH = "2018-01-01T00:00:00Z"
@@ -331,7 +331,7 @@ def test_run_on_a_cluster_writes_the_same_windowed_leaves(tmp_path, photons, sto
 
 
 def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
-    from zagg.inspect import inspect_store
+    from zagg.read.inspect import inspect_store
 
     _, yearly, summary = stores
     text = inspect_store(str(yearly))
@@ -354,7 +354,7 @@ def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
 def test_verify_checks_every_windowed_leaf(stores, tmp_path):
     import shutil
 
-    from zagg.inspect import EXIT_DAMAGED, EXIT_INTACT, verify_status
+    from zagg.read.inspect import EXIT_DAMAGED, EXIT_INTACT, verify_status
 
     _, yearly, summary = stores
     n = len(summary.records)
@@ -385,7 +385,7 @@ def test_a_store_refuses_another_window_schedule_before_writing(stores, photons)
 
 
 def test_gc_collects_superseded_versions_of_windowed_leaves(tmp_path, photons):
-    from zagg.__main__ import main
+    from zagg.cli.main import main
 
     store = tmp_path / "s"
     first = write(photons, config(), store)

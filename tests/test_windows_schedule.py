@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from zagg.config import ConfigError, load_config
+from zagg.config.model import ConfigError, load_config
 from zagg.windows import assign, units
 from zagg.windows.schedule import parse_windowing
 

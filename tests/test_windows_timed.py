@@ -11,12 +11,12 @@ import pytest
 import zagg
 from zagg import grid as G
 from zagg import hive
-from zagg.aggregate import shard_collection
-from zagg.config import ConfigError, load_config
+from zagg.config.model import ConfigError, load_config
+from zagg.engine.aggregate import shard_collection
+from zagg.engine.write import write_shards
 from zagg.kernels import tdigest
 from zagg.sources.synthetic import synthetic_photons
 from zagg.windows import assign, toc
-from zagg.write import write_shards
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
 WINDOWING = {
@@ -284,8 +284,8 @@ def _buckets(ns):
 def test_root_temporal_section_and_cover_equal_the_raw_points(tmp_path, photons):
     import json
 
+    from zagg.hive.rootsection import quantize
     from zagg.windows.record import decode_words
-    from zagg.windows.rootsection import quantize
 
     cfg = config()
     write(photons, cfg, tmp_path / "s")
@@ -444,7 +444,7 @@ def test_bucket_words_span_their_bucket_and_counts_coarsen_to_the_cap():
 
 
 def test_unknown_revisions_of_the_root_objects_are_kept():
-    from zagg.windows.rootsection import compose_cover, compose_section
+    from zagg.hive.rootsection import compose_cover, compose_section
 
     future = {"spec": "zagg-coverage-toc/9", "shards": {"1": "5"}}
     mine = {

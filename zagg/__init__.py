@@ -4,14 +4,14 @@ The public names load their modules on first use, so ``import zagg`` (and the CL
 starts a run's cluster before it imports numba, dask and xarray) stays fast.
 """
 
-from .lazy import lazy_package
+from zagg.lazy import lazy_package
 
 lazy_package(
     __name__,
     {
-        "aggregate": ".aggregate",
-        "load_config": ".config",
-        "ConfigError": ".config",
+        "aggregate": ".engine.aggregate",
+        "load_config": ".config.model",
+        "ConfigError": ".config.model",
         "cdf": ".read",
         "composition_lanes": ".read",
         "open_column": ".read.column",
@@ -23,10 +23,10 @@ lazy_package(
         "open_level": ".read.levels",
         "open_pyramid": ".read.levels",
         "sweep": ".pyramid.sweep",
-        "plot_map": ".plot",
+        "plot_map": ".read.plot",
         "quantile": ".read",
-        "run": ".run",
-        "to_hive": ".write",
+        "run": ".pipeline.run",
+        "to_hive": ".engine.write",
     },
 )
 __version__ = "0.1.0"

@@ -5,6 +5,9 @@ Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied
 (:mod:`zagg.hive.versions`), and returns a small record. Client side, before any leaf:
 :func:`build_manifest` + :func:`write_manifest` (or the read-only :func:`check_manifest`);
 after the leaves: :func:`update_root_coverage`. Nothing here knows about dask.
+
+May import the ground floor, checks and windows (the temporal records' algebra);
+never dask, the engine or a run.
 """
 
 from zagg.lazy import lazy_package

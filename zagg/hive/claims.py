@@ -31,9 +31,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from zagg.errors import ZaggError
 from zagg.hive.storage import StoreRoot, dumps_json
-
-from ..errors import ZaggError
 
 CLAIM_SPEC = "zagg-leaf-claim/1"
 CLAIM_TTL_S = 600.0  # a leaf write that has held its claim this long is presumed dead

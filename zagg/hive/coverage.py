@@ -286,7 +286,7 @@ def update_root_coverage(
     rather than failing the run. Ids at the wrong order raise before any I/O. An existing
     object at a different order (or unusable) is replaced, with a warning. A standing
     ``temporal`` section is kept; ``temporal`` (a windowed run's section,
-    :mod:`zagg.windows.rootsection`) is composed with it.
+    :mod:`zagg.hive.rootsection`) is composed with it.
     """
     mine = set(shard_ids)
     ranges(mine, order)  # validates every id against the order
@@ -322,7 +322,7 @@ def finish_root_coverage(root, records: list[dict], order: int) -> dict | None:
     lists this way the leaves the killed run stamped before it could publish them."""
     if not records:
         return None
-    from zagg.windows.rootsection import root_temporal
+    from zagg.hive.rootsection import root_temporal
 
     root = as_root(root)
     return update_root_coverage(
@@ -355,7 +355,7 @@ def _union_once(root, mine: set, order: int, source: str, temporal: dict | None 
     envelope = root_envelope(ids, order, source=source)
     standing = existing.get("temporal") if existing is not None else None
     if temporal is not None:
-        from zagg.windows.rootsection import compose_section
+        from zagg.hive.rootsection import compose_section
 
         envelope["temporal"] = compose_section(standing, temporal)
     elif standing is not None:

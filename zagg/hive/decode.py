@@ -27,7 +27,7 @@ import numba
 import numpy as np
 import zstandard
 
-from ..errors import ZaggError
+from zagg.errors import ZaggError
 
 VLEN = "variable_length_bytes"
 #: the zagg-ragged/2 typed data type: the spec's name, and the reference package's

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 
+from zagg.errors import ZaggError
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.stamp import HIVE_SPEC, HIVE_SPEC_WINDOWED, now_iso
 from zagg.hive.storage import StoreRoot, as_root
-
-from ..errors import ZaggError
 
 FROZEN_KEYS = (
     "spec",

@@ -21,9 +21,8 @@ import fsspec
 import zarr.storage
 from zarr.abc.store import Store
 
+from zagg.errors import ZaggError
 from zagg.hive.parts import Parts, object_bytes, object_size
-
-from ..errors import ZaggError
 
 
 class StoreRoot:

@@ -22,7 +22,7 @@ import mortie
 import numpy as np
 from numba import njit
 
-from . import tdigest
+from zagg.kernels import tdigest
 
 _WORD_DTYPE = np.dtype("<u8")
 

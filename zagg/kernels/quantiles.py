@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tdigest import segment_cdfs, segment_quantiles
+from zagg.kernels.tdigest import segment_cdfs, segment_quantiles
 
 ROW_BYTES = 8  # one float32 mean and one float32 weight
 

@@ -2,7 +2,7 @@
 
 The first call of any compiled kernel, cached or not, builds numba's typing registries
 (a fraction of a second, holding the GIL and numba's compiler lock). A worker process zagg
-starts pays it in its preload (:mod:`zagg.preload`), before it takes any task.
+starts pays it in its preload (:mod:`zagg.cluster.preload`), before it takes any task.
 """
 
 from __future__ import annotations

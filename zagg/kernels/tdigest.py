@@ -27,8 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
-from . import networks
-from .constants import DEFAULT_DELTA
+from zagg.kernels import networks
+from zagg.kernels.constants import DEFAULT_DELTA
 
 WEIGHTS_DECLARATIONS = ("counts", "flux")  # spec §2.0; absent means "counts"
 
@@ -701,7 +701,7 @@ def build(
     if starts is not None:
         starts, sizes = _segment_starts(starts, offsets, values.size)
         if weights is not None or return_members:
-            from .segments import gather_runs
+            from zagg.kernels.segments import gather_runs
 
             values = gather_runs(values, starts, sizes)
             if weights is not None:

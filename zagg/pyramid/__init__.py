@@ -12,6 +12,8 @@
   then each node's all-time ``all.zarr`` folded from its window overviews;
 - :mod:`~zagg.pyramid.companion` — the store-root ``multiscales/`` group documents that
   let stock zarr tools walk the ladder (written after each run and sweep).
+
+May import the ground floor, checks, hive, reducers and kernels.
 """
 
 from zagg.lazy import lazy_package

@@ -22,7 +22,6 @@ from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows, ra
 from zagg.hive.layout import FieldSpec, field_specs
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import background, dumps_json
-from zagg.partials import Digests
 from zagg.pyramid.declare import Declaration
 from zagg.pyramid.levels import (
     FieldCells,
@@ -35,6 +34,7 @@ from zagg.pyramid.levels import (
     lossless,
     slice_level,
 )
+from zagg.reducers.partials import Digests
 
 WINDOW_ALL = artifact.WINDOW_ALL
 

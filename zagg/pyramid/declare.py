@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zagg.validation import ConfigError, check_keys, fail
+from zagg.checks.validation import ConfigError, check_keys, fail
 
 PYRAMID_V2 = "zagg-pyramid/2"
 PYRAMID_OFF = {"spec": "zagg-pyramid/1", "overview": {"orders": []}}
@@ -226,7 +226,7 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
     """The §4.5 composability map of a fields block (``{name: {function, params, dtype,
     fill_value, ...}}``, located siblings included and skipped): each field's class from
     its reducer's fold, with the method and array form an overview needs."""
-    from zagg import reducers
+    from zagg.reducers import records as reducers
 
     located = {f.get("locations_of") for f in fields.values() if f.get("locations_of")}
     entries = {}

@@ -23,14 +23,13 @@ import warnings
 from dataclasses import dataclass, field
 
 from zagg import grid as G
+from zagg.errors import ZaggError
 from zagg.hive import artifact
 from zagg.hive.stamp import COMMIT_ATTR, now_iso
 from zagg.pyramid.column import node_contents
 from zagg.pyramid.declare import Declaration
 from zagg.pyramid.levels import Level, coarsen, concat, gather
 from zagg.pyramid.reading import group_level
-
-from ..errors import ZaggError
 
 GATHER, MERGE = "stage-gather", "stage-merge"
 

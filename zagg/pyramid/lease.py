@@ -16,10 +16,9 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from zagg.errors import ZaggError
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import StoreRoot, dumps_json
-
-from ..errors import ZaggError
 
 LEASE_KEY = "sweep.lease.json"
 LEASE_SPEC = "zagg-sweep-lease/1"

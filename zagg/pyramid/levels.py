@@ -1,10 +1,10 @@
 """Sparse cells of one pyramid resolution, and the one fold engine that coarsens them.
 
 A :class:`Level` holds, per field, the cells that carry a value at one cell order (their
-words, ascending, and the stored values: an array, or :class:`~zagg.partials.Digests`).
+words, ascending, and the stored values: an array, or :class:`~zagg.reducers.partials.Digests`).
 Everything here scales with occupied cells. :func:`coarsen` folds the levels of several
 contributors (a leaf's cells, the four children of a node) into their ancestors at a
-coarser order: parent cells are a :class:`~zagg.partials.Groups` over the ancestor words,
+coarser order: parent cells are a :class:`~zagg.reducers.partials.Groups` over the ancestor words,
 and each field's values fold through its reducer's :class:`~zagg.reducers.Fold` — the
 only fold implementation, which columns, overviews and the sweep all call. A packed field
 is weighted by its ``of`` digest's per-cell weight, with the §4.3 guard rail: a
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zagg import grid as G
-from zagg import reducers
-from zagg.partials import Digests, Groups
+from zagg.reducers import records as reducers
+from zagg.reducers.partials import Digests, Groups
 
 
 @dataclass

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from zagg.hive.layout import MORTON, FieldSpec
-from zagg.partials import Digests
+from zagg.hive.loaders import load_field
+from zagg.hive.schema import held, leaf_group, schema
 from zagg.pyramid.column import shard_words
 from zagg.pyramid.levels import FieldCells, Law, Level
-from zagg.read.loaders import load_field
-from zagg.read.schema import held, leaf_group, schema
+from zagg.reducers.partials import Digests
 
 
 def group_schema(root, rel: str, r: int) -> dict:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import dask
 
 from zagg import grid as G
+from zagg.errors import ZaggError
 from zagg.hive import artifact, coverage
 from zagg.hive.manifest import read_manifest
 from zagg.hive.paths import MANIFEST_KEY
@@ -32,8 +33,6 @@ from zagg.pyramid.declare import of_manifest
 from zagg.pyramid.ladder import MERGE, Context, NodePlan, load_carry, load_level, node_task, plan
 from zagg.pyramid.levels import laws_of
 from zagg.pyramid.reading import group_schema, specs_of
-
-from ..errors import ZaggError
 
 READERS = 16  # concurrent metadata GETs while planning
 

@@ -9,17 +9,22 @@
 - :func:`open_temporal` — when a store was observed and how often (the §10 records);
 - :func:`open_column` — every group of one leaf column, with its provenance.
 
-Modules: ``leaves`` (discovery, stamps, coverage), ``region``, ``schema`` (array metadata
-and spec checks), ``loaders`` (the per-leaf tasks), ``verify``, ``build`` (the Dataset),
-``raster`` (``(time, cells)`` leaves), ``tree``, ``stats``, ``fields``, ``temporal``, ``column``, ``levels``.
+Modules: ``leaves`` (discovery, stamps, coverage), ``region``, ``build`` (the Dataset),
+``raster`` (``(time, cells)`` leaves), ``tree``, ``stats``, ``fields``, ``temporal``, ``column``, ``levels``, ``inspect``
+(``zagg inspect``/``verify``), ``plot`` (maps). A leaf's schema, loaders and hash checks
+are the format's own (:mod:`zagg.hive.schema`, :mod:`zagg.hive.loaders`,
+:mod:`zagg.hive.verify`), shared with the sweep.
+
+May import the ground floor, checks, hive, kernels, windows, sources (named
+regions) and pyramid (the declaration); never the engine or a run.
 """
 
+from zagg.hive.verify import IntegrityError
 from zagg.read.fields import composition_lanes, decode_digest
 from zagg.read.open import open_hive, open_leaf
 from zagg.read.region import RegionError
 from zagg.read.stats import cdf, quantile
 from zagg.read.tree import open_store
-from zagg.read.verify import IntegrityError
 
 __all__ = [
     "IntegrityError",

@@ -16,9 +16,9 @@ import numpy as np
 
 from zagg import grid as _grid
 from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.hive.loaders import load_field, load_morton
+from zagg.hive.schema import Field
 from zagg.read.leaves import Leaf
-from zagg.read.loaders import load_field, load_morton
-from zagg.read.schema import Field
 
 CELL_IDS = "cell_ids"
 

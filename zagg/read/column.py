@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from zagg import grid as _grid
 from zagg.hive import artifact
+from zagg.hive import verify as _verify
 from zagg.hive.layout import MORTON
+from zagg.hive.loaders import load_field, load_morton
 from zagg.hive.manifest import path_grouping
+from zagg.hive.schema import leaf_group, schema
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import leaves as _leaves
-from zagg.read import verify as _verify
-from zagg.read.loaders import load_field, load_morton
-from zagg.read.schema import leaf_group, schema
 
 if TYPE_CHECKING:
     import xarray as xr

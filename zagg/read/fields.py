@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zagg.checks import require_dataset
+from zagg.checks.arguments import require_dataset
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -29,14 +29,14 @@ from dask.base import tokenize
 from zagg import grid as G
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON, Geometry
+from zagg.hive.loaders import load_field
 from zagg.hive.manifest import path_grouping
+from zagg.hive.schema import held, leaf_group, schema
 from zagg.hive.storage import as_root
 from zagg.pyramid.companion import read_companion
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
-from zagg.read.loaders import load_field
 from zagg.read.region import parse_region, subtree_intervals
-from zagg.read.schema import held, leaf_group, schema
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -18,17 +18,17 @@ from dask.base import tokenize
 
 from zagg import grid as _grid
 from zagg.hive import paths as _paths
+from zagg.hive import verify as _verify
 from zagg.hive.layout import MORTON
+from zagg.hive.loaders import load_field, load_morton
 from zagg.hive.manifest import path_grouping
+from zagg.hive.schema import TIME, geometry, leaf_group, schema
+from zagg.hive.schema import held as _held
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
-from zagg.read import verify as _verify
-from zagg.read.loaders import load_field, load_morton
 from zagg.read.region import parse_region
-from zagg.read.schema import TIME, geometry, leaf_group, schema
-from zagg.read.schema import held as _held
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -19,12 +19,12 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
+from zagg.hive import verify as _verify
 from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.hive.loaders import checked_meta, load_morton
+from zagg.hive.schema import TIME, array_meta, check_array, held, schema
 from zagg.read import build as _build
 from zagg.read import leaves as _leaves
-from zagg.read import verify as _verify
-from zagg.read.loaders import checked_meta, load_morton
-from zagg.read.schema import TIME, array_meta, check_array, held, schema
 
 
 def open_raster(

@@ -8,8 +8,8 @@ is ``searchsorted`` arithmetic, never a per-cell geometry test.
 A cell belongs to a polygon or box region when it is in mortie's cover of it at the cell
 order: every cell the boundary touches plus every cell whose centre is inside (holes and
 multipart polygons by mortie's even-odd rule). Box edges are densified first, because mortie
-treats ring edges as great-circle arcs (:func:`zagg.regions.box_ring`), and cut into pieces at
-most 90° wide (:func:`zagg.regions.box_pieces`), so that the whole globe, a box wider than
+treats ring edges as great-circle arcs (:func:`zagg.sources.regions.box_ring`), and cut into pieces at
+most 90° wide (:func:`zagg.sources.regions.box_pieces`), so that the whole globe, a box wider than
 180° and one across the antimeridian (west > east, or east up to 360) are unambiguous. A ``cells`` region holds every cell at or below the
 listed ones (and the cell containing a listed word finer than the cell order).
 """
@@ -24,7 +24,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
-from zagg.regions import RegionError, box_rings
+from zagg.sources.regions import RegionError, box_rings
 
 
 class Region:

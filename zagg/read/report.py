@@ -114,7 +114,7 @@ def companion_lines(root: StoreRoot, manifest: dict) -> list[str]:
 
 def ragged_lines(root: StoreRoot, manifest: dict, prefix: str) -> list[str]:
     """The ragged arrays of one leaf (the store's schema) and their revision."""
-    from zagg.read.schema import leaf_group
+    from zagg.hive.schema import leaf_group
 
     try:
         _attrs, arrays = leaf_group(root, prefix, str(manifest["cell_order"]), prefix)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zagg.checks import require_dataset
+from zagg.checks.arguments import require_dataset
 from zagg.hive.layout import check_ragged_attrs
-from zagg.read.schema import RAGGED_SPECS
+from zagg.hive.schema import RAGGED_SPECS
 
 if TYPE_CHECKING:
     import xarray as xr

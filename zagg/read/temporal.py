@@ -29,19 +29,13 @@ from zagg import grid as _grid
 from zagg.hive import paths as _paths
 from zagg.hive.coverage import read_root_coverage
 from zagg.hive.manifest import path_grouping
+from zagg.hive.rootsection import COVER_SPEC, SECTION_SPEC, buckets_of, cover_words, sum_counts
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read import leaves as _leaves
 from zagg.read.region import parse_region, subtree_intervals
 from zagg.windows.record import SPEC as RECORD_SPEC
 from zagg.windows.record import TEMPORAL_ORDER, bucket_words, decode_words
-from zagg.windows.rootsection import (
-    COVER_SPEC,
-    SECTION_SPEC,
-    buckets_of,
-    cover_words,
-    sum_counts,
-)
 from zagg.windows.toc import decode
 
 if TYPE_CHECKING:
@@ -335,8 +329,8 @@ def companion_words(root, manifest, prefix: str, where: str) -> tuple[np.ndarray
     """Every §8.3 per-centroid toc word the leaf holds, any field, and how many such
     companions it has (None: a companion is not row-aligned with its payload, so the
     shard cannot be vouched for)."""
-    from zagg.read.loaders import load_field
-    from zagg.read.schema import leaf_group, schema
+    from zagg.hive.loaders import load_field
+    from zagg.hive.schema import leaf_group, schema
 
     group = str(manifest["cell_order"])
     _attrs, arrays = leaf_group(root, prefix, group, where)

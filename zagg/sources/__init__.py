@@ -4,6 +4,8 @@ a catalog) and the seeded synthetic photon generator.
 The names below load their module on first use, so a process that only generates or reads
 points of one kind (a worker running synthetic chunks, say) never imports h5py for the
 others.
+
+May import the ground floor, checks and kernels; never a store or a run.
 """
 
 from zagg.lazy import lazy_package

@@ -35,17 +35,17 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .. import grid as G
-from ..errors import ZaggError
-from ..grid import MAX_ORDER
-from .granules import (
+from zagg import grid as G
+from zagg.errors import ZaggError
+from zagg.grid import MAX_ORDER
+from zagg.sources.granules import (
     GranuleError,
     GranuleSource,
     StorageOptions,
     list_granules,
     parse_granule_source,
 )
-from .scan import (
+from zagg.sources.scan import (
     granule_id,
     local_path,
     open_with_stamp,

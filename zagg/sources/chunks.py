@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ZaggError
+from zagg.errors import ZaggError
 
 __all__ = [
     "FetchSettings",

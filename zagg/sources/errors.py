@@ -3,7 +3,7 @@ reading (config block, scanning, the lazy arrays' tasks) raises the same types."
 
 from __future__ import annotations
 
-from ..errors import ZaggError
+from zagg.errors import ZaggError
 
 __all__ = ["GranuleError", "GranuleReadError"]
 

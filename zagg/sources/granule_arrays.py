@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..credentials import StorageOptions
-from .chunks import ChunkError, FetchSettings, Layout, read_direct
-from .errors import GranuleReadError
+from zagg.checks.credentials import StorageOptions
+from zagg.sources.chunks import ChunkError, FetchSettings, Layout, read_direct
+from zagg.sources.errors import GranuleReadError
 
 __all__ = ["GranuleRows", "Piece", "TemplateArray", "lazy"]
 
@@ -45,7 +45,7 @@ def _read_piece(p: Piece, options: StorageOptions, settings: FetchSettings) -> n
     try:
         if p.layout.fallback is None:
             return read_direct(p.href, p.layout, p.entries, p.start, p.stop, options, settings)[0]
-        from .scan import open_h5
+        from zagg.sources.scan import open_h5
 
         with open_h5(p.href, options, settings.metadata_block_size) as f:
             return np.asarray(f[p.hpath][p.start : p.stop])

@@ -1,6 +1,6 @@
 """The ``data_source`` block of a granule config, validated into a :class:`GranuleSource`.
 
-Every refusal is a :class:`~zagg.validation.ConfigError` naming the key path, the bad value
+Every refusal is a :class:`~zagg.checks.validation.ConfigError` naming the key path, the bad value
 and what would be valid; see ``docs/granules.md`` for the keys.
 """
 
@@ -11,11 +11,11 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..credentials import StorageOptions, parse_storage_options
-from ..filters import Filter, parse_filters
-from ..validation import check_keys, fail, parse_bytes
-from .chunks import FetchSettings
-from .readplan import ReadPlan, parse_read_plan
+from zagg.checks.credentials import StorageOptions, parse_storage_options
+from zagg.checks.filters import Filter, parse_filters
+from zagg.checks.validation import check_keys, fail, parse_bytes
+from zagg.sources.chunks import FetchSettings
+from zagg.sources.readplan import ReadPlan, parse_read_plan
 
 __all__ = [
     "CATALOG_SUFFIXES",

@@ -31,11 +31,11 @@ from dask.base import tokenize
 if TYPE_CHECKING:
     import xarray as xr
 
-from ..credentials import StorageOptions
-from ..validation import ConfigError
-from .chunks import FetchSettings
-from .errors import GranuleError, GranuleReadError
-from .granule_config import (
+from zagg.checks.credentials import StorageOptions
+from zagg.checks.validation import ConfigError
+from zagg.sources.chunks import FetchSettings
+from zagg.sources.errors import GranuleError, GranuleReadError
+from zagg.sources.granule_config import (
     CATALOG_SUFFIXES,
     GRANULE_SUFFIXES,
     GranuleSource,
@@ -43,8 +43,8 @@ from .granule_config import (
     is_catalog,
     parse_granule_source,
 )
-from .readplan import ShardCover, blocks
-from .scan import (
+from zagg.sources.readplan import ShardCover, blocks
+from zagg.sources.scan import (
     Scan,
     granule_id,
     group_prefix,
@@ -122,7 +122,7 @@ def list_granules(source: GranuleSource) -> list[str]:
 
 def catalog_entries(source: GranuleSource):
     """The entries of the catalog file a source names (refused as its config key)."""
-    from .catalog import CatalogError, read_catalog
+    from zagg.sources.catalog import CatalogError, read_catalog
 
     try:
         return read_catalog(source.granules, storage_options=source.storage_options)
@@ -273,7 +273,7 @@ def open_granules(
     failed: list[dict] = []
     sizes: dict[str, int] = {}  # href -> bytes, as the catalog recorded them
     if source.is_catalog:
-        from .catalog import select
+        from zagg.sources.catalog import select
 
         catalog = catalog_entries(source)
         if shards is not None:
@@ -330,7 +330,7 @@ def open_granules(
 
 
 def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
-    from .. import grid as G
+    from zagg import grid as G
 
     ids = [shards] if isinstance(shards, str | np.integer | int) else list(shards)
     words = (
@@ -351,7 +351,7 @@ def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
 def _check_sizes(source: GranuleSource, scans: list[Scan], sizes: Mapping[str, int]) -> None:
     """Refuse a granule whose file size is not the one its catalog entry records: it was
     replaced after the catalog was built, so its footprint (and times) may be wrong."""
-    from .catalog import CatalogError
+    from zagg.sources.catalog import CatalogError
 
     for s in scans:
         want, got = sizes.get(s.href), stamp_size(s.href, s.stamp)
@@ -449,7 +449,7 @@ def _dataset(
     them, and ``granule`` an index that never touches a file."""
     import xarray as xr
 
-    from .granule_arrays import GranuleRows, Piece, TemplateArray, lazy
+    from zagg.sources.granule_arrays import GranuleRows, Piece, TemplateArray, lazy
 
     items = source.items()
     dtypes: dict[str, str] = {name: np.dtype(np.float64).str for name, _, _ in items}

@@ -7,8 +7,8 @@ import os
 import warnings
 from typing import TYPE_CHECKING
 
-from ..credentials import StorageOptions
-from ..validation import ConfigError
+from zagg.checks.credentials import StorageOptions
+from zagg.checks.validation import ConfigError
 
 if TYPE_CHECKING:
     import xarray as xr

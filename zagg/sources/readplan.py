@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import grid as G
-from ..validation import fail
+from zagg import grid as G
+from zagg.checks.validation import fail
 
 __all__ = ["ATL03_SEGMENTS", "ReadPlan", "ShardCover", "blocks", "needed_rows", "parse_read_plan"]
 
@@ -91,7 +91,7 @@ def parse_read_plan(value, path: str, template) -> ReadPlan | None:
         )
     if not isinstance(value, Mapping):
         fail(path, f"expected {presets}, a mapping or false, got {value!r}")
-    from ..validation import check_keys
+    from zagg.checks.validation import check_keys
 
     check_keys(value, _KEYS, path)
     pad = value.get("pad", DEFAULT_PAD)

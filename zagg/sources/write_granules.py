@@ -36,7 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .synthetic import (
+from zagg.sources.synthetic import (
     DEFAULT_REGION,
     SHOT_INTERVAL,
     SHOT_SPACING,

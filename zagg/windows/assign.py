@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .schedule import NS, UNITS, Window, Windowing, iso
+from zagg.windows.schedule import NS, UNITS, Window, Windowing, iso
 
 NONE = -1
 _DAY0 = np.datetime64("0001-01-01", "D").astype(np.int64)  # days 0001-01-01 → 1970-01-01

@@ -16,8 +16,8 @@ HI_EMPTY = np.iinfo(np.int64).min
 
 def chunk(points, spec) -> np.ndarray:
     """``(n_cells, 2)`` int64: each cell's first and last instant of ``spec.source``."""
-    from .clock import windowing_of
-    from .toc import instants
+    from zagg.windows.clock import windowing_of
+    from zagg.windows.toc import instants
 
     grp = points.grouping
     values = points.contiguous(spec.source, spec.where)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .schedule import Windowing, iso, parse_windowing
+from zagg.windows.schedule import Windowing, iso, parse_windowing
 
 
 def clock_of(w: Windowing) -> tuple[str, str, str, str]:

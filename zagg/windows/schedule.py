@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..validation import check_keys, did_you_mean, fail
+from zagg.checks.validation import check_keys, did_you_mean, fail
 
 SCHEDULES = ("none", "yearly", "monthly", "daily", "explicit")
 RESERVED_SCHEDULES = ("quarterly",)  # in the grammar, not implemented

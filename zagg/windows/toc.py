@@ -12,8 +12,8 @@ from __future__ import annotations
 import mortie
 import numpy as np
 
-from .assign import utc_ns
-from .schedule import NS, UNITS, Windowing
+from zagg.windows.assign import utc_ns
+from zagg.windows.schedule import NS, UNITS, Windowing
 
 GPS_EPOCH = np.datetime64("1980-01-06T00:00:00", "ns")
 TAI_MINUS_GPS_S = 19

@@ -1,0 +1,670 @@
+"""Command line: ``python -m zagg run | sweep | demo | inspect | verify``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+
+def _cmd_run(args) -> int:
+    from zagg.pipeline.run import run
+
+    knobs = {
+        "store": args.store,
+        "progress": not args.quiet,
+        "catalog": args.catalog,
+        "region": args.region,
+        "bbox": args.bbox,
+        "shards": args.shards,
+        "sweep": args.sweep,
+        "dashboard": args.dashboard,
+        "performance_report": args.performance_report,
+        "overwrite": args.overwrite,
+        "allow_contraction": args.allow_contraction,
+    }
+    if args.gateway is None and args.adaptive is None:
+        summary = run(
+            args.config,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            threads=args.threads,
+            memory_limit=args.memory_limit,
+            **knobs,
+        )
+    else:
+        with _connected(args) as client:
+            summary = run(args.config, scheduler=client, timings=True, **knobs)
+    print("\n".join(summary.lines()))
+    return 0
+
+
+def _cmd_batch(args) -> int:
+    from zagg.cluster.clients import connect
+    from zagg.config.model import load_config
+    from zagg.pipeline.batch import batch
+
+    cfg = load_config(args.config)  # a bad config is refused before any cluster starts
+    if args.gateway is not None or args.adaptive is not None:
+        client = _connected(args)
+    else:
+        client = connect(
+            args.scheduler,
+            workers=args.workers,
+            threads=args.threads,
+            memory_limit=args.memory_limit,
+        )
+    with client:
+        summary = batch(
+            cfg,
+            args.regions,
+            store=args.store,
+            client=client,
+            progress=not args.quiet,
+            timings=True,
+        )
+    print("\n".join(summary.lines()))
+    return 1 if summary.failed else 0
+
+
+def _connected(args):
+    """The client of ``--gateway`` or ``--adaptive`` (zagg.cluster.connect), once the
+    config is known to load: a bad one is refused before any cluster starts."""
+    from zagg.cluster.clients import ClusterError, connect
+    from zagg.config.model import load_config
+    from zagg.pipeline.watch import check_watch
+
+    load_config(args.config)
+    check_watch(args.dashboard and args.gateway is None, args.performance_report)
+    if args.scheduler is not None:
+        raise ClusterError(
+            "--adaptive sizes a cluster zagg starts; an existing scheduler "
+            "(--scheduler) keeps its own"
+        )
+    return connect(
+        gateway=args.gateway,
+        workers=args.workers,
+        threads=args.threads,
+        memory_limit=args.memory_limit,
+        adaptive=args.adaptive,
+        dashboard=args.dashboard and args.gateway is None,
+        gateway_options=_gateway_options(args.gateway_option),
+    )
+
+
+def _key_values(pairs, flag: str, example: str, typed) -> dict | None:
+    """Repeated ``flag KEY=VALUE`` arguments as a mapping, each value through ``typed``."""
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {example}")
+        out[key] = typed(value)
+    return out
+
+
+def _gateway_options(pairs) -> dict | None:
+    """``--gateway-option name=value`` pairs; values are read as YAML scalars (numbers,
+    booleans) so they reach the gateway typed."""
+    import yaml
+
+    return _key_values(pairs, "--gateway-option", "image=org/zagg:1.0", yaml.safe_load)
+
+
+def _adaptive(text: str) -> tuple[int, int]:
+    """argparse type of --adaptive: MIN,MAX workers."""
+    lo, sep, hi = text.partition(",")
+    try:
+        bounds = (int(lo), int(hi)) if sep else None
+    except ValueError:
+        bounds = None
+    if bounds is None or bounds[0] < 0 or bounds[1] < max(bounds[0], 1):
+        raise argparse.ArgumentTypeError(
+            f"--adaptive expects MIN,MAX workers with 0 <= MIN "
+            f"<= MAX and MAX >= 1, e.g. 1,8; got {text!r}"
+        )
+    return bounds
+
+
+def _cmd_warm(args) -> int:
+    from zagg.pipeline.warm import CONFIGS, is_cold, warm
+
+    cold = is_cold()
+    seconds = warm(args.configs or CONFIGS, out=sys.stdout)
+    print(
+        f"numba kernels {'compiled and cached' if cold else 'already cached'}: "
+        f"{sum(seconds.values()):.1f} s"
+    )
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from zagg.pyramid.sweep import sweep
+
+    summary = sweep(
+        args.store,
+        storage_options=_storage_options(args.storage_option),
+        scope=args.scope,
+        tuple_width=args.tuple_width,
+    )
+    print("\n".join(summary.lines()))
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from zagg.cli.demo import demo
+
+    demo(
+        store=args.store,
+        points=args.points,
+        seed=args.seed,
+        workers=args.workers,
+        map_path=args.map,
+        product=args.product,
+    )
+    return 0
+
+
+def _cmd_catalog(args) -> int:
+    from zagg.config.model import ConfigError, load_config
+    from zagg.sources.catalog import build_catalog, check_catalog_path, check_order, write_catalog
+
+    if not args.config:
+        raise ConfigError(
+            "zagg catalog needs --config: its data_source says which HDF5 paths "
+            "hold the coordinates"
+        )
+    check_catalog_path(args.output)  # refuse a bad suffix or order before scanning anything
+    order = check_order(args.order)
+    cfg = load_config(args.config)
+    if cfg.data_source.granules is None:
+        raise ConfigError("the config's data_source has no 'granules' block")
+    source = dataclasses.replace(cfg.data_source.granules, granules=args.granules)
+    catalog = build_catalog(source, order=order)
+    write_catalog(catalog, args.output, storage_options=source.storage_options)
+    skipped = f", {len(catalog.failed)} skipped (unreadable)" if catalog.failed else ""
+    print(f"catalog {args.output}: {len(catalog)} granules{skipped}, footprints at order {order}")
+    for f in catalog.failed:
+        print(f"  skipped {f['granule']}: {f['error']}")
+    return 0
+
+
+def _cmd_configs(args) -> int:
+    from zagg.packaged import find, names, summary
+
+    for kind, title in (
+        ("config", "configs (zagg run NAME)"),
+        ("region", "regions (zagg run CONFIG --region NAME)"),
+    ):
+        print(f"{title}:")
+        for name in names(kind):
+            print(f"  {name:<28} {summary(find(kind, name))}".rstrip())
+    return 0
+
+
+def _cmd_gc(args) -> int:
+    from zagg.hive import StoreRoot, read_manifest
+    from zagg.hive.versions import collect
+    from zagg.hive.walk import all_leaves
+
+    root = StoreRoot(args.store, _storage_options(args.storage_option))
+    if read_manifest(root) is None:
+        raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
+    done = collect(
+        root, [leaf for leaf, _ in all_leaves(root)], keep=args.keep, dry_run=args.dry_run
+    )
+    verb = "would remove" if args.dry_run else "removed"
+    print(
+        f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
+        f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)"
+    )
+    for leaf, gone in sorted(done.removed.items())[:20]:
+        print(f"  {leaf}: {', '.join(gone)}")
+    for leaf in done.skipped:
+        print(f"  skipped {leaf}: its pointer cannot be read (left as it is)")
+    from zagg.pyramid.icechunk import expire
+
+    history = expire(root, keep=args.keep, dry_run=args.dry_run)
+    if history is not None:
+        print(
+            f"  icechunk: {'would expire' if args.dry_run else 'expired'} "
+            f"{history['expired']} snapshot(s) older than the {history['kept']} kept"
+        )
+    return 0
+
+
+def _cmd_profile(args) -> int:
+    from zagg.cluster.profile import PROFILE
+
+    print(
+        PROFILE if args.path else PROFILE.read_text(encoding="utf-8"), end="\n" if args.path else ""
+    )
+    return 0
+
+
+def _storage_options(pairs) -> dict | None:
+    """``--storage-option key=value`` pairs as fsspec options (true/false become booleans)."""
+    return _key_values(
+        pairs,
+        "--storage-option",
+        "endpoint_url=http://127.0.0.1:9000",
+        lambda v: {"true": True, "false": False}.get(v.lower(), v),
+    )
+
+
+def _cmd_inspect(args) -> int:
+    from zagg.read.inspect import inspect_store
+
+    print(
+        inspect_store(
+            args.store, leaves=args.leaves, storage_options=_storage_options(args.storage_option)
+        )
+    )
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    from zagg.read.inspect import VerifyProgress, verify_status
+
+    report, status = verify_status(
+        args.store,
+        storage_options=_storage_options(args.storage_option),
+        progress=None if args.quiet else VerifyProgress(),
+    )
+    print(report)
+    return status
+
+
+def _at_least_one(text: str) -> int:
+    """argparse type of worker, thread and point counts."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _memory_limit(text: str):
+    """argparse type of --memory-limit: a size, a fraction of the machine's memory or auto."""
+    from zagg.cluster.clients import ClusterError, check_knobs
+
+    try:
+        value = float(text) if text.replace(".", "", 1).isdigit() and "." in text else text
+        check_knobs(memory_limit=value)
+    except ClusterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m zagg",
+        description="Aggregate point "
+        "observations onto HEALPix morton cells as a morton-hive store.",
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a pipeline config into its store")
+    r.add_argument(
+        "config",
+        help="pipeline config: a YAML file, or the name of a shipped one "
+        "(python -m zagg configs lists them)",
+    )
+    r.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
+    r.add_argument("--scheduler", help="address of an existing dask scheduler")
+    r.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="a new cluster of the dask-gateway at "
+        "URL (--workers of --threads cores and --memory-limit each, the deployment "
+        "profile as their environment); needs zagg[gateway]",
+    )
+    r.add_argument(
+        "--gateway-option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="another cluster option the gateway declares; repeatable",
+    )
+    r.add_argument(
+        "--adaptive",
+        type=_adaptive,
+        metavar="MIN,MAX",
+        help="let the cluster adapt between MIN and MAX workers (local or gateway)",
+    )
+    r.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the local cluster's "
+        "dashboard on 127.0.0.1 and print its link (needs zagg[dashboard])",
+    )
+    r.add_argument(
+        "--performance-report",
+        metavar="FILE.html",
+        help="write distributed's performance report of the run (needs zagg[dashboard])",
+    )
+    r.add_argument(
+        "--workers", type=_at_least_one, help="local cluster workers (default: cores / 2)"
+    )
+    r.add_argument("--threads", type=_at_least_one, help="threads per local worker (default 2)")
+    r.add_argument(
+        "--memory-limit",
+        type=_memory_limit,
+        help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto",
+    )
+    r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
+    r.add_argument(
+        "--region",
+        help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
+    )
+    r.add_argument("--bbox", help="lon0,lat0,lon1,lat1: only the shards this box covers")
+    r.add_argument(
+        "--shards",
+        metavar="ID[,ID...]",
+        help="comma-separated shard ids at the config's shard order (output.grid."
+        "parent_order), e.g. -5121132231,-5121132232: only these shards",
+    )
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="rewrite every shard, even those already current (by default a "
+        "re-run writes only shards whose config or granules changed)",
+    )
+    r.add_argument(
+        "--allow-contraction",
+        action="store_true",
+        help="rewrite shards whose leaves were built from granules this run does "
+        "not have (refused by default, and listed in refusals_*.json)",
+    )
+    swept = r.add_mutually_exclusive_group()
+    swept.add_argument(
+        "--sweep",
+        action="store_true",
+        default=None,
+        help="build the pyramid ladder after the leaves (the default whenever the config "
+        "declares a pyramid, unless output.sweep: false)",
+    )
+    swept.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_false",
+        help="write the leaves and their columns only; build the overviews later with "
+        "zagg sweep STORE",
+    )
+    r.set_defaults(func=_cmd_run)
+
+    b = sub.add_parser(
+        "batch",
+        help="run a config over regions, one after another, into one "
+        "store (exit status 1 when a region failed)",
+    )
+    b.add_argument("config", help="pipeline config (YAML file or shipped name)")
+    b.add_argument(
+        "regions",
+        nargs="+",
+        help="GeoJSON polygon files or shipped region names, run in this order",
+    )
+    b.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
+    b.add_argument("--scheduler", help="address of an existing dask scheduler")
+    b.add_argument("--gateway", metavar="URL", help="a new dask-gateway cluster for the batch")
+    b.add_argument("--gateway-option", action="append", metavar="NAME=VALUE")
+    b.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX")
+    b.add_argument("--workers", type=_at_least_one)
+    b.add_argument("--threads", type=_at_least_one)
+    b.add_argument("--memory-limit", type=_memory_limit)
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
+
+    w = sub.add_parser(
+        "sweep",
+        help="build or refresh a store's pyramid ladder from its leaf "
+        "columns (the overviews above the shard order)",
+    )
+    w.add_argument("store")
+    w.add_argument(
+        "--scope",
+        help="comma-separated node ids (decimal, e.g. -5112,-5113): "
+        "refold only the ancestor nodes of and under them",
+    )
+    w.add_argument(
+        "--tuple-width",
+        type=_at_least_one,
+        default=3,
+        help="orders folded per wave between lease heartbeats (default 3; the "
+        "bytes written do not depend on it)",
+    )
+    w.set_defaults(func=_cmd_sweep)
+
+    d = sub.add_parser("demo", help="aggregate synthetic ATL03-like photons into ./demo-store")
+    d.add_argument("--store", default="demo-store")
+    d.add_argument("--points", type=_at_least_one, default=4_000_000)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--workers", type=_at_least_one)
+    d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
+    d.add_argument(
+        "--product",
+        choices=("tdigest", "strata"),
+        default="tdigest",
+        help="tdigest (default) or strata (signal/noise digests, composition)",
+    )
+    d.set_defaults(func=_cmd_demo)
+
+    c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
+    c.add_argument("granules", help="directory, glob or s3:// prefix of granule files")
+    c.add_argument("output", help="catalog file to write (.json or .parquet)")
+    c.add_argument("--config", help="pipeline config whose data_source names the paths")
+    c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
+    c.set_defaults(func=_cmd_catalog)
+
+    m = sub.add_parser(
+        "warm",
+        help="compile and cache zagg's numba kernels ahead of the "
+        "first run (image builds, set-up scripts)",
+    )
+    m.add_argument(
+        "configs",
+        nargs="*",
+        help="shipped configs to warm for (default: "
+        "atl03_synthetic and atl03_strata, which use every kernel kind)",
+    )
+    m.set_defaults(func=_cmd_warm)
+
+    k = sub.add_parser("configs", help="list the configs and regions shipped with zagg")
+    k.set_defaults(func=_cmd_configs)
+
+    f = sub.add_parser(
+        "profile", help="print the deployment profile for dask workers (a dask config file)"
+    )
+    f.add_argument("--path", action="store_true", help="print its path instead")
+    f.set_defaults(func=_cmd_profile)
+
+    g = sub.add_parser("gc", help="remove superseded versions of versioned leaves")
+    g.add_argument("store")
+    g.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        help="superseded versions to keep per leaf besides the current one",
+    )
+    g.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    g.set_defaults(func=_cmd_gc)
+
+    i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
+    i.add_argument("store")
+    i.add_argument("--leaves", type=int, default=10, help="leaves to list (default 10)")
+    i.set_defaults(func=_cmd_inspect)
+
+    v = sub.add_parser(
+        "verify",
+        help="recompute every leaf's content hashes (exit status 0: "
+        "intact, 1: damaged, 3: incomplete)",
+    )
+    v.add_argument("store")
+    v.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr, only the report"
+    )
+    v.set_defaults(func=_cmd_verify)
+    for p in (i, v, g, w):
+        p.add_argument(
+            "--storage-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
+            "profile=...; repeatable (credentials are better left to the "
+            "AWS_* environment variables or a profile)",
+        )
+    return ap
+
+
+#: what an interrupted write leaves behind, and how to finish it
+INTERRUPTED_WRITE = (
+    "; the store keeps the leaves already stamped, and readers skip any "
+    "leaf left without its stamp: run the same command again to finish it"
+)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that report bad input or a refused operation, printed as one line with
+    exit status 2: zagg's own (every one derives from :class:`zagg.errors.ZaggError`) and
+    the operating system's refusals of a path."""
+    from zagg.errors import ZaggError
+
+    return (
+        ZaggError,
+        FileNotFoundError,
+        FileExistsError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+    )
+
+
+def _joined_negative_values(argv: list[str]) -> list[str]:
+    """``--bbox -102,-76,-98,-75`` as ``--bbox=-102,...`` (and ``--shards -5121...`` alike):
+    argparse would take a value that starts with ``-`` (a western or southern box, a
+    southern shard) for an option."""
+    out = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--bbox", "--shards") and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+class _CommandProcess:
+    """What the command sets up in its process for the length of one command: asyncio's
+    reports of the closing client's shutdown signal (distributed's ``AllExit``, left in
+    waits nobody collects) are dropped, so after Ctrl-C they do not bury the one-line
+    message; and Ctrl-C also asks zagg's waits to stop (:func:`zagg.engine.progress.request_stop`),
+    so an interrupt Python swallows (one landing in an object's ``__del__`` or a garbage
+    collector callback, which distributed runs) still stops the run at its next wait. A
+    SIGINT ignored at start (a background job) stays ignored. zagg's own warnings show as
+    ``zagg: warning: ...`` lines."""
+
+    def __enter__(self):
+        import logging
+        import signal
+        import warnings
+
+        self.logger = logging.getLogger("asyncio")
+        self.logger.addFilter(_drop_all_exit)
+        self.showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning(self.showwarning)
+        self.previous = signal.getsignal(signal.SIGINT)
+        if self.previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        import warnings
+
+        from zagg.engine.progress import clear_stop
+
+        warnings.showwarning = self.showwarning
+        if self.previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.previous)
+        self.logger.removeFilter(_drop_all_exit)
+        clear_stop()
+        return False
+
+
+def _show_warning(previous):
+    """The command's display of warnings: zagg's own as one ``zagg: warning: ...`` line on
+    stderr (what a command-line user reads; no source line), others as Python shows them."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        ours = category.__module__.startswith("zagg.") or os.path.abspath(filename).startswith(
+            here + os.sep
+        )
+        if not ours:
+            return previous(message, category, filename, lineno, file, line)
+        print(f"zagg: warning: {message}", file=file or sys.stderr)
+
+    return show
+
+
+def _drop_all_exit(record) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ != "AllExit"
+
+
+def _interrupt(signum, frame):
+    from zagg.engine.progress import request_stop
+
+    request_stop()
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    """Run one command; returns its exit status (what the ``zagg`` script exits with)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_joined_negative_values(argv))
+    with _CommandProcess():
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except KeyboardInterrupt:
+            print(
+                "zagg: interrupted"
+                + (INTERRUPTED_WRITE if args.func in (_cmd_run, _cmd_demo, _cmd_batch) else ""),
+                file=sys.stderr,
+            )
+            return 130  # 128 + SIGINT, what a shell reports for a tool stopped by Ctrl-C
+        except BrokenPipeError:
+            return _reader_gone()
+        except argparse.ArgumentTypeError as exc:
+            print(f"zagg: error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:
+            if not isinstance(exc, _user_errors()):
+                raise
+            print(f"zagg: error: {exc}", file=sys.stderr)
+            return 2
+
+
+def _reader_gone() -> int:
+    """The output's reader closed the pipe (``zagg inspect S | head``): stop quietly, as
+    command-line tools do, with stdout pointed at /dev/null so the interpreter's final
+    flush cannot fail again."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+
+
+if __name__ == "__main__":
+    sys.exit(main())

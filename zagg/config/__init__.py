@@ -1,0 +1,18 @@
+"""The config: YAML parsed once into one typed, validated, frozen object that travels
+to every stage, and the checks of a points Dataset against it. It parses each
+stage's block with that stage's own parser (granules, windowing, pyramid) and
+validates functions against the reducers' registry.
+
+May import the ground floor, checks, reducers, sources, windows and pyramid.declare.
+"""
+
+from zagg.lazy import lazy_package
+
+lazy_package(
+    __name__,
+    {
+        "Config": ".model",
+        "load_config": ".model",
+        "ConfigError": ".validation",
+    },
+)

@@ -1,0 +1,102 @@
+"""The per-chunk reduction: one input chunk's points → a partial per shard it touches.
+
+:func:`reduce_chunk` keys the chunk (:func:`zagg.engine.keying.key_chunk`), runs every state's own
+chunk kernel over the cell-grouped points and cuts the resulting partial by shard. What a
+chunk task returns, :class:`ChunkResult`, is small: per-cell states, never raw points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zagg import grid as G
+from zagg.engine.keying import key_chunk
+from zagg.engine.plan import Plan
+from zagg.reducers.partials import Partial
+
+
+@dataclass
+class ChunkResult:
+    """A chunk's partial with the shards it touches and its point accounting."""
+
+    partial: Partial
+    shards: np.ndarray  # shard words present, ascending
+    bounds: np.ndarray  # row bounds of each shard in partial.cells (len + 1)
+    counts: dict[str, int]
+    granules: dict[int, list[int]] | None = None  # shard word → granule indices it holds
+
+    def piece(self, shard_word: int) -> Partial:
+        """The rows of one shard (views of this chunk's arrays; empty if it has none)."""
+        i = np.searchsorted(self.shards, np.uint64(shard_word))
+        if i == len(self.shards) or self.shards[i] != np.uint64(shard_word):
+            return self.partial.take(0, 0)
+        return self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
+
+    def shard_rows(self) -> np.ndarray:
+        """Per shard of :attr:`shards`, the rows its piece holds (cells, plus centroids
+        for digest states): roughly what combining and writing that shard will cost."""
+        rows = np.diff(self.bounds)
+        for value in self.partial.states.values():
+            offsets = getattr(value, "offsets", None)
+            if offsets is not None:
+                rows = rows + np.diff(offsets[self.bounds])
+        return rows.astype(np.int64)
+
+    def summary(self) -> tuple:
+        """What discovery needs on the client: shards, point counts, granules, rows."""
+        return self.shards, self.counts, self.granules, self.shard_rows()
+
+
+def reduce_chunk(plan: Plan, *arrays) -> ChunkResult:
+    """Key, filter, group and reduce one input chunk (``arrays`` in ``plan.inputs`` order)."""
+    arrs = dict(zip(plan.inputs, arrays, strict=True))
+    points, counts = key_chunk(plan, arrs)
+    if plan.windowing is not None:
+        from zagg.engine.reduce_windows import reduce_windows
+
+        return reduce_windows(plan, points, counts)
+    return reduce_points(plan, points, counts)
+
+
+def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
+    """Reduce keyed points (:class:`~zagg.engine.keying.CellPoints`): every state's chunk kernel,
+    the partial cut by shard."""
+    states = {key: spec.state.chunk(points, spec) for key, spec in plan.specs}
+    cells = points.grouping.cells
+    partial = Partial(cells, states).compact(plan.state_specs)
+    granules = None
+    if plan.granule_var is not None and cells.size:
+        granules = _shard_granules(
+            G.ancestor(points.cell_words, plan.shard_order), points.values(plan.granule_var)
+        )
+    shard_of_cell = G.ancestor(cells, plan.shard_order)
+    if cells.size:
+        starts = np.flatnonzero(np.concatenate(([True], shard_of_cell[1:] != shard_of_cell[:-1])))
+        shards = shard_of_cell[starts]
+        bounds = np.append(starts, cells.size).astype(np.int64)
+    else:
+        shards = np.zeros(0, np.uint64)
+        bounds = np.zeros(1, np.int64)
+    return ChunkResult(partial, shards, bounds, counts, granules)
+
+
+def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, list[int]]:
+    """Shard word → the granule indices of its points (shards in order of their first
+    granule, each list ascending). Points arrive in runs of one granule and shard, so only
+    the runs' (shard, granule) pairs are sorted, never the points."""
+    granule = np.asarray(granule)
+    if granule.size == 0:
+        return {}
+    change = shard_words[1:] != shard_words[:-1]
+    change |= granule[1:] != granule[:-1]
+    first = np.flatnonzero(np.concatenate(([True], change)))
+    words, grans = shard_words[first], granule[first]
+    by = np.lexsort((words, grans))  # granule, then shard
+    words, grans = words[by], grans[by]
+    new = np.concatenate(([True], (words[1:] != words[:-1]) | (grans[1:] != grans[:-1])))
+    out: dict[int, list[int]] = {}
+    for w, g in zip(words[new].tolist(), grans[new].tolist(), strict=True):
+        out.setdefault(int(w), []).append(int(g))
+    return out

@@ -1,0 +1,218 @@
+"""The re-run gate of one run: which of its shards it writes, decided before it reads
+when it can.
+
+Each shard is a unit with an identity: the store's semantic hash and the unit's planned
+granule ids (:mod:`zagg.pipeline.reruns` holds the verdicts). Where a run's plan comes from:
+
+- **a catalog** (``data_source.granules`` names one): each granule's footprint says which
+  shards it touches, so every unit's plan is known before any granule is opened. The gate
+  runs first and the run reads only the granules of the units it must rewrite; an
+  unchanged re-run opens no granule at all. Leaves record their planned ids.
+- **any other source**: which shards a granule feeds is known only once it is read, so
+  the run reads and reduces its points, then gates the shards it found (their planned ids
+  are the granules that fed them, plus those the leaf recorded that the run read again)
+  and writes only the units that are not current. A directory or list of granules names
+  its granules by file name, the built-in generator is one granule ``synthetic`` (its
+  parameters are in the semantic hash), an input file is its file name; a Dataset passed
+  in without granule ids has no identity and is always rewritten.
+
+``overwrite`` bypasses the gate (every unit rewritten, contraction included).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from zagg.hive.paths import leaf_stem
+from zagg.hive.storage import StoreRoot
+from zagg.pipeline.reruns import (
+    CURRENT,
+    REFUSED,
+    REWRITE,
+    Gate,
+    classify,
+    current_records,
+    touch_current,
+    touch_root,
+    write_empty,
+    write_refusals,
+)
+
+SYNTHETIC_ID = "synthetic"
+
+
+@dataclass
+class RunGate:
+    """The gate of one run: its store, identity inputs and what it has decided so far."""
+
+    root: StoreRoot
+    semantic_hash: str
+    run_id: str
+    allow_contraction: bool = False
+    column: bool = False  # the config declares leaf columns: a unit needs its column too
+    gate: Gate | None = None
+
+    def decide(self, planned: dict[str, list[str] | None]) -> set[str]:
+        """Classify ``planned`` units, touch the current ones, record refusals; returns the
+        shard ids to write."""
+        verdicts = classify(
+            self.root,
+            planned,
+            self.semantic_hash,
+            allow_contraction=self.allow_contraction,
+            column=self.column,
+        )
+        gate = Gate(verdicts)
+        current = [v for v in verdicts.values() if v.kind == CURRENT]
+        gate.objects_touched, gate.touch_failures = touch_current(
+            self.root, current, column=self.column
+        )
+        refused = [v for v in verdicts.values() if v.kind == REFUSED]
+        gate.refusals_key = write_refusals(self.root, self.run_id, self.semantic_hash, refused)
+        self.gate = gate if self.gate is None else self.gate.merge(gate)
+        if current:  # the store-root objects no leaf owns live as long as its leaves
+            touched, failed = touch_root(self.root)
+            self.gate.objects_touched += touched
+            self.gate.touch_failures += failed
+        return {sid for sid, v in verdicts.items() if v.kind == REWRITE}
+
+    def record_empty(self, planned: dict, todo, summary) -> None:
+        """After a planned run: the units it was to write that came out empty (no point
+        in the shard, or the window) record their identity, so the next run skips them."""
+        written = {leaf_stem(r["shard_id"], r.get("window")) for r in summary.records}
+        failed = {f.get("granule") for f in summary.failed_granules}
+        empty = sorted(set(todo) - written)
+        write_empty(
+            self.root,
+            empty,
+            {sid: [i for i in planned[sid] if i not in failed] for sid in empty},
+            self.semantic_hash,
+            self.run_id,
+        )
+
+    def current(self, timed: bool = False) -> list[dict]:
+        """The records of the units found current that hold a leaf (what the store root's
+        objects need of them, :func:`zagg.pipeline.reruns.current_records`)."""
+        if self.gate is None:
+            return []
+        return current_records(self.root, list(self.gate.verdicts.values()), timed=timed)
+
+    def summary(self, wall_seconds: float, shard_order: int, timed: bool = False):
+        """The summary of a run the gate left nothing to do: no granule read, nothing
+        written but the root coverage, which lists every current unit (a killed run may
+        have stamped them all and died before publishing them)."""
+        from zagg.engine.summary import RunSummary
+        from zagg.hive.coverage import finish_root_coverage
+
+        current = self.current(timed)
+        finish_root_coverage(self.root, current, shard_order)
+        return RunSummary(
+            store=self.root.url,
+            run_id=self.run_id,
+            shards=len(self.gate.verdicts),
+            cells_with_data=sum(r["cells_with_data"] for r in current),
+            cells_written=0,
+            points=0,
+            granules=0,
+            wall_seconds=wall_seconds,
+            gate=self.gate,
+        )
+
+
+def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
+    """Per unit (its leaf stem: the shard id at the shard order, or ``{id}_{window}``) the
+    catalogued granules whose footprint touches the shard (and whose time range reaches
+    the window), restricted to ``shards`` when given; None when the plan cannot be known
+    before reading (no catalog, footprints coarser than the shards, or a windowed run
+    whose time field is not the catalogued ``delta_time``)."""
+    src = cfg.data_source.granules
+    if src is None or not src.is_catalog:
+        return None
+    windowing = cfg.output.windowing
+    if windowing is not None and not (src.delta_time and windowing.time_field == "time"):
+        return None
+    from zagg import grid as G
+    from zagg.sources.catalog import select
+    from zagg.sources.granules import catalog_entries
+
+    catalog = catalog_entries(src)
+    p = cfg.grid.parent_order
+    if catalog.order < p:
+        return None
+    wanted = None
+    if shards is not None:
+        catalog = select(catalog, shards, shard_order=p)
+        wanted = set(G.to_decimal(G.as_words(shards)))
+    plan: dict[str, set[str]] = {}
+    for e in catalog:
+        if not e.footprint:
+            continue
+        labels = [None] if windowing is None else entry_windows(windowing, e)
+        if labels is None:  # a granule without a catalogued time range
+            return None
+        words = np.unique(G.ancestor(G.from_decimal(list(e.footprint)), p))
+        for sid in G.to_decimal(words):
+            if wanted is None or sid in wanted:
+                for window in labels:
+                    plan.setdefault(leaf_stem(sid, window), set()).add(e.id)
+    return {u: sorted(ids) for u, ids in sorted(plan.items())}
+
+
+def entry_windows(windowing, entry) -> list[str] | None:
+    """The labels of the windows a catalogued granule's time range reaches (None: the
+    catalog records no range for it)."""
+    from zagg.windows.assign import bounds, label, utc_ns, window_index
+
+    if entry.delta_time_min is None or entry.delta_time_max is None:
+        return None
+    span = np.array([entry.delta_time_min, entry.delta_time_max], np.float64)
+    if windowing.schedule != "explicit":
+        lo, hi = window_index(windowing, span).tolist()
+        return [label(windowing, i) for i in range(lo, hi + 1)]
+    t0, t1 = utc_ns(windowing, span)[0]
+    out = []
+    for i in range(len(windowing.windows)):
+        start, end = (np.datetime64(b, "ns") for b in bounds(windowing, i))
+        if start <= t1 and t0 < end:
+            out.append(label(windowing, i))
+    return out
+
+
+def source_ids(cfg, ds, from_config: bool) -> list[str] | None:
+    """The granule ids a run's points come from: the granules a Dataset was opened from
+    (``attrs["granules"]``), else for points the config names the generator's id or the
+    input file's name; None when unknown (a passed-in Dataset without granule ids)."""
+    if ds.attrs.get("granules"):
+        return [str(g) for g in ds.attrs["granules"]]
+    src = cfg.data_source
+    if from_config and src.synthetic is not None:
+        return [SYNTHETIC_ID]
+    if from_config and src.input is not None:
+        return [os.path.basename(str(src.input).rstrip("/"))]
+    return None
+
+
+def found_plan(
+    found_ids: dict[str, list[str]] | None,
+    shard_ids: list[str],
+    read_ids: list[str] | None,
+    recorded,
+) -> dict[str, list[str] | None]:
+    """The planned ids of the shards a full read found: the granules that fed each (or,
+    for a one-granule source, that granule), plus the ids its leaf recorded that the run
+    read again (a granule that touched the shard but kept no point in it last time)."""
+    read = set(read_ids or ())
+    out: dict[str, list[str] | None] = {}
+    for sid in shard_ids:
+        if found_ids is not None:
+            ids = set(found_ids.get(sid) or ())
+        elif read_ids is not None:
+            ids = set(read)
+        else:
+            out[sid] = None
+            continue
+        out[sid] = sorted(ids | (set(recorded(sid)) & read))
+    return out
