@@ -64,11 +64,10 @@ def open_with_stamp(href: str, storage_options: Mapping | None, block_size: int)
     import h5py
 
     if href.startswith("s3://"):
-        fs = s3_filesystem(storage_options or {})
-        with (
-            fs.open(href, "rb", block_size=block_size, cache_type="blockcache") as fobj,
-            h5py.File(fobj, "r") as f,
-        ):
+        from zagg.sources.remote_file import open_s3
+
+        # read on this thread: see zagg.sources.remote_file for the hang this avoids
+        with open_s3(href, storage_options, block_size) as fobj, h5py.File(fobj, "r") as f:
             details = getattr(fobj, "details", None) or {}
             yield f, (details.get("ETag"), details.get("size"))
     else:
