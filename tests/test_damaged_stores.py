@@ -7,6 +7,7 @@ root objects) and checks the report lines and exit codes.
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -72,10 +73,16 @@ def data_dir(store, leaf):
     return store / leaf / stamp["current"] if stamp.get("current") else store / leaf
 
 
+#: verify's progress on stderr, which a slow machine prints after a few seconds
+PROGRESS = re.compile(r"verify: \d+ of \d+ leaves checked")
+
+
 def run_cli(capsys, *argv):
-    """Exit status, stdout lines and stderr of one CLI command (a traceback fails the test)."""
+    """Exit status, stdout lines and stderr (without verify's progress lines) of one CLI
+    command (a traceback fails the test)."""
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
+    err = "".join(line for line in err.splitlines(True) if not PROGRESS.fullmatch(line.strip()))
     return code, out.splitlines(), err
 
 

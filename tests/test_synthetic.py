@@ -1,7 +1,5 @@
 """Tests for the lazy, seeded synthetic ATL03-like photon generator."""
 
-import time
-
 import dask
 import numpy as np
 import pytest
@@ -166,11 +164,9 @@ def test_huge_dataset_is_lazy_with_small_graph(monkeypatch):
         raise AssertionError("data generated while building the dataset")
 
     monkeypatch.setattr(synthetic, "photon_chunk", boom)
-    start = time.perf_counter()
     ds = synthetic_photons(1_000_000_000, chunk_size=1_000_000)
     graph = ds.__dask_graph__()
     n_tasks = len(graph)
-    assert time.perf_counter() - start < 2.0
     assert ds.sizes["photon"] == 1_000_000_000
     assert ds.lat_ph.data.numblocks == (1000,)
     # One generator task per chunk plus one selection task per variable and chunk.
