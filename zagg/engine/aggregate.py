@@ -341,7 +341,7 @@ def unit_shards(plan: Plan, units) -> np.ndarray:
         return units
     from zagg.windows.units import unpack
 
-    return np.unique(unpack(units, plan.shard_order)[0])
+    return np.unique(unpack(units, plan.grid.shard_order)[0])
 
 
 def unit_namer(plan: Plan):

@@ -22,7 +22,7 @@ lazy_package(
             "cells": ["DenseCells", "RaggedCells"],
             "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
             "hashes": ["array_digest", "combined_digest", "content_hashes"],
-            "layout": ["Geometry", "dggs_attrs"],
+            "layout": ["dggs_attrs"],
             "leaf": ["write_leaf", "write_leaf_cells"],
             "manifest": [
                 "ManifestConflictError",

@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.grid import Grid
 from zagg.hive import cells as cells_
 from zagg.hive import claims, coverage, encode, hashes, paths, stamp, stats, versions
 from zagg.hive.cells import DenseCells, RaggedCells
-from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
+from zagg.hive.layout import MORTON, FieldSpec, field_specs, template_documents
 from zagg.hive.parts import object_size
 from zagg.hive.storage import StoreRoot, as_root, background, dumps_json
 
@@ -56,7 +57,7 @@ def write_leaf(
     arguments are those of :func:`write_leaf_cells`, which writes the same bytes from the
     occupied cells alone.
     """
-    geometry = Geometry.from_grid(dict(grid))
+    geometry = Grid.from_dict(dict(grid))
     specs = field_specs(dict(fields), dict(kwargs.get("attrs") or {}))
     contents = _cells_from_arrays(shard_id, arrays, specs, geometry)
     return write_leaf_cells(root, shard_id, contents, fields, grid, **kwargs)
@@ -121,7 +122,7 @@ def write_leaf_cells(
     """
     t_start = time.perf_counter()
     root = as_root(root)
-    geometry = Geometry.from_grid(dict(grid))
+    geometry = Grid.from_dict(dict(grid))
     specs = field_specs(dict(fields), dict(attrs or {}))
     rel = paths.leaf_path(shard_id, window)
     if _grid.id_order(shard_id) != geometry.shard_order:
@@ -133,7 +134,7 @@ def write_leaf_cells(
     if granule_count is None:
         granule_count = 0 if ids is None else len(ids)
     _check_cells(shard_id, contents, specs, geometry)
-    occupied = cells_.occupied_ranks(contents.values(), geometry.n_cells)
+    occupied = cells_.occupied_ranks(contents.values(), geometry.cells_per_shard)
     cells_with_data = int(occupied.size)
     if cells_with_data == 0:
         return None
@@ -214,7 +215,7 @@ def _write(
 
     extra_bytes = 0
     bitmap_written = False
-    if window is not None and geometry.depth > 0 and cells_with_data == geometry.n_cells:
+    if window is not None and geometry.depth > 0 and cells_with_data == geometry.cells_per_shard:
         envelope = coverage.leaf_envelope(  # every cell occupied: no bitmap to read
             coverage.box_of_ranks(shard_id, occupied, geometry.depth),
             geometry.cell_order,
@@ -347,9 +348,9 @@ def _check_clearable(root: StoreRoot, rel: str) -> None:
             )
 
 
-def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Geometry):
+def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Grid):
     """Raise unless ``contents`` matches the fields: kinds, ranks, dtypes, row framing."""
-    n = geometry.n_cells
+    n = geometry.cells_per_shard
     missing = sorted(set(specs) - set(contents))
     extra = sorted(set(contents) - set(specs))
     if missing or extra:
@@ -392,11 +393,11 @@ def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry:
 
 
 def _cells_from_arrays(
-    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Geometry
+    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Grid
 ) -> dict:
     """The occupied cells of dense per-cell arrays (validated: names, shapes, dtypes, the
     cell law of a given ``morton``)."""
-    n = geometry.n_cells
+    n = geometry.cells_per_shard
     missing = sorted(set(specs) - set(arrays))
     extra = sorted(set(arrays) - set(specs) - {MORTON})
     if missing or extra:
@@ -460,7 +461,7 @@ def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     )
 
 
-def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> DenseCells:
+def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Grid) -> DenseCells:
     """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
     cell (those chunks are written whole), nothing elsewhere."""
     per = geometry.cells_per_chunk
@@ -533,7 +534,7 @@ def _write_chunks(
     out: _Unstamped,
     rel,
     shard_id,
-    geometry: Geometry,
+    geometry: Grid,
     specs,
     contents,
     occupied,
@@ -542,7 +543,7 @@ def _write_chunks(
     """Write every array's chunk objects (the stored ``morton`` unless ``morton`` is
     false); returns (digests by key, bytes, objects)."""
     group = str(geometry.cell_order)
-    n, k = geometry.n_cells, geometry.n_inner
+    n, k = geometry.cells_per_shard, geometry.inner_chunks
     arrays = [(MORTON, _morton_cells(shard_id, occupied, geometry), 0)] if morton else []
     arrays += [(name, contents[name], sp.fill_value) for name, sp in specs.items()]
     digests = {}

@@ -139,7 +139,7 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
     from zagg.sources.granules import catalog_entries
 
     catalog = catalog_entries(src)
-    p = cfg.grid.parent_order
+    p = cfg.grid.shard_order
     if catalog.order < p:
         return None
     wanted = None

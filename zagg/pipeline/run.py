@@ -141,9 +141,9 @@ def run(
     if region is not None or bbox is not None:
         from zagg.sources.regions import region_shards
 
-        shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.parent_order)
+        shards = region_shards(geojson=region, bbox=bbox, order=cfg.grid.shard_order)
     elif shards is not None:
-        shards = checked_shards(shards, cfg.grid.parent_order)
+        shards = checked_shards(shards, cfg.grid.shard_order)
     if source is None:
         check_source(cfg)
     else:
@@ -187,7 +187,7 @@ def run(
     if planned is not None:
         todo = gate.decide(planned)
         if not todo:  # the repo still catches up with leaves an earlier run left unindexed
-            done = gate.summary(time.perf_counter() - t0, cfg.grid.parent_order, timed)
+            done = gate.summary(time.perf_counter() - t0, cfg.grid.shard_order, timed)
             after_run(cfg, done, store, options, run_id)
             return chain_sweep(cfg, done, store, options, sweep)
         # read only the shards and granules of the units to write

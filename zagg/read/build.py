@@ -15,7 +15,8 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
-from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.grid import Grid
+from zagg.hive.layout import CELL_DIM, MORTON
 from zagg.hive.loaders import load_field, load_morton
 from zagg.hive.schema import Field
 from zagg.read.leaves import Leaf
@@ -66,7 +67,7 @@ def dataset(
     manifest: dict,
     leaves: list[Leaf],
     fields: dict[str, Field],
-    geometry: Geometry,
+    geometry: Grid,
     group_attrs: dict,
     morton_attrs: dict,
     *,
@@ -83,7 +84,7 @@ def dataset(
 
     group = str(geometry.cell_order)
     if dense:
-        chunks = ((geometry.n_cells,) * len(leaves),)
+        chunks = ((geometry.cells_per_shard,) * len(leaves),)
     else:
         chunks = (tuple(int(leaf.ranks.size) for leaf in leaves),)
     data_vars = {}
@@ -159,12 +160,12 @@ def cell_ids_attrs(cell_order: int) -> dict:
 
 
 def zagg_attrs(
-    manifest: dict, geometry: Geometry, leaves: list[Leaf], fields: dict[str, Field], *, dense: bool
+    manifest: dict, geometry: Grid, leaves: list[Leaf], fields: dict[str, Field], *, dense: bool
 ) -> dict:
     """The ``zagg`` attrs block of a read (the engine's shape: ``shard_cells`` gives a
     sparse read's cells per leaf)."""
     out = {
-        "grid": geometry.as_grid(),
+        "grid": geometry.as_dict(),
         "shards": [leaf.shard_id for leaf in leaves],
         "fields": {
             name: {

@@ -19,8 +19,9 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
+from zagg.grid import Grid
 from zagg.hive import verify as _verify
-from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.hive.layout import CELL_DIM, MORTON
 from zagg.hive.loaders import checked_meta, load_morton
 from zagg.hive.schema import TIME, array_meta, check_array, held, schema
 from zagg.read import build as _build
@@ -32,7 +33,7 @@ def open_raster(
     manifest: dict,
     leaves: list,
     arrays: dict,
-    geom: Geometry,
+    geom: Grid,
     group_attrs: dict,
     *,
     dense: bool,
@@ -71,7 +72,7 @@ def open_raster(
         for v, _, _ in axes[: len(leaves)]
     ]
     if dense:
-        sizes = (geom.n_cells,) * len(leaves)
+        sizes = (geom.cells_per_shard,) * len(leaves)
     else:
         sizes = tuple(int(leaf.ranks.size) for leaf in leaves)
     chunks = ((time_values.size,), sizes)
