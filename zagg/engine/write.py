@@ -22,12 +22,14 @@ import numpy as np
 from zagg import grid as G
 from zagg import hive
 from zagg.checks.arguments import require_dataset
+from zagg.config.store import StoreSpec
 from zagg.engine import progress as progress_
 from zagg.engine.combine import Shards, block_tasks, shard_priorities
+from zagg.engine.facts import RunFacts
 from zagg.engine.manifest import ensure_store
 from zagg.engine.shards import ShardCells, from_sparse
 from zagg.engine.summary import RunSummary
-from zagg.engine.temporal import run_windowing, temporal_record, unit_window
+from zagg.engine.temporal import temporal_record, unit_window
 from zagg.hive.coverage import finish_root_coverage
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
 from zagg.hive.versions import new_run_id, new_version
@@ -53,6 +55,7 @@ class LeafWriter:
     versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
     windowing: object = None  # the zagg.windows.Windowing of a windowed run
+    timed: tuple[str, ...] = ()  # fields keeping per-centroid times (temporal records)
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then (with its sidecars, while
@@ -80,7 +83,7 @@ class LeafWriter:
             run_id=self.run_id,
             window=window,
             time_range=time_range,
-            temporal=temporal_record(self.fields, sc),
+            temporal=temporal_record(self.timed, sc),
             derived=lambda record: self.write_column(shard_id, sc, record, window),
         )
 
@@ -127,8 +130,7 @@ def to_hive(
     t0 = time.perf_counter() if t_start is None else t_start
     shards = shards_from_dataset(ds)
     if leaf_versions is None:
-        output = (shards.meta.get("config") or {}).get("output") or {}
-        leaf_versions = bool(output.get("leaf_versions", True))
+        leaf_versions = shards.spec.leaf_versions
     return write_shards(
         shards,
         store,
@@ -235,26 +237,27 @@ def prepare_write(
     """Check the store, write its manifest and build one write task per shard (see
     :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
-    z = shards.meta
+    spec, facts = shards.spec, shards.facts
     root = hive.StoreRoot(store, storage_options)
     # a store empty when this run began may still gain another run's leaves meanwhile, so
     # every in-place object (an unversioned leaf, a column) is cleared before it is written
     hive.check_store_root(root, MANIFEST_KEY)
-    semantic = ensure_store(root, z)["semantic_hash"]
-    failed = z.get("failed_granules") or []
+    semantic = ensure_store(root, spec)["semantic_hash"]
+    failed = list(facts.failed_granules)
     run_id = run_id or new_run_id()
     writer = LeafWriter(
         root,
-        {n: dict(z["fields"][n]) for n in shards.arrays},
-        z["grid"],
+        {n: dict(f) for n, f in spec.fields.items()},
+        spec.grid.as_dict(),
         shards.attrs,
         semantic,
-        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
+        facts.unit_granules(),
         {"failed_granules": failed} if failed else None,
         run_id,
         versioned,
-        pyramid_declaration(z),
-        run_windowing(z),
+        spec.pyramid,
+        spec.windowing,
+        spec.timed,
     )
     tasks = []
     if shards.words.size:
@@ -268,20 +271,12 @@ def prepare_write(
             )
         tasks = block_tasks(records)
     info = {
-        "points": (z.get("points") or {}).get("keyed"),
-        "point_counts": z.get("points"),
-        "granules": len(z["granules"]) if "granules" in z else None,
+        "points": (facts.points or {}).get("keyed"),
+        "point_counts": facts.points,
+        "granules": None if facts.granules is None else len(facts.granules),
         "failed": failed,
     }
-    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0, run_id)
-
-
-def pyramid_declaration(z: dict):
-    """The pyramid the run's config declares (its leaf columns are written by the leaf
-    tasks); None when declared off."""
-    from zagg.pyramid.declare import of_zattrs
-
-    return of_zattrs(z)
+    return HiveWrite(root, shards.shard_ids, spec.grid.shard_order, tasks, info, t0, run_id)
 
 
 # -- a Dataset back into shards ------------------------------------------------------------
@@ -294,7 +289,8 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
         raise ValueError(
             "to_hive needs a Dataset made by zagg.aggregate (its attrs['zagg'] block is missing)"
         )
-    names = list(z["fields"])
+    spec = StoreSpec.from_attrs(z)
+    names = list(spec.fields)
     missing = [n for n in names if n not in ds.variables]
     if missing:
         raise ValueError(
@@ -308,19 +304,17 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
             "to_hive needs the Dataset's 'morton' coordinate of cell words on "
             "dimension 'cells' (zagg.aggregate makes it)"
         )
-    arrays = {
-        n: (z["fields"][n]["kind"], z["fields"][n]["dtype"], z["fields"][n]["fill_value"])
-        for n in names
-    }
+    arrays = spec.arrays
     for n in names:
         _check_array(ds[n], n, *arrays[n])
-    p, c = z["grid"]["parent_order"], z["grid"]["child_order"]
+    p, c = spec.grid.shard_order, spec.grid.cell_order
     morton = np.asarray(ds["morton"].values)
     if morton.size and np.any(morton[1:] <= morton[:-1]):
         ds = ds.sortby("morton")
         morton = np.asarray(ds["morton"].values)
     words, sizes = _shard_runs(morton, p, c)
-    _check_whole_shards(z, words, sizes)
+    facts = RunFacts.from_attrs(z)
+    _check_whole_shards(facts, words, sizes)
     ds = ds.chunk({"cells": tuple(sizes) if sizes else -1})
     attrs = {n: dict(ds[n].attrs) for n in names}
     attrs["morton"] = dict(ds["morton"].attrs)
@@ -340,9 +334,8 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
         name=layer_name(DATASET_CELLS, [ds[n].data.name for n in names], morton),
     )
     prio = shard_priorities(sizes, len(words))
-    meta = {k: v for k, v in z.items()}
-    meta["shards"] = G.to_decimal(np.asarray(words, np.uint64))
-    return Shards(cells, np.asarray(words, np.uint64), meta, arrays, attrs, prio, sizes, morton)
+    facts.shards = G.to_decimal(np.asarray(words, np.uint64))
+    return Shards(cells, np.asarray(words, np.uint64), spec, facts, attrs, prio, sizes, morton)
 
 
 def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
@@ -363,10 +356,10 @@ def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
         )
 
 
-def _check_whole_shards(z: dict, words: list[int], sizes: list[int]) -> None:
+def _check_whole_shards(facts: RunFacts, words: list[int], sizes: list[int]) -> None:
     """Refuse a Dataset holding only some cells of a shard it was made with: a leaf holds
     every cell of its shard, so writing a selection would lose the others."""
-    made = dict(zip(z.get("shards") or [], z.get("shard_cells") or [], strict=False))
+    made = dict(zip(facts.shards, facts.shard_cells or [], strict=False))
     for sid, size in zip(G.to_decimal(np.asarray(words, np.uint64)), sizes, strict=True):
         if sid in made and size != made[sid]:
             raise ValueError(

@@ -11,7 +11,8 @@ from zagg import hive
 from zagg.checks.arguments import require_dataset
 from zagg.cluster.clients import cluster_for, connected
 from zagg.config.model import Config, ConfigError, load_config
-from zagg.engine.manifest import check_store, manifest_for
+from zagg.config.store import StoreSpec
+from zagg.engine.manifest import check_store
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.versions import new_run_id
 from zagg.pyramid.icechunk import after_run, enabled
@@ -155,14 +156,10 @@ def run(
             "config's data_source.input",
         )
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
-    probe = {
-        "grid": cfg.grid.as_dict(),
-        "config": cfg.raw,
-        "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version},
-    }
+    spec = StoreSpec.of(cfg)
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
-    check_store(root, probe)
+    check_store(root, spec)
     from zagg.pipeline.gate import RunGate, catalog_plan, found_plan, source_ids
     from zagg.pipeline.reruns import recorded_ids, unit_of
     from zagg.pipeline.watch import check_watch, watching
@@ -174,7 +171,7 @@ def run(
         if overwrite
         else RunGate(
             root,
-            manifest_for(probe)["semantic_hash"],
+            spec.semantic_hash,
             run_id,
             allow_contraction,
             column=cfg.output.pyramid is not None,
@@ -237,7 +234,9 @@ def run(
                         )
                     )
 
-            shards_ = shard_collection(ds, cfg, shards=shards, progress=progress, select=select)
+            shards_ = shard_collection(
+                ds, cfg, shards=shards, progress=progress, select=select, spec=spec
+            )
             record_granules(shards_, planned, ids)
             summary = write_shards(
                 shards_,
@@ -296,14 +295,14 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
     plan, the planned ids of its shard that were read (a granule that failed to read is
     left out, so the next run retries it); else the granules that fed it, or the one
     granule a single-granule source is."""
-    meta = shards.meta
-    failed = {f.get("granule") for f in meta.get("failed_granules") or ()}
+    facts = shards.facts
+    failed = {f.get("granule") for f in facts.failed_granules}
     if planned is not None:
-        meta["shard_granules"] = {
+        facts.shard_granules = {
             u: [i for i in planned.get(u, ()) if i not in failed] for u in shards.unit_names
         }
-    elif meta.get("shard_granules") is None and ids is not None:
-        meta["shard_granules"] = {u: list(ids) for u in shards.unit_names}
+    elif facts.shard_granules is None and ids is not None:
+        facts.shard_granules = {u: list(ids) for u in shards.unit_names}
 
 
 #: how often a run's chained sweep asks again for a lease another sweep holds
