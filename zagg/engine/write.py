@@ -31,8 +31,9 @@ from zagg.engine.shards import ShardCells, from_sparse
 from zagg.engine.summary import RunSummary
 from zagg.engine.temporal import temporal_record, unit_window
 from zagg.hive.coverage import finish_root_coverage
+from zagg.hive.leaf import LeafSpec, ShardLeaf, write_shard_leaf
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
-from zagg.hive.versions import new_run_id, new_version
+from zagg.hive.versions import new_run_id
 from zagg.stages import DATASET_CELLS, WRITE_LEAF, layer_name
 
 if TYPE_CHECKING:
@@ -41,21 +42,40 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LeafWriter:
-    """What every leaf-write task shares: the store, the fields and their attrs, the grid,
-    the semantic hash and per-shard granule ids."""
+    """What every leaf-write task shares: the leaf record (built once from the store spec),
+    each unit's granule ids, the pyramid declaration and the window schedule."""
 
-    root: hive.StoreRoot
-    fields: dict
-    grid: dict
-    attrs: dict
-    semantic_hash: str
-    shard_granules: dict | None  # None: granules were not tracked
-    stats_extra: dict | None
-    run_id: str
-    versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
+    leaf: LeafSpec
+    unit_granules: dict | None  # leaf stem → granule ids (None: granules were not tracked)
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
     windowing: object = None  # the zagg.windows.Windowing of a windowed run
     timed: tuple[str, ...] = ()  # fields keeping per-centroid times (temporal records)
+
+    @classmethod
+    def of(
+        cls,
+        spec: StoreSpec,
+        facts: RunFacts,
+        root: hive.StoreRoot,
+        attrs: dict,
+        *,
+        run_id: str,
+        versioned: bool,
+    ) -> LeafWriter:
+        """The writer of a store spec's leaves into ``root``, with the arrays' zarr
+        ``attrs`` and the run's facts (granules, failed granules)."""
+        failed = list(facts.failed_granules)
+        leaf = LeafSpec.of(
+            root,
+            spec.fields,
+            spec.grid,
+            attrs,
+            semantic_hash=spec.semantic_hash,
+            run_id=run_id,
+            versioned=versioned,
+            stats_extra={"failed_granules": failed} if failed else None,
+        )
+        return cls(leaf, facts.unit_granules(), spec.pyramid, spec.windowing, spec.timed)
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then (with its sidecars, while
@@ -65,38 +85,27 @@ class LeafWriter:
         window, time_range = unit_window(self.windowing, sc)
         ids = (
             None
-            if self.shard_granules is None
-            else self.shard_granules.get(leaf_stem(shard_id, window))
+            if self.unit_granules is None
+            else self.unit_granules.get(leaf_stem(shard_id, window))
         )
-        return hive.write_leaf_cells(
-            self.root,
+        leaf = ShardLeaf(
             shard_id,
             sc.contents,
-            self.fields,
-            self.grid,
-            attrs=self.attrs,
-            granule_count=None if ids is not None else 0,
             granule_ids=ids,
-            semantic_hash=self.semantic_hash,
-            stats_extra=self.stats_extra,
-            version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id,
             window=window,
             time_range=time_range,
             temporal=temporal_record(self.timed, sc),
-            derived=lambda record: self.write_column(shard_id, sc, record, window),
+        )
+        return write_shard_leaf(
+            self.leaf, leaf, derived=lambda record: self.write_column(leaf, record)
         )
 
-    def write_column(
-        self, shard_id: str, sc: ShardCells, record: dict | None, window: str | None = None
-    ) -> dict | None:
+    def write_column(self, leaf: ShardLeaf, record: dict | None) -> dict | None:
         """The leaf column (a windowed leaf's: its window's), after the leaf's stamp
         (:mod:`zagg.pyramid.column`)."""
         from zagg.pyramid.column import after_leaf
 
-        return after_leaf(
-            self.root, shard_id, sc.contents, record, self.pyramid, self.fields, self.attrs, window
-        )
+        return after_leaf(self.leaf, leaf, record, self.pyramid)
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:
@@ -242,23 +251,11 @@ def prepare_write(
     # a store empty when this run began may still gain another run's leaves meanwhile, so
     # every in-place object (an unversioned leaf, a column) is cleared before it is written
     hive.check_store_root(root, MANIFEST_KEY)
-    semantic = ensure_store(root, spec)["semantic_hash"]
-    failed = list(facts.failed_granules)
     run_id = run_id or new_run_id()
-    writer = LeafWriter(
-        root,
-        {n: dict(f) for n, f in spec.fields.items()},
-        spec.grid.as_dict(),
-        shards.attrs,
-        semantic,
-        facts.unit_granules(),
-        {"failed_granules": failed} if failed else None,
-        run_id,
-        versioned,
-        spec.pyramid,
-        spec.windowing,
-        spec.timed,
-    )
+    writer = LeafWriter.of(
+        spec, facts, root, shards.attrs, run_id=run_id, versioned=versioned
+    )  # the leaf record is checked before the store's manifest is written
+    semantic = ensure_store(root, spec)["semantic_hash"]
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
@@ -274,7 +271,7 @@ def prepare_write(
         "points": (facts.points or {}).get("keyed"),
         "point_counts": facts.points,
         "granules": None if facts.granules is None else len(facts.granules),
-        "failed": failed,
+        "failed": list(facts.failed_granules),
     }
     return HiveWrite(root, shards.shard_ids, spec.grid.shard_order, tasks, info, t0, run_id)
 

@@ -23,7 +23,7 @@ lazy_package(
             "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
             "hashes": ["array_digest", "combined_digest", "content_hashes"],
             "layout": ["dggs_attrs"],
-            "leaf": ["write_leaf", "write_leaf_cells"],
+            "leaf": ["LeafSpec", "ShardLeaf", "write_leaf", "write_leaf_cells", "write_shard_leaf"],
             "manifest": [
                 "ManifestConflictError",
                 "build_manifest",
