@@ -98,7 +98,9 @@ def measure(n: int, reps: int) -> dict:
             c["lon_ph"].take(k),
         ),
         "key_chunk": lambda i, c: key_chunk(plan, c),
-        "group by cell": lambda i, c: segments.group_cells(keyed[i].cell_words, plan.grid.cell_order),
+        "group by cell": lambda i, c: segments.group_cells(
+            keyed[i].cell_words, plan.grid.cell_order
+        ),
         "digest build": lambda i, c: tdigest.build(
             keyed[i].addressed("h_ph"),
             keyed[i].grouping.offsets,
