@@ -104,16 +104,6 @@ def run(
     (:class:`Executor`).
     """
     t0 = time.perf_counter()
-    executor = Executor(
-        scheduler=scheduler,
-        workers=workers,
-        threads=threads,
-        memory_limit=memory_limit,
-        progress=progress,
-        dashboard=dashboard,
-        performance_report=performance_report,
-        timings=timings,
-    )
     plan = plan_run(
         config,
         store=store,
@@ -126,6 +116,16 @@ def run(
         sweep=sweep,
         overwrite=overwrite,
         allow_contraction=allow_contraction,
+    )
+    executor = Executor(
+        scheduler=scheduler,
+        workers=workers,
+        threads=threads,
+        memory_limit=memory_limit,
+        progress=progress,
+        dashboard=dashboard,
+        performance_report=performance_report,
+        timings=timings,
     )
     return executor.execute(plan, t_start=t0)
 
