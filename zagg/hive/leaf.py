@@ -425,9 +425,9 @@ def _check_clearable(root: StoreRoot, rel: str) -> None:
             )
 
 
-def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Grid):
+def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], grid: Grid):
     """Raise unless ``contents`` matches the fields: kinds, ranks, dtypes, row framing."""
-    n = geometry.cells_per_shard
+    n = grid.cells_per_shard
     missing = sorted(set(specs) - set(contents))
     extra = sorted(set(contents) - set(specs))
     if missing or extra:
@@ -470,11 +470,11 @@ def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry:
 
 
 def _cells_from_arrays(
-    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Grid
+    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], grid: Grid
 ) -> dict:
     """The occupied cells of dense per-cell arrays (validated: names, shapes, dtypes, the
     cell law of a given ``morton``)."""
-    n = geometry.cells_per_shard
+    n = grid.cells_per_shard
     missing = sorted(set(specs) - set(arrays))
     extra = sorted(set(arrays) - set(specs) - {MORTON})
     if missing or extra:
@@ -501,7 +501,7 @@ def _cells_from_arrays(
     if MORTON in arrays:
         given = np.asarray(arrays[MORTON])
         law = _grid.shard_cell_words(
-            _grid.from_decimal(shard_id)[0], geometry.shard_order, geometry.cell_order
+            _grid.from_decimal(shard_id)[0], grid.shard_order, grid.cell_order
         )
         if given.shape != (n,) or not np.array_equal(given.astype(np.uint64), law):
             raise ValueError(
@@ -538,14 +538,14 @@ def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     )
 
 
-def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Grid) -> DenseCells:
+def _morton_cells(shard_id: str, occupied: np.ndarray, grid: Grid) -> DenseCells:
     """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
     cell (those chunks are written whole), nothing elsewhere."""
-    per = geometry.cells_per_chunk
+    per = grid.cells_per_chunk
     chunks = np.unique(occupied // per)
     ranks = (chunks[:, None] * per + np.arange(per, dtype=np.int64)).ravel()
     word = _grid.from_decimal(shard_id)[0]
-    p, c = geometry.shard_order, geometry.cell_order
+    p, c = grid.shard_order, grid.cell_order
     if c > 27:
         words = _grid.shard_cell_words(word, p, c)[ranks]
     else:

@@ -247,11 +247,11 @@ def held(values: np.ndarray, fill) -> np.ndarray:
     return values != values.dtype.type(fill)
 
 
-def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: str) -> Grid:
+def leaf_grid(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: str) -> Grid:
     """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""
     p, c = manifest["shard_order"], manifest["cell_order"]
     if MORTON not in arrays and manifest.get("temporal") is not None and arrays:
-        return _derived_geometry(arrays, p, c, where)
+        return _derived_grid(arrays, p, c, where)
     if MORTON not in arrays:
         raise ValueError(
             f"leaf {where} has no {group}/morton array: an unwindowed leaf must store its "
@@ -269,7 +269,7 @@ def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: st
     return Grid(p, chunk_order, c, morton.sharded or chunk_order == p)
 
 
-def _derived_geometry(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) -> Grid:
+def _derived_grid(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) -> Grid:
     """A windowed leaf's orders from its field arrays (it stores no ``morton``: the
     coordinate is derived, spec §1.5)."""
     name = next((k for k in sorted(arrays) if arrays[k].dtype.kind != "O"), sorted(arrays)[0])

@@ -248,7 +248,7 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
         got = [leaf for leaf in pool.map(occupancy, stamped) if leaf.ranks.size]
     if not got and reg is None:
         warnings.warn(f"level {r} of {root.url}: its {role}s hold no cell", stacklevel=3)
-    geom = Grid(k, r, r, True)
+    grid = Grid(k, r, r, True)
     parts = [_leaves.cell_words(leaf.shard_id, k, r, leaf.ranks) for leaf in got]
     words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     token = tokenize(
@@ -262,7 +262,7 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
         manifest,
         got,
         fields,
-        geom,
+        grid,
         group_attrs,
         dict(arrays[MORTON].attrs),
         dense=False,

@@ -33,7 +33,7 @@ def open_raster(
     manifest: dict,
     leaves: list,
     arrays: dict,
-    geom: Grid,
+    grid: Grid,
     group_attrs: dict,
     *,
     dense: bool,
@@ -43,7 +43,7 @@ def open_raster(
     """The Dataset of raster ``leaves`` on ``(time, cells)`` (see the module docstring)."""
     import xarray as xr
 
-    group = str(geom.cell_order)
+    group = str(grid.cell_order)
     fields = schema(arrays)
     if not dense:
         leaves = [
@@ -72,7 +72,7 @@ def open_raster(
         for v, _, _ in axes[: len(leaves)]
     ]
     if dense:
-        sizes = (geom.cells_per_shard,) * len(leaves)
+        sizes = (grid.cells_per_shard,) * len(leaves)
     else:
         sizes = tuple(int(leaf.ranks.size) for leaf in leaves)
     chunks = ((time_values.size,), sizes)
@@ -109,7 +109,7 @@ def open_raster(
         if not leaves:
             data = data.reshape(time_values.size, 0)
         data_vars[name] = ((TIME, CELL_DIM), data, dict(field.attrs))
-    p, c = geom.shard_order, geom.cell_order
+    p, c = grid.shard_order, grid.cell_order
     if dense:
         tasks = [
             (
@@ -157,7 +157,7 @@ def open_raster(
     if not dense:
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
-    ds.attrs["zagg"] = _build.zagg_attrs(manifest, geom, leaves, fields, dense=dense)
+    ds.attrs["zagg"] = _build.zagg_attrs(manifest, grid, leaves, fields, dense=dense)
     ds.attrs["morton_hive"] = {
         k: manifest[k]
         for k in ("spec", "cell_order", "shard_order", "semantic_hash")
