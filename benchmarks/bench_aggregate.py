@@ -67,11 +67,11 @@ def measure(n: int, threads: int, reps: int, region=None) -> dict:
     t_geo, _ = best_of(lambda: mortie.geo2mort(lat_ok, lon_ok), reps)
 
     def keying():
-        c, _ = G.cell_words(lat, lon, plan.cell_order)
-        return c, G.ancestor(c, plan.shard_order)
+        c, _ = G.cell_words(lat, lon, plan.grid.cell_order)
+        return c, G.ancestor(c, plan.grid.shard_order)
 
     t_key, _ = best_of(keying, reps)
-    t_geo_c, _ = best_of(lambda: mortie.geo2mort(lat_ok, lon_ok, order=plan.cell_order), reps)
+    t_geo_c, _ = best_of(lambda: mortie.geo2mort(lat_ok, lon_ok, order=plan.grid.cell_order), reps)
 
     def reduce_combine():
         results = [reduce_chunk(plan, *ch) for ch in chunks]
@@ -85,7 +85,7 @@ def measure(n: int, threads: int, reps: int, region=None) -> dict:
     finalize_all(combined)
     t_agg, combined = best_of(reduce_combine, reps)
     t_key_chunks, _ = best_of(
-        lambda: [G.cell_words(c[0], c[1], plan.cell_order) for c in chunks], reps
+        lambda: [G.cell_words(c[0], c[1], plan.grid.cell_order) for c in chunks], reps
     )
     t_fin, _ = best_of(lambda: finalize_all(combined), reps)
     n_shards = len(combined)

@@ -92,13 +92,15 @@ def measure(n: int, reps: int) -> dict:
 
     kept_ll = [(c["lat_ph"][keep_of(c)], c["lon_ph"][keep_of(c)]) for c in chunks]
     stages = {
-        "geo2mort": lambda i, c: mortie.geo2mort(*kept_ll[i], order=plan.cell_order),
+        "geo2mort": lambda i, c: mortie.geo2mort(*kept_ll[i], order=plan.grid.cell_order),
         "filter + keep": lambda i, c: (
             c["lat_ph"].take(k := np.flatnonzero(keep_of(c))),
             c["lon_ph"].take(k),
         ),
         "key_chunk": lambda i, c: key_chunk(plan, c),
-        "group by cell": lambda i, c: segments.group_cells(keyed[i].cell_words, plan.cell_order),
+        "group by cell": lambda i, c: segments.group_cells(
+            keyed[i].cell_words, plan.grid.cell_order
+        ),
         "digest build": lambda i, c: tdigest.build(
             keyed[i].addressed("h_ph"),
             keyed[i].grouping.offsets,

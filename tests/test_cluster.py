@@ -43,11 +43,11 @@ def test_a_run_reaches_its_cluster_start_without_the_heavy_imports(tmp_path):
 import json, pathlib, sys
 import zagg
 from zagg import hive
+from zagg.config.store import StoreSpec
 from zagg.engine.manifest import manifest_for
 cfg = zagg.load_config(pathlib.Path({str(cfg)!r}))
-probe = {{"grid": cfg.grid.as_dict(), "config": cfg.raw,
-          "dataset": {{"short_name": cfg.output.short_name, "version": cfg.output.version}}}}
-hive.check_manifest(hive.StoreRoot({str(tmp_path / "store")!r}, {{}}), manifest_for(probe))
+spec = StoreSpec.of(cfg)
+hive.check_manifest(hive.StoreRoot({str(tmp_path / "store")!r}, {{}}), manifest_for(spec))
 print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))))
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -135,8 +135,8 @@ def test_a_loaded_config_is_read_only_and_survives_pickling():
     edited = cfg.raw
     edited["output"]["grid"]["child_order"] = 18
     del edited["aggregation"]["variables"]["h_mean"]
-    assert cfg.raw == BASE and cfg.grid.child_order == 19
-    assert load_config(edited).grid.child_order == 18  # the documented way to change one
+    assert cfg.raw == BASE and cfg.grid.cell_order == 19
+    assert load_config(edited).grid.cell_order == 18  # the documented way to change one
     again = pickle.loads(pickle.dumps(cfg))
     assert again.raw == BASE and again.fields["h_tdigest"] == cfg.fields["h_tdigest"]
     with pytest.raises(TypeError, match="read-only"):
@@ -169,7 +169,7 @@ def test_yaml_text_and_packaged_configs_load():
         "  grid: {parent_order: 3, child_order: 6}\n"
     )
     cfg = load_config(text)
-    assert cfg.grid.chunk_inner == 6  # default: min(child, parent + 4)
+    assert cfg.grid.chunk_order == 6  # default: min(child, parent + 4)
     configs = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
     assert configs, "packaged configs are missing"
     for path in configs:

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 import zagg
-from zagg.engine.manifest import manifest_for
+from zagg.config.store import StoreSpec
 
 SECRET = "s3cr3t-value-0123"
 
@@ -63,14 +63,7 @@ def test_secrets_are_masked_in_reprs_and_in_the_attrs_a_notebook_shows():
 
 def test_where_and_how_points_are_fetched_is_not_part_of_the_store_identity():
     def hash_of(raw):
-        cfg = zagg.load_config(raw)
-        return manifest_for(
-            {
-                "grid": cfg.grid.as_dict(),
-                "config": cfg.raw,
-                "dataset": {"short_name": "X", "version": "1"},
-            }
-        )["semantic_hash"]
+        return StoreSpec.of(zagg.load_config(raw)).semantic_hash
 
     base = hash_of(_config())
     assert hash_of(_config(secret="rotated-key-456")) == base

@@ -29,18 +29,10 @@ def strata(pyramid=..., sweep=None, grid=None):
 
 
 def manifest_of(raw):
-    from zagg.engine.aggregate import fields_block
+    from zagg.config.store import StoreSpec
     from zagg.engine.manifest import manifest_for
 
-    cfg = zagg.load_config(raw)
-    return manifest_for(
-        {
-            "grid": cfg.grid.as_dict(),
-            "fields": fields_block(cfg),
-            "dataset": {"short_name": cfg.output.short_name, "version": "007"},
-            "config": cfg.raw,
-        }
-    )
+    return manifest_for(StoreSpec.of(zagg.load_config(raw)))
 
 
 # -- the ladder ----------------------------------------------------------------------------

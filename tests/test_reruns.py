@@ -10,7 +10,7 @@ import xarray as xr
 
 import zagg
 from zagg import hive
-from zagg.engine.manifest import manifest_for
+from zagg.config.store import StoreSpec
 from zagg.hive import paths
 from zagg.pipeline import reruns
 
@@ -56,14 +56,7 @@ def store(tmp_path):
 
 
 def semantic(cfg=None):
-    cfg = zagg.load_config(cfg or config())
-    return manifest_for(
-        {
-            "grid": cfg.grid.as_dict(),
-            "config": cfg.raw,
-            "dataset": {"short_name": cfg.output.short_name, "version": cfg.output.version},
-        }
-    )["semantic_hash"]
+    return StoreSpec.of(zagg.load_config(cfg or config())).semantic_hash
 
 
 def test_an_unchanged_plan_is_current_everywhere(store):

@@ -1,4 +1,9 @@
-"""HEALPix morton grid on mortie: point words, cell and shard words, decimal ids, hive paths.
+"""HEALPix morton grid on mortie: a store's orders, point words, cell and shard words,
+decimal ids, hive paths.
+
+:class:`Grid` is the one description of a store's orders (shards, inner chunks, cells) that
+the config, the plan, the leaf writer and the readers share; its :meth:`Grid.as_dict` is the
+serialized form (the config's ``output.grid`` keys, a Dataset's ``attrs["zagg"]["grid"]``).
 
 mortie is the only authority for cell identity: every word comes from mortie's ``geo2mort``
 (mortie's default authalic latitude), as an order-29 point word or, where no point word is
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +33,87 @@ WGS84_INVERSE_FLATTENING = 298.257223563
 _U64 = np.uint64
 _ID_RE = re.compile(r"^-?[1-6][1-4]*$")
 _WINDOW_RE = re.compile(r"^[0-9A-Za-z-]{1,32}$")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The orders of a store: shards (``p``), inner chunks and cells (``c``), with
+    ``0 <= p <= chunk_order <= c``; ``sharded`` puts a leaf's dense inner chunks in one
+    sharding object. Serialized (:meth:`as_dict`) under the config's names: ``parent_order``,
+    ``chunk_inner``, ``child_order``."""
+
+    shard_order: int
+    chunk_order: int
+    cell_order: int
+    sharded: bool = True
+
+    @classmethod
+    def from_dict(cls, block) -> Grid:
+        """The grid of a serialized ``{type, parent_order, chunk_inner, child_order,
+        sharded}`` block, validated (a ValueError names what is wrong)."""
+        if block.get("type", "healpix") != "healpix":
+            raise ValueError(f"hive stores need a healpix grid, got type {block.get('type')!r}")
+        try:
+            p, k, c = (int(block[key]) for key in ("parent_order", "chunk_inner", "child_order"))
+        except KeyError as exc:
+            raise ValueError(f"grid block is missing {exc.args[0]!r}") from None
+        if not 0 <= p <= k <= c <= MAX_ORDER:
+            raise ValueError(
+                f"grid orders must satisfy 0 <= parent_order ({p}) <= chunk_inner ({k}) "
+                f"<= child_order ({c}) <= {MAX_ORDER}"
+            )
+        return cls(p, k, c, bool(block.get("sharded", True)))
+
+    def as_dict(self) -> dict:
+        """The serialized block (the config's ``output.grid`` keys)."""
+        return {
+            "type": "healpix",
+            "parent_order": self.shard_order,
+            "chunk_inner": self.chunk_order,
+            "child_order": self.cell_order,
+            "sharded": self.sharded,
+        }
+
+    @property
+    def depth(self) -> int:
+        """Orders from a shard down to its cells (``c - p``)."""
+        return self.cell_order - self.shard_order
+
+    @property
+    def cells_per_shard(self) -> int:
+        """Cells of one shard (a leaf's length): ``4**(c - p)``."""
+        return 4**self.depth
+
+    @property
+    def inner_chunks(self) -> int:
+        """K, the inner chunks of one leaf: ``4**(chunk_order - p)``."""
+        return 4 ** (self.chunk_order - self.shard_order)
+
+    @property
+    def cells_per_chunk(self) -> int:
+        return 4 ** (self.cell_order - self.chunk_order)
+
+    @property
+    def dense_sharded(self) -> bool:
+        """Whether a leaf's dense arrays are one sharding object (sharded, K > 1)."""
+        return self.sharded and self.inner_chunks > 1
+
+    @property
+    def ragged_sharded(self) -> bool:
+        """Whether a leaf's ragged arrays are one sharding object (K > 1)."""
+        return self.inner_chunks > 1
+
+    def shard_of(self, words) -> np.ndarray:
+        """The shard words of cell (or point) ``words``."""
+        return ancestor(words, self.shard_order)
+
+    def shard_cells(self, shard_word) -> np.ndarray:
+        """The cell words of one shard, in nested order (:func:`shard_cell_words`)."""
+        return shard_cell_words(shard_word, self.shard_order, self.cell_order)
+
+    def ranks(self, cells, shard_word) -> np.ndarray:
+        """Each cell word's index on its shard's cells axis (:func:`cell_rank`)."""
+        return cell_rank(cells, shard_word, self.shard_order, self.cell_order)
 
 
 def pin_threads(n: int = 1) -> None:

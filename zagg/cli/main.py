@@ -1,4 +1,5 @@
-"""Command line: ``python -m zagg run | sweep | demo | inspect | verify``."""
+"""Command line: ``python -m zagg run | sweep | demo | inspect | verify`` and the rest
+(``python -m zagg --help`` lists them; ``zagg run --plan`` prints a run's plan)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 
 
 def _cmd_run(args) -> int:
+    if args.plan:
+        return _print_plan(args)
     from zagg.pipeline.run import run
 
     knobs = {
@@ -36,6 +39,26 @@ def _cmd_run(args) -> int:
         with _connected(args) as client:
             summary = run(args.config, scheduler=client, timings=True, **knobs)
     print("\n".join(summary.lines()))
+    return 0
+
+
+def _print_plan(args) -> int:
+    """``zagg run --plan``: what the run would do, decided as the run decides it, printed;
+    no cluster starts and nothing is written."""
+    from zagg.pipeline.plan import plan_run
+
+    plan = plan_run(
+        args.config,
+        store=args.store,
+        catalog=args.catalog,
+        region=args.region,
+        bbox=args.bbox,
+        shards=args.shards,
+        sweep=args.sweep,
+        overwrite=args.overwrite,
+        allow_contraction=args.allow_contraction,
+    )
+    print("\n".join(["plan (nothing started, nothing written):", *plan.lines()]))
     return 0
 
 
@@ -368,6 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
         "parent_order), e.g. -5121132231,-5121132232: only these shards",
     )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the run's plan and exit, starting no cluster and writing nothing: the "
+        "store and its manifest check, the inputs, the shards, the units and their re-run "
+        "verdicts (with a catalog), the windows and what the pyramid builds",
+    )
     r.add_argument(
         "--overwrite",
         action="store_true",

@@ -30,7 +30,7 @@ from zagg.checks.validation import (
     fail,
     parse_bytes,
 )
-from zagg.grid import MAX_ORDER
+from zagg.grid import MAX_ORDER, Grid
 from zagg.reducers import records as reducers
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
@@ -179,32 +179,6 @@ class FieldSpec:
 
 
 @dataclass(frozen=True)
-class Grid:
-    parent_order: int
-    chunk_inner: int
-    child_order: int
-    sharded: bool = True
-    type: str = "healpix"
-
-    @property
-    def cells_per_shard(self) -> int:
-        return 4 ** (self.child_order - self.parent_order)
-
-    @property
-    def inner_chunks(self) -> int:
-        return 4 ** (self.chunk_inner - self.parent_order)
-
-    def as_dict(self) -> dict:
-        return {
-            "type": self.type,
-            "parent_order": self.parent_order,
-            "chunk_inner": self.chunk_inner,
-            "child_order": self.child_order,
-            "sharded": self.sharded,
-        }
-
-
-@dataclass(frozen=True)
 class Output:
     store: str | None
     short_name: str
@@ -225,6 +199,9 @@ class Output:
     icechunk: bool | None = None
     #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
     windowing: object = None
+    #: the t-digest budget of the pyramid's folds (``output.pyramid.overview_delta``; None:
+    #: each digest field's own, else the format's cap)
+    overview_delta: int | None = None
 
 
 @dataclass(frozen=True)
@@ -756,13 +733,13 @@ def _parse_output(raw, fields) -> Output:
     if need > limit:
         fail(
             "output.grid",
-            f"one shard of 4^({grid.child_order}-{grid.parent_order}) = "
+            f"one shard of 4^({grid.cell_order}-{grid.shard_order}) = "
             f"{grid.cells_per_shard:,} cells needs about {need / 2**20:,.0f} MiB, over the "
             f"shard_memory_limit of {limit / 2**20:,.0f} MiB; raise parent_order (smaller "
             "shards) or lower child_order, or raise output.shard_memory_limit",
         )
     options = parse_storage_options(raw.get("storage_options"), "output.storage_options")
-    pyramid, sweep = _parse_pyramid(raw, grid)
+    pyramid, sweep, overview_delta = _parse_pyramid(raw, grid)
     versions = raw.get("leaf_versions", True)
     if not isinstance(versions, bool):
         fail(
@@ -782,6 +759,7 @@ def _parse_output(raw, fields) -> Output:
         sweep,
         versions,
         _parse_icechunk(raw.get("icechunk")),
+        overview_delta=overview_delta,
     )
 
 
@@ -807,17 +785,17 @@ def _parse_icechunk(value) -> bool | None:
 
 
 def _parse_pyramid(raw, grid: Grid) -> tuple:
-    """``output.pyramid`` (the declared leaf resolutions, spec §4.4–4.5) and
-    ``output.sweep`` (:mod:`zagg.pyramid.declare`)."""
+    """``output.pyramid`` (the declared leaf resolutions, spec §4.4–4.5, and the pyramid-wide
+    digest budget) and ``output.sweep`` (:mod:`zagg.pyramid.declare`)."""
     from zagg.pyramid import declare
 
     value = raw.get("pyramid")
     win = raw.get("windowing")
     windowed = isinstance(win, Mapping) and win.get("schedule") != "none"
     res = declare.resolutions(
-        value, grid.parent_order, grid.chunk_inner, grid.child_order, windowed=windowed
+        value, grid.shard_order, grid.chunk_order, grid.cell_order, windowed=windowed
     )
-    declare.overview_delta(value)
+    delta = declare.overview_delta(value)
     sweep = declare.sweep_mode(raw.get("sweep"), declared=res is not None)
     if sweep and res is None:
         fail(
@@ -825,7 +803,7 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
             "a sweep builds the pyramid ladder, but output.pyramid declares "
             "none; declare a pyramid or drop output.sweep",
         )
-    return res, sweep
+    return res, sweep, delta
 
 
 def parse_config(raw: Mapping) -> Config:
@@ -866,7 +844,7 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
     among the declared variables."""
     from zagg.windows.schedule import parse_windowing
 
-    windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.parent_order)
+    windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.shard_order)
     timed = [f.name for f in fields.values() if f.timed]
     if timed and windowing is None:
         fail(

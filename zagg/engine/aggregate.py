@@ -23,10 +23,11 @@ import numpy as np
 
 from zagg import grid as G
 from zagg.checks.arguments import require_dataset
-from zagg.checks.credentials import redacted
 from zagg.config.model import Config, load_config
+from zagg.config.store import StoreSpec, array_attrs
 from zagg.engine import combine as collection
 from zagg.engine import progress as progress_
+from zagg.engine.facts import RunFacts
 from zagg.engine.plan import Plan, make_plan
 from zagg.engine.reduce import reduce_chunk
 from zagg.stages import REDUCE_CHUNK, layer_name
@@ -98,6 +99,7 @@ def shard_collection(
     progress: bool = False,
     discover: bool = True,
     select=None,
+    spec: StoreSpec | None = None,
 ) -> collection.Shards:
     """The lazy :class:`~zagg.engine.combine.Shards` of a points Dataset.
 
@@ -107,8 +109,10 @@ def shard_collection(
     and every chunk feeds every shard lazily. ``select(names, shard_granules)``, called once
     the units holding data are known (named by their leaf stems: the shard id, or
     ``{id}_{window}``), returns the names of those to build (a re-run's gate);
-    ``shard_granules`` is None when granules are not tracked.
+    ``shard_granules`` is None when granules are not tracked. ``spec`` is the config's
+    :class:`~zagg.config.store.StoreSpec` when the caller holds it already.
     """
+    spec = StoreSpec.of(config) if spec is None else spec
     granule_ids = list(ds.attrs.get("granules") or [])
     granule_var = "granule" if granule_ids and "granule" in ds.variables else None
     plan = make_plan(config, shards, granule_var)
@@ -125,24 +129,24 @@ def shard_collection(
             names = [name(int(w)) for w in found.words]
             keep = set(select(names, found.shard_granules))
             found = found.only(found.words[np.array([n in keep for n in names], dtype=bool)], keep)
-    meta = dataset_meta(
-        config, unit_shards(plan, found.words), dim, found.counts, time.perf_counter() - t0
+    facts = RunFacts(
+        G.to_decimal(np.asarray(unit_shards(plan, found.words), np.uint64)),
+        dim,
+        found.counts,
+        round(time.perf_counter() - t0, 3),
+        granule_ids if granule_var else None,
+        found.shard_granules if granule_var else None,
+        list(ds.attrs.get("failed_granules") or []),
     )
-    if granule_var:
-        meta["granules"] = granule_ids
-        meta["shard_granules"] = found.shard_granules
-    if ds.attrs.get("failed_granules"):
-        meta["failed_granules"] = list(ds.attrs["failed_granules"])
-    arrays_, attrs = stored_arrays(config)
     return collection.build(
         plan,
         found.results,
         found.members,
         found.words,
         found.rows,
-        meta,
-        arrays_,
-        attrs,
+        spec,
+        facts,
+        array_attrs(config),
         pieces_as_tasks=not found.in_one_process,
     )
 
@@ -341,7 +345,7 @@ def unit_shards(plan: Plan, units) -> np.ndarray:
         return units
     from zagg.windows.units import unpack
 
-    return np.unique(unpack(units, plan.shard_order)[0])
+    return np.unique(unpack(units, plan.grid.shard_order)[0])
 
 
 def unit_namer(plan: Plan):
@@ -357,83 +361,3 @@ def unit_namer(plan: Plan):
         return leaf_stem(G.to_decimal(np.uint64(shard))[0], label(plan.windowing, index))
 
     return name
-
-
-# -- what the Datasets and the writer are told ---------------------------------------------
-def stored_arrays(config: Config) -> tuple[dict, dict]:
-    """Every stored array (fields, then located siblings): ``name → (kind, dtype, fill)``,
-    and ``name → zarr attrs``."""
-    arrays, attrs = {}, {}
-    for f in config.fields.values():
-        arrays[f.name] = (f.kind, f.dtype, f.fill_value)
-        attrs[f.name] = f.array_attrs()
-        if f.located:
-            arrays[f.locations_name] = ("ragged", "uint64", b"")
-            attrs[f.locations_name] = f.locations_attrs()
-        if f.timed:
-            arrays[f.times_name] = ("ragged", "uint64", b"")
-            attrs[f.times_name] = f.times_attrs()
-    return arrays, attrs
-
-
-def fields_block(config: Config) -> dict:
-    """The per-array declaration the writer reads: every field, then located siblings."""
-    out = {}
-    for f in config.fields.values():
-        out[f.name] = {
-            "function": f.function,
-            "source": f.source,
-            "kind": f.kind,
-            "dtype": f.dtype,
-            "fill_value": f.fill_value,
-            "params": dict(f.params),
-            "pyramid_class": f.reducer.pyramid_class,
-        }
-        if f.where:
-            out[f.name]["where"] = f.where
-        if f.overview_delta is not None:
-            out[f.name]["overview_delta"] = f.overview_delta
-        if f.located:
-            out[f.locations_name] = {
-                "function": None,
-                "source": f.source,
-                "kind": "ragged",
-                "dtype": "uint64",
-                "fill_value": b"",
-                "params": {},
-                "pyramid_class": "approximate",
-                "locations_of": f.name,
-            }
-        if f.timed:
-            out[f.times_name] = {
-                "function": None,
-                "source": f.source,
-                "kind": "ragged",
-                "dtype": "uint64",
-                "fill_value": b"",
-                "params": {},
-                "pyramid_class": "approximate",
-                "times_of": f.name,
-            }
-    return out
-
-
-def dataset_meta(config: Config, shard_words, dim: str, counts, seconds: float) -> dict:
-    """The ``attrs["zagg"]`` block: grid, shards, fields, product, the point accounting and
-    the config (credentials masked: attrs show in notebooks)."""
-    return {
-        "grid": config.grid.as_dict(),
-        "shards": G.to_decimal(np.asarray(shard_words, np.uint64)),
-        "fields": fields_block(config),
-        "dataset": {"short_name": config.output.short_name, "version": config.output.version},
-        "latitude": G.LATITUDE_CONVENTION,
-        "observation_dim": dim,
-        "points": counts,
-        "discovery_seconds": round(seconds, 3),
-        "config": redacted(config.raw),
-        **(
-            {"windowing": config.output.windowing.as_dict()}
-            if config.output.windowing is not None
-            else {}
-        ),
-    }

@@ -24,6 +24,8 @@ import dask.array as da
 import numpy as np
 
 from zagg import grid as G
+from zagg.config.store import StoreSpec
+from zagg.engine.facts import RunFacts, zagg_attrs
 from zagg.engine.plan import Plan
 from zagg.engine.reduce import ChunkResult
 from zagg.engine.shards import ShardCells, dense_arrays, finalize, sparse_arrays
@@ -106,46 +108,45 @@ class Shards:
 
     cells: da.Array
     words: np.ndarray
-    meta: dict  # the attrs["zagg"] block of the Datasets made from it
-    arrays: dict  # stored array name → (kind, dtype, fill), fields then located siblings
+    spec: StoreSpec  # what the store of these cells is (grid, fields, windows, pyramid)
+    facts: RunFacts  # what the run found (shards, points, granules), beside the spec
     attrs: dict  # stored array name → zarr attrs
     priorities: list[int]
     sizes: list[int] | None = None  # occupied cells per shard, once known
     morton: np.ndarray | None = field(default=None, repr=False)  # their words, once known
 
     @property
+    def arrays(self) -> dict:
+        """Stored array name → (kind, dtype, fill), fields then their siblings."""
+        return self.spec.arrays
+
+    @property
     def shard_ids(self) -> list[str]:
         """The distinct shards of the units (a windowed run has one unit per (shard,
         window), :mod:`zagg.windows.units`)."""
         words = self.words
-        if self.meta.get("windowing") is not None:
+        if self.spec.windowing is not None:
             from zagg.windows.units import unpack
 
-            words = np.unique(unpack(words, self.geometry[0])[0])
+            words = np.unique(unpack(words, self.spec.grid.shard_order)[0])
         return G.to_decimal(words)
 
     @property
     def unit_names(self) -> list[str]:
         """Each unit's leaf stem: the shard id, or ``{id}_{window}`` in a windowed run
         (:func:`zagg.hive.paths.leaf_stem`)."""
-        if self.meta.get("windowing") is None:
+        windowing = self.spec.windowing
+        if windowing is None:
             return G.to_decimal(self.words)
-        from zagg.engine.temporal import run_windowing
         from zagg.hive.paths import leaf_stem
         from zagg.windows.assign import label
         from zagg.windows.units import unpack
 
-        windowing = run_windowing(self.meta)
-        shards, index = unpack(self.words, self.geometry[0])
+        shards, index = unpack(self.words, self.spec.grid.shard_order)
         return [
             leaf_stem(sid, label(windowing, i))
             for sid, i in zip(G.to_decimal(shards), index.tolist(), strict=True)
         ]
-
-    @property
-    def geometry(self) -> tuple[int, int]:
-        grid = self.meta["grid"]
-        return grid["parent_order"], grid["child_order"]
 
     def priority(self, stage: str):
         """A ``dask.annotate`` priority for per-shard blocks at ``stage`` (keys end in the
@@ -161,7 +162,7 @@ class Shards:
         (cells,) = progress_.persist(
             [self.cells], progress=progress, optimize=False, label="combining and finalizing shards"
         )
-        p, c = self.geometry
+        p, c = self.spec.grid.shard_order, self.spec.grid.cell_order
         words = []
         if self.words.size:
             words_of = dask.delayed(_words_block, pure=False)
@@ -170,7 +171,7 @@ class Shards:
         sizes = [w.size for w in words]
         morton = np.concatenate(words) if words else np.zeros(0, np.uint64)
         return Shards(
-            cells, self.words, self.meta, self.arrays, self.attrs, self.priorities, sizes, morton
+            cells, self.words, self.spec, self.facts, self.attrs, self.priorities, sizes, morton
         )
 
     def to_dataset(self):
@@ -195,8 +196,8 @@ class Shards:
     def to_dense(self):
         """The dense twin: every stored array over all 4^(c−p) cells of each shard, in
         canonical nested order (the leaf's own shape)."""
-        p, c = self.geometry
-        n = 4 ** (c - p)
+        p, c = self.spec.grid.shard_order, self.spec.grid.cell_order
+        n = self.spec.grid.cells_per_shard
         chunks = ((n,) * len(self.words),) if self.words.size else ((0,),)
         with dask.annotate(priority=self.priority("output")):
             morton = self.cells.map_blocks(
@@ -244,7 +245,10 @@ def _dataset(shards: Shards, chunks, make, morton):
         morton = np.zeros(0, np.uint64)
     ds = xr.Dataset(data_vars, coords={"morton": ("cells", morton)})
     ds["morton"].attrs = {"long_name": "morton cell word", "grid": "healpix-nested-morton"}
-    ds.attrs["zagg"] = {**shards.meta, "shard_cells": [] if empty else list(chunks[0])}
+    ds.attrs["zagg"] = {
+        **zagg_attrs(shards.spec, shards.facts),
+        "shard_cells": [] if empty else list(chunks[0]),
+    }
     return ds
 
 
@@ -273,8 +277,8 @@ def build(
     members: dict,
     words: np.ndarray,
     rows: dict | None,
-    meta: dict,
-    arrays: dict,
+    spec: StoreSpec,
+    facts: RunFacts,
     attrs: dict,
     pieces_as_tasks: bool,
 ) -> Shards:
@@ -318,10 +322,10 @@ def build(
         deps += items
     if not layer:
         cells = da.zeros(0, dtype=object, chunks=((0,),))
-        return Shards(cells, words, meta, arrays, attrs, prio)
+        return Shards(cells, words, spec, facts, attrs, prio)
     with dask.annotate(priority=lambda key: stage_priority(prio[key[-1]], "finalize")):
         graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
     cells = da.Array(
         graph, name, chunks=((1,) * len(words),), dtype=object, meta=np.empty(0, object)
     )
-    return Shards(cells, words, meta, arrays, attrs, prio)
+    return Shards(cells, words, spec, facts, attrs, prio)

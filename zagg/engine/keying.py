@@ -25,7 +25,7 @@ class CellPoints:
     def __init__(self, plan: Plan, cell_words: np.ndarray, select, point_words=None):
         self.plan = plan
         self.cell_words = cell_words
-        self.grouping = segments.group_cells(cell_words, plan.cell_order)
+        self.grouping = segments.group_cells(cell_words, plan.grid.cell_order)
         self._select = select
         self._point_words = point_words
         self._cache: dict = {}
@@ -101,16 +101,17 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
     n_filtered = n_in - len(lat)
     if plan.needs_point_words:
         words, ok = G.point_words(lat, lon)
-        cell_words = G.keyed_ancestor(words, ok, plan.cell_order)
+        cell_words = G.keyed_ancestor(words, ok, plan.grid.cell_order)
     else:
         words = None
-        cell_words, ok = G.cell_words(lat, lon, plan.cell_order)
+        cell_words, ok = G.cell_words(lat, lon, plan.grid.cell_order)
     n_invalid = int(len(ok) - np.count_nonzero(ok))
     sel = ok
     n_outside = 0
     if plan.shard_set is not None:
         inside = np.isin(
-            G.ancestor(cell_words, plan.shard_order), np.asarray(plan.shard_set, dtype=np.uint64)
+            G.ancestor(cell_words, plan.grid.shard_order),
+            np.asarray(plan.shard_set, dtype=np.uint64),
         )
         n_outside = int(np.count_nonzero(ok & ~inside))
         sel = ok & inside

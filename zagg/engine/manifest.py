@@ -1,4 +1,4 @@
-"""The store manifest a run writes, from its config: what identifies a store's contents.
+"""The store manifest a run writes, from its store spec: what identifies a store's contents.
 
 Kept apart from the writer so a run can check an existing store before it imports dask,
 numba or xarray (and before its cluster starts).
@@ -7,86 +7,22 @@ numba or xarray (and before its cluster starts).
 from __future__ import annotations
 
 from zagg import hive
+from zagg.config.store import StoreSpec, semantic_core
 from zagg.hive.paths import CONFIG_KEY
-
-#: data_source keys that say where and how points are fetched, not what they are: a store
-#: filled region by region may read granules from another place, with other credentials
-#: or another error policy, and its leaves do not change
-PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error")
+from zagg.pyramid.declare import manifest_keys
 
 
-def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
-    """The part of a run's configuration that decides leaf contents (hashed into the store).
-
-    Included: the data source (what is read and filtered), every aggregation field, the
-    product identity and the leaf-shaping ``grid.sharded``. Excluded as packaging: where
-    the points are fetched from and how (:data:`PACKAGING_SOURCE_KEYS`, credentials
-    included), the orders (recorded and frozen separately), the store location and
-    options, memory limits.
-    """
-    source = config_raw.get("data_source")
-    if isinstance(source, dict):
-        source = {k: v for k, v in source.items() if k not in PACKAGING_SOURCE_KEYS}
-    return {
-        "data_source": source,
-        "aggregation": _without_overview_deltas(config_raw.get("aggregation")),
-        "dataset": dataset,
-        "grid": {"sharded": bool(sharded)},
-    }
-
-
-def _without_overview_deltas(aggregation):
-    """The aggregation block without the fields' pyramid budgets (a pyramid setting: the
-    leaves do not depend on it)."""
-    if not isinstance(aggregation, dict) or not isinstance(aggregation.get("variables"), dict):
-        return aggregation
-    variables = {
-        name: (
-            {k: v for k, v in spec.items() if k != "overview_delta"}
-            if isinstance(spec, dict)
-            else spec
-        )
-        for name, spec in aggregation["variables"].items()
-    }
-    return {**aggregation, "variables": variables}
-
-
-def manifest_for(zattrs: dict) -> dict:
-    """The store manifest a leaf Dataset's attrs describe (its pyramid declared as the
-    config's ``output.pyramid`` says, :mod:`zagg.pyramid.declare`)."""
-    grid = zattrs["grid"]
-    core = semantic_core(zattrs.get("config") or {}, zattrs["dataset"], grid.get("sharded", True))
+def manifest_for(spec: StoreSpec) -> dict:
+    """The store manifest of a :class:`~zagg.config.store.StoreSpec`: identity, orders,
+    window schedule, the pyramid's block and its multiscales mirror."""
     return hive.build_manifest(
-        dataset=zattrs["dataset"],
-        semantic_hash=hive.semantic_hash(core),
-        cell_order=grid["child_order"],
-        shard_order=grid["parent_order"],
-        temporal=_temporal_block(zattrs),
-        **_pyramid_keys(zattrs),
+        dataset=dict(spec.dataset),
+        semantic_hash=spec.semantic_hash,
+        cell_order=spec.grid.cell_order,
+        shard_order=spec.grid.shard_order,
+        temporal=None if spec.windowing is None else spec.windowing.manifest_block(),
+        **manifest_keys(spec.pyramid, spec.dataset.get("short_name")),
     )
-
-
-def _temporal_block(zattrs: dict) -> dict | None:
-    """The manifest's temporal block of a windowed run (None: unwindowed)."""
-    raw = zattrs.get("windowing")
-    if raw is None:
-        raw = ((zattrs.get("config") or {}).get("output") or {}).get("windowing")
-    if raw is None:
-        return None
-    from zagg.windows.schedule import parse_windowing
-
-    w = parse_windowing(raw, (raw.get("time_field"),) if isinstance(raw, dict) else ())
-    return None if w is None else w.manifest_block()
-
-
-def _pyramid_keys(zattrs: dict) -> dict:
-    """The pyramid block and its multiscales mirror; a probe without fields (a run's
-    precheck, which compares frozen keys only) gets the declared-off form."""
-    if "fields" not in zattrs:
-        return {}
-    from zagg.pyramid.declare import manifest_keys
-
-    return manifest_keys(zattrs)
 
 
 _CORE_PATHS = {"dataset": "output.dataset", "grid": "output.grid"}  # core key -> config key
@@ -120,12 +56,6 @@ def _plain(value):
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
         return value.item()
     return value
-
-
-def _zattrs_core(zattrs: dict) -> dict:
-    return semantic_core(
-        zattrs.get("config") or {}, zattrs["dataset"], zattrs["grid"].get("sharded", True)
-    )
 
 
 def _recorded_core(root, existing: dict) -> dict | None:
@@ -171,7 +101,7 @@ def _shown(value) -> str:
     return "absent" if value is ... else reprlib.repr(value)
 
 
-def semantic_explainer(root, zattrs: dict):
+def semantic_explainer(root, spec: StoreSpec):
     """A ``check_manifest`` hook naming the settings where this run's config differs from
     the one the store was made with (as recorded in its ``aggregation.yaml``)."""
 
@@ -182,7 +112,7 @@ def semantic_explainer(root, zattrs: dict):
             return None
         if old is None:
             return None
-        diffs = differences(old, _zattrs_core(zattrs))
+        diffs = differences(old, spec.core)
         if not diffs:
             return None
         listed = "; ".join(
@@ -197,19 +127,19 @@ def semantic_explainer(root, zattrs: dict):
     return explain
 
 
-def check_store(root, zattrs: dict) -> dict | None:
+def check_store(root, spec: StoreSpec) -> dict | None:
     """Refuse a store made with another configuration (naming what differs) before any
     work; returns its existing manifest."""
-    return hive.check_manifest(root, manifest_for(zattrs), semantic_explainer(root, zattrs))
+    return hive.check_manifest(root, manifest_for(spec), semantic_explainer(root, spec))
 
 
-def ensure_store(root, zattrs: dict) -> dict:
+def ensure_store(root, spec: StoreSpec) -> dict:
     """Check the store as :func:`check_store` does and write its manifest when new or
     changed, then the config record (then, or when missing); returns the manifest."""
-    manifest = manifest_for(zattrs)
-    written = hive.write_manifest(root, manifest, semantic_explainer(root, zattrs))
+    manifest = manifest_for(spec)
+    written = hive.write_manifest(root, manifest, semantic_explainer(root, spec))
     if written or not root.exists(CONFIG_KEY):
-        record = config_record(zattrs.get("config") or {})
+        record = config_record(spec.record)
         if record is not None:
             root.write_bytes(CONFIG_KEY, record)
     return manifest

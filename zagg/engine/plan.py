@@ -73,8 +73,7 @@ class Plan:
     declared: tuple[str, ...]  # names predicates may read
     specs: tuple[tuple[str, StateSpec], ...]  # every distinct state, by key
     fields: tuple[FieldPlan, ...]
-    cell_order: int
-    shard_order: int
+    grid: G.Grid  # the orders chunk tasks key onto
     shard_set: tuple[int, ...] | None = None
     granule_var: str | None = None  # per-row granule index, tracked into each shard
     #: the time-window schedule (a zagg.windows.Windowing): units are (shard, window)
@@ -94,7 +93,7 @@ class Plan:
             return int(unit), None
         from zagg.windows.units import unpack
 
-        shard, index = unpack([unit], self.shard_order)
+        shard, index = unpack([unit], self.grid.shard_order)
         return int(shard[0]), int(index[0])
 
     @property
@@ -112,8 +111,7 @@ class Plan:
             self.declared,
             [key for key, _ in self.specs],
             [(fp.name, fp.reducer.name, fp.states, repr(fp.field)) for fp in self.fields],
-            self.cell_order,
-            self.shard_order,
+            self.grid.as_dict(),
             self.shard_set,
             self.granule_var,
             repr(self.windowing),
@@ -180,7 +178,7 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         inputs.append(granule_var)
     shard_set = None
     if shards is not None:
-        shard_set = tuple(int(w) for w in np.unique(shard_words(shards, config.grid.parent_order)))
+        shard_set = tuple(int(w) for w in np.unique(shard_words(shards, config.grid.shard_order)))
     return Plan(
         src.latitude,
         src.longitude,
@@ -190,8 +188,7 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         tuple(src.variables),
         tuple(sorted(specs.items())),
         tuple(fields),
-        config.grid.child_order,
-        config.grid.parent_order,
+        config.grid,
         shard_set,
         granule_var,
         windowing,

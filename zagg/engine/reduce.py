@@ -69,9 +69,9 @@ def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
     granules = None
     if plan.granule_var is not None and cells.size:
         granules = _shard_granules(
-            G.ancestor(points.cell_words, plan.shard_order), points.values(plan.granule_var)
+            G.ancestor(points.cell_words, plan.grid.shard_order), points.values(plan.granule_var)
         )
-    shard_of_cell = G.ancestor(cells, plan.shard_order)
+    shard_of_cell = G.ancestor(cells, plan.grid.shard_order)
     if cells.size:
         starts = np.flatnonzero(np.concatenate(([True], shard_of_cell[1:] != shard_of_cell[:-1])))
         shards = shard_of_cell[starts]

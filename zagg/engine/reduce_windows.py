@@ -86,18 +86,18 @@ def reduce_windows(plan, points: CellPoints, counts: dict) -> WindowedChunkResul
         parts[i] = reduce_points(plan, sub, {})
         if clocks is not None:
             clocks.update(unit_clocks(plan, sub.cell_words, instants[mask], i))
-    keys = [units.pack(parts[i].shards, i, plan.shard_order) for i in present.tolist()]
+    keys = [units.pack(parts[i].shards, i, plan.grid.shard_order) for i in present.tolist()]
     keys = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
     granules = None
     if plan.granule_var is not None:
         granules = {}
         for i, part in parts.items():
             for shard, g in (part.granules or {}).items():
-                key = int(units.pack([shard], i, plan.shard_order)[0])
+                key = int(units.pack([shard], i, plan.grid.shard_order)[0])
                 granules[key] = g
     empty = Partial(np.zeros(0, np.uint64), {})
     return WindowedChunkResult(
-        empty, keys, np.zeros(1, np.int64), counts, granules, parts, plan.shard_order, clocks
+        empty, keys, np.zeros(1, np.int64), counts, granules, parts, plan.grid.shard_order, clocks
     )
 
 
@@ -106,14 +106,14 @@ def unit_clocks(plan, cell_words: np.ndarray, instants: np.ndarray, index: int) 
     from zagg import grid as G
     from zagg.windows.record import clock_of
 
-    shard = G.ancestor(cell_words, plan.shard_order)
+    shard = G.ancestor(cell_words, plan.grid.shard_order)
     order = np.argsort(shard, kind="stable")
     shard, instants = shard[order], instants[order]
     starts = np.flatnonzero(np.concatenate(([True], shard[1:] != shard[:-1])))
     bounds = np.append(starts, shard.size)
     out = {}
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        key = int(units.pack([shard[a]], index, plan.shard_order)[0])
+        key = int(units.pack([shard[a]], index, plan.grid.shard_order)[0])
         out[key] = clock_of(instants[a:b])
     return out
 

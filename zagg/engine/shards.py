@@ -41,7 +41,7 @@ class ShardCells:
 def finalize(plan: Plan, part: Partial, shard_word: int) -> ShardCells:
     """The stored values of one shard from its combined partial: each field's reducer
     finalizes its states; cells it says hold no value get the field's fill."""
-    rank = G.cell_rank(part.cells, shard_word, plan.shard_order, plan.cell_order)
+    rank = G.cell_rank(part.cells, shard_word, plan.grid.shard_order, plan.grid.cell_order)
     out = {}
     for fp in plan.fields:
         f, red = fp.field, fp.reducer

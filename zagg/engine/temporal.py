@@ -10,16 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def run_windowing(z: dict):
-    """The window schedule of a run from its ``attrs["zagg"]`` block (None: unwindowed)."""
-    if z.get("windowing") is None:
-        return None
-    from zagg.windows.schedule import parse_windowing
-
-    raw = z["windowing"]
-    return parse_windowing(raw, (raw.get("time_field"),))
-
-
 def unit_window(windowing, sc) -> tuple[str | None, list[str] | None]:
     """The window label of a windowed unit's cells and the actual time range they hold
     (first and last observation, ISO 8601 UTC); ``(None, None)`` unwindowed."""
@@ -34,12 +24,12 @@ def unit_window(windowing, sc) -> tuple[str | None, list[str] | None]:
     return label(windowing, sc.window), span
 
 
-def temporal_record(fields: dict, sc) -> dict | None:
-    """The leaf's ``temporal.toc`` (:mod:`zagg.windows.record`): when a field declares
-    per-centroid times and the unit saw a clocked observation."""
-    timed = sorted(v["times_of"] for v in fields.values() if v.get("times_of"))
+def temporal_record(timed: tuple[str, ...], sc) -> dict | None:
+    """The leaf's ``temporal.toc`` (:mod:`zagg.windows.record`): when fields declare
+    per-centroid times (``timed``, :attr:`zagg.config.store.StoreSpec.timed`) and the unit
+    saw a clocked observation."""
     if not timed or getattr(sc, "clock", None) is None:
         return None
     from zagg.windows.record import leaf_record
 
-    return leaf_record(timed, sc.clock)
+    return leaf_record(list(timed), sc.clock)

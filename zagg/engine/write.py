@@ -22,15 +22,18 @@ import numpy as np
 from zagg import grid as G
 from zagg import hive
 from zagg.checks.arguments import require_dataset
+from zagg.config.store import StoreSpec
 from zagg.engine import progress as progress_
 from zagg.engine.combine import Shards, block_tasks, shard_priorities
+from zagg.engine.facts import RunFacts
 from zagg.engine.manifest import ensure_store
 from zagg.engine.shards import ShardCells, from_sparse
 from zagg.engine.summary import RunSummary
-from zagg.engine.temporal import run_windowing, temporal_record, unit_window
+from zagg.engine.temporal import temporal_record, unit_window
 from zagg.hive.coverage import finish_root_coverage
+from zagg.hive.leaf import LeafSpec, ShardLeaf, write_shard_leaf
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
-from zagg.hive.versions import new_run_id, new_version
+from zagg.hive.versions import new_run_id
 from zagg.stages import DATASET_CELLS, WRITE_LEAF, layer_name
 
 if TYPE_CHECKING:
@@ -39,20 +42,40 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LeafWriter:
-    """What every leaf-write task shares: the store, the fields and their attrs, the grid,
-    the semantic hash and per-shard granule ids."""
+    """What every leaf-write task shares: the leaf record (built once from the store spec),
+    each unit's granule ids, the pyramid declaration and the window schedule."""
 
-    root: hive.StoreRoot
-    fields: dict
-    grid: dict
-    attrs: dict
-    semantic_hash: str
-    shard_granules: dict | None  # None: granules were not tracked
-    stats_extra: dict | None
-    run_id: str
-    versioned: bool = True  # each leaf written as a new version (see zagg.hive.leaf)
+    leaf: LeafSpec
+    unit_granules: dict | None  # leaf stem → granule ids (None: granules were not tracked)
     pyramid: object = None  # the zagg.pyramid.declare.Declaration (None: declared off)
     windowing: object = None  # the zagg.windows.Windowing of a windowed run
+    timed: tuple[str, ...] = ()  # fields keeping per-centroid times (temporal records)
+
+    @classmethod
+    def of(
+        cls,
+        spec: StoreSpec,
+        facts: RunFacts,
+        root: hive.StoreRoot,
+        attrs: dict,
+        *,
+        run_id: str,
+        versioned: bool,
+    ) -> LeafWriter:
+        """The writer of a store spec's leaves into ``root``, with the arrays' zarr
+        ``attrs`` and the run's facts (granules, failed granules)."""
+        failed = list(facts.failed_granules)
+        leaf = LeafSpec.of(
+            root,
+            spec.fields,
+            spec.grid,
+            attrs,
+            semantic_hash=spec.semantic_hash,
+            run_id=run_id,
+            versioned=versioned,
+            stats_extra={"failed_granules": failed} if failed else None,
+        )
+        return cls(leaf, facts.unit_granules(), spec.pyramid, spec.windowing, spec.timed)
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then (with its sidecars, while
@@ -62,38 +85,27 @@ class LeafWriter:
         window, time_range = unit_window(self.windowing, sc)
         ids = (
             None
-            if self.shard_granules is None
-            else self.shard_granules.get(leaf_stem(shard_id, window))
+            if self.unit_granules is None
+            else self.unit_granules.get(leaf_stem(shard_id, window))
         )
-        return hive.write_leaf_cells(
-            self.root,
+        leaf = ShardLeaf(
             shard_id,
             sc.contents,
-            self.fields,
-            self.grid,
-            attrs=self.attrs,
-            granule_count=None if ids is not None else 0,
             granule_ids=ids,
-            semantic_hash=self.semantic_hash,
-            stats_extra=self.stats_extra,
-            version=new_version(self.run_id) if self.versioned else None,
-            run_id=self.run_id,
             window=window,
             time_range=time_range,
-            temporal=temporal_record(self.fields, sc),
-            derived=lambda record: self.write_column(shard_id, sc, record, window),
+            temporal=temporal_record(self.timed, sc),
+        )
+        return write_shard_leaf(
+            self.leaf, leaf, derived=lambda record: self.write_column(leaf, record)
         )
 
-    def write_column(
-        self, shard_id: str, sc: ShardCells, record: dict | None, window: str | None = None
-    ) -> dict | None:
+    def write_column(self, leaf: ShardLeaf, record: dict | None) -> dict | None:
         """The leaf column (a windowed leaf's: its window's), after the leaf's stamp
         (:mod:`zagg.pyramid.column`)."""
         from zagg.pyramid.column import after_leaf
 
-        return after_leaf(
-            self.root, shard_id, sc.contents, record, self.pyramid, self.fields, self.attrs, window
-        )
+        return after_leaf(self.leaf, leaf, record, self.pyramid)
 
 
 def _write_block(block, writer: LeafWriter) -> np.ndarray:
@@ -127,8 +139,7 @@ def to_hive(
     t0 = time.perf_counter() if t_start is None else t_start
     shards = shards_from_dataset(ds)
     if leaf_versions is None:
-        output = (shards.meta.get("config") or {}).get("output") or {}
-        leaf_versions = bool(output.get("leaf_versions", True))
+        leaf_versions = shards.spec.leaf_versions
     return write_shards(
         shards,
         store,
@@ -235,27 +246,16 @@ def prepare_write(
     """Check the store, write its manifest and build one write task per shard (see
     :func:`to_hive`); nothing else is written until :meth:`HiveWrite.execute`."""
     t0 = time.perf_counter() if t_start is None else t_start
-    z = shards.meta
+    spec, facts = shards.spec, shards.facts
     root = hive.StoreRoot(store, storage_options)
     # a store empty when this run began may still gain another run's leaves meanwhile, so
     # every in-place object (an unversioned leaf, a column) is cleared before it is written
     hive.check_store_root(root, MANIFEST_KEY)
-    semantic = ensure_store(root, z)["semantic_hash"]
-    failed = z.get("failed_granules") or []
     run_id = run_id or new_run_id()
-    writer = LeafWriter(
-        root,
-        {n: dict(z["fields"][n]) for n in shards.arrays},
-        z["grid"],
-        shards.attrs,
-        semantic,
-        dict(z.get("shard_granules") or {}) if "shard_granules" in z else None,
-        {"failed_granules": failed} if failed else None,
-        run_id,
-        versioned,
-        pyramid_declaration(z),
-        run_windowing(z),
-    )
+    writer = LeafWriter.of(
+        spec, facts, root, shards.attrs, run_id=run_id, versioned=versioned
+    )  # the leaf record is checked before the store's manifest is written
+    semantic = ensure_store(root, spec)["semantic_hash"]
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
@@ -268,20 +268,12 @@ def prepare_write(
             )
         tasks = block_tasks(records)
     info = {
-        "points": (z.get("points") or {}).get("keyed"),
-        "point_counts": z.get("points"),
-        "granules": len(z["granules"]) if "granules" in z else None,
-        "failed": failed,
+        "points": (facts.points or {}).get("keyed"),
+        "point_counts": facts.points,
+        "granules": None if facts.granules is None else len(facts.granules),
+        "failed": list(facts.failed_granules),
     }
-    return HiveWrite(root, shards.shard_ids, z["grid"]["parent_order"], tasks, info, t0, run_id)
-
-
-def pyramid_declaration(z: dict):
-    """The pyramid the run's config declares (its leaf columns are written by the leaf
-    tasks); None when declared off."""
-    from zagg.pyramid.declare import of_zattrs
-
-    return of_zattrs(z)
+    return HiveWrite(root, shards.shard_ids, spec.grid.shard_order, tasks, info, t0, run_id)
 
 
 # -- a Dataset back into shards ------------------------------------------------------------
@@ -294,7 +286,8 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
         raise ValueError(
             "to_hive needs a Dataset made by zagg.aggregate (its attrs['zagg'] block is missing)"
         )
-    names = list(z["fields"])
+    spec = StoreSpec.from_attrs(z)
+    names = list(spec.fields)
     missing = [n for n in names if n not in ds.variables]
     if missing:
         raise ValueError(
@@ -308,19 +301,17 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
             "to_hive needs the Dataset's 'morton' coordinate of cell words on "
             "dimension 'cells' (zagg.aggregate makes it)"
         )
-    arrays = {
-        n: (z["fields"][n]["kind"], z["fields"][n]["dtype"], z["fields"][n]["fill_value"])
-        for n in names
-    }
+    arrays = spec.arrays
     for n in names:
         _check_array(ds[n], n, *arrays[n])
-    p, c = z["grid"]["parent_order"], z["grid"]["child_order"]
+    p, c = spec.grid.shard_order, spec.grid.cell_order
     morton = np.asarray(ds["morton"].values)
     if morton.size and np.any(morton[1:] <= morton[:-1]):
         ds = ds.sortby("morton")
         morton = np.asarray(ds["morton"].values)
     words, sizes = _shard_runs(morton, p, c)
-    _check_whole_shards(z, words, sizes)
+    facts = RunFacts.from_attrs(z)
+    _check_whole_shards(facts, words, sizes)
     ds = ds.chunk({"cells": tuple(sizes) if sizes else -1})
     attrs = {n: dict(ds[n].attrs) for n in names}
     attrs["morton"] = dict(ds["morton"].attrs)
@@ -340,9 +331,8 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
         name=layer_name(DATASET_CELLS, [ds[n].data.name for n in names], morton),
     )
     prio = shard_priorities(sizes, len(words))
-    meta = {k: v for k, v in z.items()}
-    meta["shards"] = G.to_decimal(np.asarray(words, np.uint64))
-    return Shards(cells, np.asarray(words, np.uint64), meta, arrays, attrs, prio, sizes, morton)
+    facts.shards = G.to_decimal(np.asarray(words, np.uint64))
+    return Shards(cells, np.asarray(words, np.uint64), spec, facts, attrs, prio, sizes, morton)
 
 
 def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
@@ -363,10 +353,10 @@ def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:
         )
 
 
-def _check_whole_shards(z: dict, words: list[int], sizes: list[int]) -> None:
+def _check_whole_shards(facts: RunFacts, words: list[int], sizes: list[int]) -> None:
     """Refuse a Dataset holding only some cells of a shard it was made with: a leaf holds
     every cell of its shard, so writing a selection would lose the others."""
-    made = dict(zip(z.get("shards") or [], z.get("shard_cells") or [], strict=False))
+    made = dict(zip(facts.shards, facts.shard_cells or [], strict=False))
     for sid, size in zip(G.to_decimal(np.asarray(words, np.uint64)), sizes, strict=True):
         if sid in made and size != made[sid]:
             raise ValueError(

@@ -1,6 +1,7 @@
 """The morton-hive store format: paths, manifest, leaf writer, stamp, coverage, hashes.
 
-Task side (one dask task per shard): :func:`write_leaf_cells` (from the occupied cells) or
+Task side (one dask task per shard): :func:`write_shard_leaf` (a run's :class:`LeafSpec`
+and the shard's :class:`ShardLeaf`), :func:`write_leaf_cells` (from the occupied cells) or
 :func:`write_leaf` (from dense arrays) writes one self-describing leaf, versioned or not
 (:mod:`zagg.hive.versions`), and returns a small record. Client side, before any leaf:
 :func:`build_manifest` + :func:`write_manifest` (or the read-only :func:`check_manifest`);
@@ -22,8 +23,8 @@ lazy_package(
             "cells": ["DenseCells", "RaggedCells"],
             "coverage": ["read_root_coverage", "refresh_root_coverage", "update_root_coverage"],
             "hashes": ["array_digest", "combined_digest", "content_hashes"],
-            "layout": ["Geometry", "dggs_attrs"],
-            "leaf": ["write_leaf", "write_leaf_cells"],
+            "layout": ["dggs_attrs"],
+            "leaf": ["LeafSpec", "ShardLeaf", "write_leaf", "write_leaf_cells", "write_shard_leaf"],
             "manifest": [
                 "ManifestConflictError",
                 "build_manifest",

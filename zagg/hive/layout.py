@@ -1,6 +1,6 @@
 """The leaf template: one zarr v3 group ``{cell_order}`` holding ``morton`` and every field.
 
-Geometry (spec §1.5): a leaf holds ``4**(c - p)`` cells split into ``K = 4**(chunk - p)``
+Its shape comes from the store's :class:`~zagg.grid.Grid` (spec §1.5): a leaf holds ``4**(c - p)`` cells split into ``K = 4**(chunk - p)``
 inner chunks. Dense arrays use the bytes-only chain ``[bytes(little)]``; when sharded and
 K > 1 they are one ``sharding_indexed`` object (index ``[bytes(little), crc32c]`` at the
 end), otherwise one object per inner chunk. Ragged arrays are ``variable_length_bytes`` with
@@ -22,6 +22,7 @@ from zarr.codecs import BytesCodec, VLenBytesCodec, ZstdCodec
 from zarr.errors import UnstableSpecificationWarning
 
 from zagg import grid as _grid
+from zagg.grid import Grid
 
 CELL_DIM = "cells"
 MORTON = "morton"
@@ -47,66 +48,6 @@ warnings.filterwarnings(
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
 _RESERVED_NAMES = {MORTON, "combined", "zarr.json"}
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Orders of one leaf: shard (p), inner chunk, cell (c), and the dense sharding switch."""
-
-    shard_order: int
-    chunk_order: int
-    cell_order: int
-    sharded: bool = True
-
-    @classmethod
-    def from_grid(cls, grid: dict) -> Geometry:
-        """Validate a ``{type, parent_order, chunk_inner, child_order, sharded}`` block."""
-        if grid.get("type", "healpix") != "healpix":
-            raise ValueError(f"hive stores need a healpix grid, got type {grid.get('type')!r}")
-        try:
-            p, k, c = (int(grid[key]) for key in ("parent_order", "chunk_inner", "child_order"))
-        except KeyError as exc:
-            raise ValueError(f"grid block is missing {exc.args[0]!r}") from None
-        if not 0 <= p <= k <= c <= _grid.MAX_ORDER:
-            raise ValueError(
-                f"grid orders must satisfy 0 <= parent_order ({p}) <= chunk_inner ({k}) "
-                f"<= child_order ({c}) <= {_grid.MAX_ORDER}"
-            )
-        return cls(p, k, c, bool(grid.get("sharded", True)))
-
-    @property
-    def depth(self) -> int:
-        return self.cell_order - self.shard_order
-
-    @property
-    def n_cells(self) -> int:
-        return 4**self.depth
-
-    @property
-    def n_inner(self) -> int:
-        """K, the number of inner chunks per leaf."""
-        return 4 ** (self.chunk_order - self.shard_order)
-
-    @property
-    def cells_per_chunk(self) -> int:
-        return 4 ** (self.cell_order - self.chunk_order)
-
-    @property
-    def dense_sharded(self) -> bool:
-        return self.sharded and self.n_inner > 1
-
-    @property
-    def ragged_sharded(self) -> bool:
-        return self.n_inner > 1
-
-    def as_grid(self) -> dict:
-        return {
-            "type": "healpix",
-            "parent_order": self.shard_order,
-            "chunk_inner": self.chunk_order,
-            "child_order": self.cell_order,
-            "sharded": self.sharded,
-        }
 
 
 @dataclass(frozen=True)
@@ -245,7 +186,7 @@ def dggs_attrs(cell_order: int) -> dict:
 
 
 def template_documents(
-    geometry: Geometry,
+    grid: Grid,
     specs: dict[str, FieldSpec],
     morton_attrs: dict | None = None,
     morton: bool = True,
@@ -255,7 +196,7 @@ def template_documents(
     ``morton=False`` leaves out the stored cell coordinate (a windowed leaf derives it)."""
     key = json.dumps(
         [
-            geometry.as_grid(),
+            grid.as_dict(),
             morton_attrs or {},
             morton,
             [[n, sp.kind, str(sp.dtype), repr(sp.fill_value), sp.attrs] for n, sp in specs.items()],
@@ -266,7 +207,7 @@ def template_documents(
     docs = _TEMPLATES.get(key)
     if docs is None:
         store = zarr.storage.MemoryStore()
-        create_template(store, geometry, specs, morton_attrs, morton)
+        create_template(store, grid, specs, morton_attrs, morton)
         docs = {k: bytes(v.to_bytes()) for k, v in store._store_dict.items()}
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
@@ -279,7 +220,7 @@ _TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 def create_template(
     store,
-    geometry: Geometry,
+    grid: Grid,
     specs: dict[str, FieldSpec],
     morton_attrs: dict | None = None,
     morton: bool = True,
@@ -287,27 +228,25 @@ def create_template(
     """Create the empty leaf (root group, cell group, arrays) in ``store``; no chunks yet.
     ``morton=False``: no stored cell coordinate (a windowed leaf, spec §1.5)."""
     root = zarr.open_group(store, mode="w", zarr_format=3)
-    cells = root.create_group(str(geometry.cell_order), attributes=dggs_attrs(geometry.cell_order))
+    cells = root.create_group(str(grid.cell_order), attributes=dggs_attrs(grid.cell_order))
     arrays = {}
     if morton:
-        arrays[MORTON] = _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs, geometry)
+        arrays[MORTON] = _dense_array(cells, MORTON, np.dtype("uint64"), 0, morton_attrs, grid)
     for name, spec in specs.items():
         if spec.ragged:
-            arrays[name] = _ragged_array(cells, name, spec.attrs, geometry)
+            arrays[name] = _ragged_array(cells, name, spec.attrs, grid)
         else:
-            arrays[name] = _dense_array(
-                cells, name, spec.dtype, spec.fill_value, spec.attrs, geometry
-            )
+            arrays[name] = _dense_array(cells, name, spec.dtype, spec.fill_value, spec.attrs, grid)
     return arrays
 
 
-def _dense_array(group, name, dtype, fill_value, attrs, geometry: Geometry):
-    n, inner = geometry.n_cells, geometry.cells_per_chunk
+def _dense_array(group, name, dtype, fill_value, attrs, grid: Grid):
+    n, inner = grid.cells_per_shard, grid.cells_per_chunk
     return group.create_array(
         name,
         shape=(n,),
-        chunks=(inner,) if geometry.n_inner > 1 else (n,),
-        shards=(n,) if geometry.dense_sharded else None,
+        chunks=(inner,) if grid.inner_chunks > 1 else (n,),
+        shards=(n,) if grid.dense_sharded else None,
         dtype=dtype.newbyteorder("<"),
         fill_value=fill_value,
         serializer=BytesCodec(endian="little"),
@@ -319,13 +258,13 @@ def _dense_array(group, name, dtype, fill_value, attrs, geometry: Geometry):
     )
 
 
-def _ragged_array(group, name, attrs, geometry: Geometry):
-    n, inner = geometry.n_cells, geometry.cells_per_chunk
+def _ragged_array(group, name, attrs, grid: Grid):
+    n, inner = grid.cells_per_shard, grid.cells_per_chunk
     return group.create_array(
         name,
         shape=(n,),
-        chunks=(inner,) if geometry.ragged_sharded else (n,),
-        shards=(n,) if geometry.ragged_sharded else None,
+        chunks=(inner,) if grid.ragged_sharded else (n,),
+        shards=(n,) if grid.ragged_sharded else None,
         dtype=VLEN_DTYPE,
         fill_value=b"",
         serializer=VLenBytesCodec(),

@@ -1,7 +1,10 @@
 """Write one shard's leaf: validate → template → arrays → coverage → stamp (→ pointer).
 
-:func:`write_leaf_cells` writes a leaf from its occupied cells (what the aggregation's
-write tasks hand it); :func:`write_leaf` takes dense per-cell arrays and writes the same
+A leaf write takes one :class:`LeafSpec` (what every leaf of a run shares: the store, the
+grid, the arrays' storage and attrs, how leaves are written; validated once) and the
+shard's :class:`ShardLeaf` (its occupied cells and identity): :func:`write_shard_leaf`, what
+the aggregation's write tasks call. :func:`write_leaf_cells` builds both from plain
+arguments, and :func:`write_leaf` from dense per-cell arrays; all three write the same
 bytes. Everything is validated before the first byte is written (bad ids, wrong lengths or
 dtypes, malformed ragged declarations raise with nothing on the store).
 
@@ -25,16 +28,77 @@ import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.grid import Grid
 from zagg.hive import cells as cells_
 from zagg.hive import claims, coverage, encode, hashes, paths, stamp, stats, versions
 from zagg.hive.cells import DenseCells, RaggedCells
-from zagg.hive.layout import MORTON, FieldSpec, Geometry, field_specs, template_documents
+from zagg.hive.layout import MORTON, FieldSpec, field_specs, template_documents
 from zagg.hive.parts import object_size
 from zagg.hive.storage import StoreRoot, as_root, background, dumps_json
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """What every leaf of a run shares, validated once: the store, the grid, each array's
+    storage and zarr attrs, and how leaves are written (versions, claims, sidecars)."""
+
+    root: StoreRoot
+    grid: Grid
+    specs: Mapping[str, FieldSpec]  # every stored array, by name (ascending)
+    morton_attrs: Mapping = field(default_factory=dict)  # the stored cell coordinate's
+    semantic_hash: str | None = None  # the store's, recorded in each stats sidecar
+    run_id: str | None = None  # names the run in claims, sidecars and versions
+    #: each leaf is written as a fresh version named after ``run_id`` (unless its
+    #: :class:`ShardLeaf` names one) and made current by its pointer
+    versioned: bool = False
+    write_stats: bool = True  # write each leaf's stats sidecar
+    stats_extra: Mapping | None = None  # what every stats sidecar adds
+    #: nothing can be under any leaf's prefix yet (the store was empty when the run began),
+    #: so an unversioned rewrite lists nothing to clear
+    fresh: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        root: str | StoreRoot,
+        fields: Mapping[str, dict],
+        grid: Grid | Mapping,
+        attrs: Mapping[str, dict] | None = None,
+        **kwargs,
+    ) -> LeafSpec:
+        """Validated from a fields block (``{name: {kind, dtype, fill_value, ...}}``), a
+        grid (or its ``{type, parent_order, chunk_inner, child_order, sharded}`` block) and
+        the arrays' exact zarr attrs; ``kwargs`` set the other fields."""
+        grid = grid if isinstance(grid, Grid) else Grid.from_dict(dict(grid))
+        specs = field_specs(dict(fields), dict(attrs or {}))
+        morton_attrs = dict((attrs or {}).get(MORTON) or {})
+        return cls(as_root(root), grid, specs, morton_attrs, **kwargs)
+
+    def version(self, leaf: ShardLeaf) -> str | None:
+        """The version ``leaf`` is written as (None: in place)."""
+        if leaf.version is not None:
+            return versions.check_name(leaf.version)
+        return versions.new_version(self.run_id) if self.versioned else None
+
+
+@dataclass(frozen=True)
+class ShardLeaf:
+    """One shard's leaf: its occupied cells (array name → :class:`~zagg.hive.cells.DenseCells`
+    or :class:`~zagg.hive.cells.RaggedCells`) and what identifies them."""
+
+    shard_id: str
+    contents: Mapping[str, DenseCells | RaggedCells]
+    granule_ids: Iterable[str] | None = None  # recorded in granules.json and the stats
+    granule_count: int | None = None  # the stamp's (default: len(granule_ids), else 0)
+    window: str | None = None  # the time window's label: the leaf is {id}_{window}.zarr
+    time_range: list[str] | None = None  # a window's first and last observation (ISO UTC)
+    temporal: dict | None = None  # the leaf's temporal.toc (zagg.windows.record)
+    version: str | None = None  # the version subgroup to write (None: as the spec says)
 
 
 def write_leaf(
@@ -56,9 +120,8 @@ def write_leaf(
     arguments are those of :func:`write_leaf_cells`, which writes the same bytes from the
     occupied cells alone.
     """
-    geometry = Geometry.from_grid(dict(grid))
-    specs = field_specs(dict(fields), dict(kwargs.get("attrs") or {}))
-    contents = _cells_from_arrays(shard_id, arrays, specs, geometry)
+    spec = LeafSpec.of(root, fields, grid, kwargs.get("attrs"))
+    contents = _cells_from_arrays(shard_id, arrays, spec.specs, spec.grid)
     return write_leaf_cells(root, shard_id, contents, fields, grid, **kwargs)
 
 
@@ -118,208 +181,223 @@ def write_leaf_cells(
     which a versioned write takes (waiting while another writer holds it) just before its
     pointer PUT: the writer whose pointer lands last writes the siblings last, so they
     always describe the current version, and no two writers interleave their objects.
+
+    A run's leaves share everything but their cells and identity: it builds one
+    :class:`LeafSpec` and calls :func:`write_shard_leaf` per shard, which writes the same
+    bytes.
     """
+    spec = LeafSpec.of(
+        root,
+        fields,
+        grid,
+        attrs,
+        semantic_hash=semantic_hash,
+        run_id=run_id,
+        write_stats=write_stats,
+        stats_extra=stats_extra,
+        fresh=fresh,
+    )
+    leaf = ShardLeaf(
+        shard_id, contents, granule_ids, granule_count, window, time_range, temporal, version
+    )
+    return write_shard_leaf(spec, leaf, derived=derived)
+
+
+def write_shard_leaf(
+    spec: LeafSpec, leaf: ShardLeaf, *, derived: Callable[[dict], object] | None = None
+) -> dict | None:
+    """Write one shard's leaf as :func:`write_leaf_cells` describes, from what every leaf
+    of the run shares (``spec``) and the shard's own cells and identity (``leaf``); returns
+    its record, or None (writing nothing) when no cell is occupied."""
     t_start = time.perf_counter()
-    root = as_root(root)
-    geometry = Geometry.from_grid(dict(grid))
-    specs = field_specs(dict(fields), dict(attrs or {}))
-    rel = paths.leaf_path(shard_id, window)
-    if _grid.id_order(shard_id) != geometry.shard_order:
+    grid, shard_id = spec.grid, leaf.shard_id
+    rel = paths.leaf_path(shard_id, leaf.window)
+    if _grid.id_order(shard_id) != grid.shard_order:
         raise ValueError(
             f"shard {shard_id} is order {_grid.id_order(shard_id)}, but the grid's parent_order "
-            f"is {geometry.shard_order}"
+            f"is {grid.shard_order}"
         )
-    ids = None if granule_ids is None else stats.bare_granule_ids(granule_ids)
+    ids = None if leaf.granule_ids is None else stats.bare_granule_ids(leaf.granule_ids)
+    granule_count = leaf.granule_count
     if granule_count is None:
         granule_count = 0 if ids is None else len(ids)
-    _check_cells(shard_id, contents, specs, geometry)
-    occupied = cells_.occupied_ranks(contents.values(), geometry.n_cells)
-    cells_with_data = int(occupied.size)
-    if cells_with_data == 0:
+    _check_cells(shard_id, leaf.contents, spec.specs, grid)
+    occupied = cells_.occupied_ranks(leaf.contents.values(), grid.cells_per_shard)
+    if occupied.size == 0:
         return None
-    morton_attrs = dict((attrs or {}).get(MORTON) or {})
+    version = spec.version(leaf)
     t_prepared = time.perf_counter()
 
-    template = template_documents(geometry, specs, morton_attrs, morton=window is None)
-    data = rel if version is None else f"{rel}/{versions.check_name(version)}"
-    claim = None if version is not None else claims.claim_leaf(root, rel, run_id)
+    write = _LeafWrite(
+        spec,
+        leaf,
+        rel,
+        rel if version is None else f"{rel}/{version}",
+        version,
+        template_documents(grid, spec.specs, spec.morton_attrs, morton=leaf.window is None),
+        occupied,
+        ids,
+        int(granule_count),
+        (t_start, t_prepared),
+    )
+    claim = None if version is not None else claims.claim_leaf(spec.root, rel, spec.run_id)
     try:
-        return _write(
-            root,
-            shard_id,
-            rel,
-            data,
-            version,
-            run_id,
-            template,
-            geometry,
-            specs,
-            contents,
-            occupied,
-            ids,
-            granule_count,
-            semantic_hash,
-            write_stats,
-            stats_extra,
-            None if fresh or version is not None else _Clearing(root, rel),
-            t_start,
-            t_prepared,
-            window,
-            time_range,
-            temporal,
-            derived,
-        )
+        clearing = None if spec.fresh or version is not None else _Clearing(spec.root, rel)
+        return write.run(clearing, derived)
     finally:
         if claim is not None:
-            claims.release(root, claim)
+            claims.release(spec.root, claim)
 
 
-def _write(
-    root,
-    shard_id,
-    rel,
-    data,
-    version,
-    run_id,
-    template,
-    geometry,
-    specs,
-    contents,
-    occupied,
-    ids,
-    granule_count,
-    semantic_hash,
-    write_stats,
-    stats_extra,
-    clearing,
-    t_start,
-    t_prepared,
-    window=None,
-    time_range=None,
-    temporal=None,
-    derived=None,
-) -> dict:
-    """The writes of :func:`write_leaf_cells`, in the normative order, once everything is
-    checked: template, arrays and coverage under ``data``, its stamp, the pointer (a
-    versioned leaf), then the siblings (:func:`_write_siblings`)."""
-    cells_with_data = int(occupied.size)
-    out = _Unstamped(root, clearing)
-    sizes = {  # final size of every object of the leaf, by key
-        key: out.put(f"{data}/{key}", doc) for key, doc in template.items()
-    }
-    digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-        out, data, shard_id, geometry, specs, contents, occupied, morton=window is None
-    )
-    t_arrays = time.perf_counter()
+@dataclass(frozen=True)
+class _LeafWrite:
+    """One leaf's write once everything is checked: where it goes and what it holds."""
 
-    extra_bytes = 0
-    bitmap_written = False
-    if window is not None and geometry.depth > 0 and cells_with_data == geometry.n_cells:
-        envelope = coverage.leaf_envelope(  # every cell occupied: no bitmap to read
-            coverage.box_of_ranks(shard_id, occupied, geometry.depth),
-            geometry.cell_order,
-            full=True,
-        )
-    elif geometry.depth > 0:
-        payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, geometry.depth)
-        extra_bytes += out.put(f"{data}/{paths.LEAF_COVERAGE_NAME}", payload)
-        bitmap_written = True
-        envelope = coverage.leaf_envelope(
-            coverage.box_of_ranks(shard_id, occupied, geometry.depth),
-            geometry.cell_order,
-            bitmap_nbytes=len(payload),
-            raw_nbytes=raw_nbytes,
-        )
-    else:
-        envelope = coverage.leaf_envelope(
-            coverage.box_of_ranks(shard_id, occupied, 0), geometry.cell_order
-        )
-    if temporal is not None:  # the temporal record: before the stamp, fail closed
-        extra_bytes += out.put(f"{data}/{paths.LEAF_TEMPORAL_NAME}", dumps_json(temporal))
-    t_coverage = time.perf_counter()
-    out.flush()  # every object of the leaf is stored before its stamp
-    t_uploaded = time.perf_counter()
-    content = {"arrays": dict(sorted(digests.items())), "combined": hashes.combined_digest(digests)}
-    written_at = stamp.now_iso()
-    seal = stamp.build_stamp(
-        cells_with_data=cells_with_data,
-        granule_count=granule_count,
-        written_at=written_at,
-        coverage=envelope,
-        content_hashes=content,
-        window=window,
-        time_range=time_range,
-    )
-    sizes[stamp.ZARR_JSON] = stamp.write_stamp(root, data, template[stamp.ZARR_JSON], seal)
-    # a versioned leaf's pointer and its unversioned siblings are written under the leaf's
-    # claim (an unversioned write holds it already, from before it cleared anything), so
-    # the last writer to publish the leaf writes its siblings too, and no two interleave
-    publishing = contextlib.nullcontext() if version is None else claims.holding(root, rel, run_id)
-    with publishing:
-        if version is not None:  # the pointer: one PUT, only once the version is stamped
-            sizes["pointer"] = stamp.write_stamp(
-                root, rel, template[stamp.ZARR_JSON], {**seal, "current": version}
-            )
-        t_stamped = time.perf_counter()
-        record = {
-            "shard_id": shard_id,
-            "window": window,
-            "path": rel,
-            "version": version,
-            "run_id": run_id,
-            "cells_with_data": cells_with_data,
-            "granule_count": int(granule_count),
-            "content_hashes": content,
-            "coverage": envelope,
-            "bytes_written": sum(sizes.values()) + chunk_bytes + extra_bytes,
-            "objects_written": len(sizes)
-            + chunk_objects
-            + (1 if bitmap_written else 0)
-            + (1 if temporal is not None else 0),
-            "written_at": written_at,
-            "temporal": temporal,
-            "timings": {
-                "prepare_s": t_prepared - t_start,
-                "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
-                "array_io_s": io_s,  # the part of arrays_s spent storing chunk objects
-                "coverage_s": t_coverage - t_arrays,
-                "upload_s": t_uploaded - t_coverage,  # an object store's batch; 0 locally
-                "stamp_s": t_stamped - t_uploaded,  # the claim's wait included
-                "total_s": t_stamped - t_start,
-            },
+    spec: LeafSpec
+    leaf: ShardLeaf
+    rel: str  # the leaf's prefix
+    data: str  # where its arrays go: the prefix, or its version subgroup
+    version: str | None
+    template: dict[str, bytes]
+    occupied: np.ndarray  # ranks of the occupied cells
+    ids: list[str] | None  # granule ids to record
+    granule_count: int
+    clock: tuple[float, float]  # when the write started and finished its checks
+
+    def run(self, clearing: _Clearing | None, derived) -> dict:
+        """The writes, in the normative order: template, arrays and coverage under
+        ``data``, its stamp, the pointer (a versioned leaf), then the siblings
+        (:meth:`siblings`)."""
+        spec, leaf = self.spec, self.leaf
+        root, window = spec.root, leaf.window
+        t_start, t_prepared = self.clock
+        cells_with_data = int(self.occupied.size)
+        out = _Unstamped(root, clearing)
+        sizes = {  # final size of every object of the leaf, by key
+            key: out.put(f"{self.data}/{key}", doc) for key, doc in self.template.items()
         }
-        _write_siblings(root, rel, record, ids, write_stats, semantic_hash, stats_extra, derived)
-    return record
+        digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
+            out, self.data, spec, leaf, self.occupied
+        )
+        t_arrays = time.perf_counter()
 
-
-def _write_siblings(
-    root, rel, record, ids, write_stats, semantic_hash, stats_extra, derived
-) -> None:
-    """The leaf's identity and stats sidecars, then what ``derived`` writes from it."""
-    shard_id, window = record["shard_id"], record["window"]
-    siblings = {}
-    granules_sha = None
-    if ids is not None:
-        siblings[paths.granules_key(shard_id, window)] = granules = stats.granules_record(ids)
-        granules_sha = granules["granules_sha256"]
-    if write_stats:
-        try:
-            siblings[paths.stats_key(shard_id, window)] = stats.stats_record(
-                record,
-                semantic_hash=semantic_hash,
-                granules_sha=granules_sha,
-                extra=dict(stats_extra) if stats_extra else None,
+        envelope, extra = self.coverage(out)  # sizes of the objects beside the arrays
+        if leaf.temporal is not None:  # the temporal record: before the stamp, fail closed
+            extra.append(
+                out.put(f"{self.data}/{paths.LEAF_TEMPORAL_NAME}", dumps_json(leaf.temporal))
             )
-        except ValueError as exc:  # the sidecar is telemetry, never truth
-            warnings.warn(f"stats sidecar for leaf {rel} was not made: {exc}", stacklevel=2)
-    # the leaf's identity record lands with the leaf, so a run killed after this leaf can
-    # tell it is current (one batch of concurrent PUTs on an object store)
-    try:
-        root.write_many({key: dumps_json(payload) for key, payload in siblings.items()})
-    except Exception as exc:  # the stamp stands; without its sidecars the leaf is rewritten
-        warnings.warn(f"sidecars of leaf {rel} were not written: {exc}", stacklevel=2)
-    if derived is not None:
-        derived(record)
+        t_coverage = time.perf_counter()
+        out.flush()  # every object of the leaf is stored before its stamp
+        t_uploaded = time.perf_counter()
+        content = {
+            "arrays": dict(sorted(digests.items())),
+            "combined": hashes.combined_digest(digests),
+        }
+        written_at = stamp.now_iso()
+        seal = stamp.build_stamp(
+            cells_with_data=cells_with_data,
+            granule_count=self.granule_count,
+            written_at=written_at,
+            coverage=envelope,
+            content_hashes=content,
+            window=window,
+            time_range=leaf.time_range,
+        )
+        sizes[stamp.ZARR_JSON] = stamp.write_stamp(
+            root, self.data, self.template[stamp.ZARR_JSON], seal
+        )
+        # a versioned leaf's pointer and its unversioned siblings are written under the
+        # leaf's claim (an unversioned write holds it already, from before it cleared
+        # anything), so the last writer to publish the leaf writes its siblings too, and no
+        # two interleave
+        publishing = (
+            contextlib.nullcontext()
+            if self.version is None
+            else claims.holding(root, self.rel, spec.run_id)
+        )
+        with publishing:
+            if self.version is not None:  # the pointer: one PUT, once the version is stamped
+                sizes["pointer"] = stamp.write_stamp(
+                    root,
+                    self.rel,
+                    self.template[stamp.ZARR_JSON],
+                    {**seal, "current": self.version},
+                )
+            t_stamped = time.perf_counter()
+            record = {
+                "shard_id": leaf.shard_id,
+                "window": window,
+                "path": self.rel,
+                "version": self.version,
+                "run_id": spec.run_id,
+                "cells_with_data": cells_with_data,
+                "granule_count": self.granule_count,
+                "content_hashes": content,
+                "coverage": envelope,
+                "bytes_written": sum(sizes.values()) + chunk_bytes + sum(extra),
+                "objects_written": len(sizes) + chunk_objects + len(extra),
+                "written_at": written_at,
+                "temporal": leaf.temporal,
+                "timings": {
+                    "prepare_s": t_prepared - t_start,
+                    "arrays_s": t_arrays - t_prepared,  # encoding and content hashes included
+                    "array_io_s": io_s,  # the part of arrays_s spent storing chunk objects
+                    "coverage_s": t_coverage - t_arrays,
+                    "upload_s": t_uploaded - t_coverage,  # an object store's batch; 0 locally
+                    "stamp_s": t_stamped - t_uploaded,  # the claim's wait included
+                    "total_s": t_stamped - t_start,
+                },
+            }
+            self.siblings(record, derived)
+        return record
+
+    def coverage(self, out: _Unstamped) -> tuple[dict, list[int]]:
+        """The leaf's coverage envelope, and the sizes of the objects written for it (its
+        bitmap, unless the leaf has one cell, or is a windowed leaf with every cell)."""
+        grid, shard_id, occupied = self.spec.grid, self.leaf.shard_id, self.occupied
+        if grid.depth == 0:
+            return coverage.leaf_envelope(
+                coverage.box_of_ranks(shard_id, occupied, 0), grid.cell_order
+            ), []
+        box = coverage.box_of_ranks(shard_id, occupied, grid.depth)
+        if self.leaf.window is not None and occupied.size == grid.cells_per_shard:
+            return coverage.leaf_envelope(box, grid.cell_order, full=True), []  # no bitmap
+        payload, raw_nbytes = coverage.encode_bitmap_ranks(occupied, grid.depth)
+        size = out.put(f"{self.data}/{paths.LEAF_COVERAGE_NAME}", payload)
+        envelope = coverage.leaf_envelope(
+            box, grid.cell_order, bitmap_nbytes=len(payload), raw_nbytes=raw_nbytes
+        )
+        return envelope, [size]
+
+    def siblings(self, record: dict, derived) -> None:
+        """The leaf's identity and stats sidecars, then what ``derived`` writes from it."""
+        spec, ids = self.spec, self.ids
+        shard_id, window = record["shard_id"], record["window"]
+        siblings = {}
+        granules_sha = None
+        if ids is not None:
+            siblings[paths.granules_key(shard_id, window)] = granules = stats.granules_record(ids)
+            granules_sha = granules["granules_sha256"]
+        if spec.write_stats:
+            try:
+                siblings[paths.stats_key(shard_id, window)] = stats.stats_record(
+                    record,
+                    semantic_hash=spec.semantic_hash,
+                    granules_sha=granules_sha,
+                    extra=dict(spec.stats_extra) if spec.stats_extra else None,
+                )
+            except ValueError as exc:  # the sidecar is telemetry, never truth
+                warnings.warn(
+                    f"stats sidecar for leaf {self.rel} was not made: {exc}", stacklevel=2
+                )
+        # the leaf's identity record lands with the leaf, so a run killed after this leaf
+        # can tell it is current (one batch of concurrent PUTs on an object store)
+        try:
+            spec.root.write_many({key: dumps_json(payload) for key, payload in siblings.items()})
+        except Exception as exc:  # the stamp stands; without its sidecars it is rewritten
+            warnings.warn(f"sidecars of leaf {self.rel} were not written: {exc}", stacklevel=2)
+        if derived is not None:
+            derived(record)
 
 
 def _check_clearable(root: StoreRoot, rel: str) -> None:
@@ -347,9 +425,9 @@ def _check_clearable(root: StoreRoot, rel: str) -> None:
             )
 
 
-def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry: Geometry):
+def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], grid: Grid):
     """Raise unless ``contents`` matches the fields: kinds, ranks, dtypes, row framing."""
-    n = geometry.n_cells
+    n = grid.cells_per_shard
     missing = sorted(set(specs) - set(contents))
     extra = sorted(set(contents) - set(specs))
     if missing or extra:
@@ -392,11 +470,11 @@ def _check_cells(shard_id: str, contents, specs: dict[str, FieldSpec], geometry:
 
 
 def _cells_from_arrays(
-    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], geometry: Geometry
+    shard_id: str, arrays: Mapping[str, np.ndarray], specs: dict[str, FieldSpec], grid: Grid
 ) -> dict:
     """The occupied cells of dense per-cell arrays (validated: names, shapes, dtypes, the
     cell law of a given ``morton``)."""
-    n = geometry.n_cells
+    n = grid.cells_per_shard
     missing = sorted(set(specs) - set(arrays))
     extra = sorted(set(arrays) - set(specs) - {MORTON})
     if missing or extra:
@@ -423,7 +501,7 @@ def _cells_from_arrays(
     if MORTON in arrays:
         given = np.asarray(arrays[MORTON])
         law = _grid.shard_cell_words(
-            _grid.from_decimal(shard_id)[0], geometry.shard_order, geometry.cell_order
+            _grid.from_decimal(shard_id)[0], grid.shard_order, grid.cell_order
         )
         if given.shape != (n,) or not np.array_equal(given.astype(np.uint64), law):
             raise ValueError(
@@ -460,14 +538,14 @@ def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     )
 
 
-def _morton_cells(shard_id: str, occupied: np.ndarray, geometry: Geometry) -> DenseCells:
+def _morton_cells(shard_id: str, occupied: np.ndarray, grid: Grid) -> DenseCells:
     """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
     cell (those chunks are written whole), nothing elsewhere."""
-    per = geometry.cells_per_chunk
+    per = grid.cells_per_chunk
     chunks = np.unique(occupied // per)
     ranks = (chunks[:, None] * per + np.arange(per, dtype=np.int64)).ravel()
     word = _grid.from_decimal(shard_id)[0]
-    p, c = geometry.shard_order, geometry.cell_order
+    p, c = grid.shard_order, grid.cell_order
     if c > 27:
         words = _grid.shard_cell_words(word, p, c)[ranks]
     else:
@@ -529,22 +607,16 @@ class _Unstamped:
         self.pending = {}
 
 
-def _write_chunks(
-    out: _Unstamped,
-    rel,
-    shard_id,
-    geometry: Geometry,
-    specs,
-    contents,
-    occupied,
-    morton: bool = True,
-):
-    """Write every array's chunk objects (the stored ``morton`` unless ``morton`` is
-    false); returns (digests by key, bytes, objects)."""
-    group = str(geometry.cell_order)
-    n, k = geometry.n_cells, geometry.n_inner
-    arrays = [(MORTON, _morton_cells(shard_id, occupied, geometry), 0)] if morton else []
-    arrays += [(name, contents[name], sp.fill_value) for name, sp in specs.items()]
+def _write_chunks(out: _Unstamped, rel: str, spec: LeafSpec, leaf: ShardLeaf, occupied):
+    """Write every array's chunk objects under ``rel`` (the stored ``morton`` too, unless
+    the leaf is a window's); returns (digests by key, bytes, objects, seconds storing)."""
+    grid = spec.grid
+    group = str(grid.cell_order)
+    n, k = grid.cells_per_shard, grid.inner_chunks
+    arrays = []
+    if leaf.window is None:
+        arrays.append((MORTON, _morton_cells(leaf.shard_id, occupied, grid), 0))
+    arrays += [(name, leaf.contents[name], sp.fill_value) for name, sp in spec.specs.items()]
     digests = {}
     total = count = 0
     io_s = 0.0
@@ -552,7 +624,7 @@ def _write_chunks(
         if isinstance(cells, RaggedCells):
             enc = encode.encode_ragged_cells(cells, n, k)
         else:
-            enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k, geometry.dense_sharded)
+            enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k, grid.dense_sharded)
         digests[f"{group}/{name}"] = enc.digest
         t0 = time.perf_counter()
         for idx, data in enc.objects:

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
+from zagg.grid import Grid
 from zagg.hive import decode as _decode
 from zagg.hive.coverage import depth_of
-from zagg.hive.layout import MORTON, Geometry, check_ragged_attrs
+from zagg.hive.layout import MORTON, check_ragged_attrs
 from zagg.hive.storage import StoreRoot
 
 TIME = "time"
@@ -246,11 +247,11 @@ def held(values: np.ndarray, fill) -> np.ndarray:
     return values != values.dtype.type(fill)
 
 
-def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: str) -> Geometry:
+def leaf_grid(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: str) -> Grid:
     """The leaf's orders, checked against the manifest (cells per leaf, inner chunks)."""
     p, c = manifest["shard_order"], manifest["cell_order"]
     if MORTON not in arrays and manifest.get("temporal") is not None and arrays:
-        return _derived_geometry(arrays, p, c, where)
+        return _derived_grid(arrays, p, c, where)
     if MORTON not in arrays:
         raise ValueError(
             f"leaf {where} has no {group}/morton array: an unwindowed leaf must store its "
@@ -265,10 +266,10 @@ def geometry(manifest: dict, arrays: dict[str, ArrayMeta], where: str, group: st
         )
     inner = morton.chunks[-1] if morton.chunks else n
     chunk_order = c - depth_of(inner)
-    return Geometry(p, chunk_order, c, morton.sharded or chunk_order == p)
+    return Grid(p, chunk_order, c, morton.sharded or chunk_order == p)
 
 
-def _derived_geometry(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) -> Geometry:
+def _derived_grid(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) -> Grid:
     """A windowed leaf's orders from its field arrays (it stores no ``morton``: the
     coordinate is derived, spec §1.5)."""
     name = next((k for k in sorted(arrays) if arrays[k].dtype.kind != "O"), sorted(arrays)[0])
@@ -281,7 +282,7 @@ def _derived_geometry(arrays: dict[str, ArrayMeta], p: int, c: int, where: str) 
         )
     inner = arr.chunks[-1] if arr.chunks else n
     chunk_order = c - depth_of(inner)
-    return Geometry(p, chunk_order, c, arr.sharded or chunk_order == p)
+    return Grid(p, chunk_order, c, arr.sharded or chunk_order == p)
 
 
 def same_field(a: Field, b: Field) -> bool:

@@ -16,7 +16,10 @@ granule ids (:mod:`zagg.pipeline.reruns` holds the verdicts). Where a run's plan
   parameters are in the semantic hash), an input file is its file name; a Dataset passed
   in without granule ids has no identity and is always rewritten.
 
-``overwrite`` bypasses the gate (every unit rewritten, contraction included).
+``overwrite`` bypasses the gate (every unit rewritten, contraction included). A run's
+plan (:mod:`zagg.pipeline.plan`) classifies a catalog's units without acting on them; the
+executor applies the verdicts (:meth:`RunGate.apply`) and hands the aggregation the hooks
+below (:func:`selector`, :func:`record_granules`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zagg.config.store import StoreSpec
 from zagg.hive.paths import leaf_stem
 from zagg.hive.storage import StoreRoot
 from zagg.pipeline.reruns import (
@@ -33,8 +37,10 @@ from zagg.pipeline.reruns import (
     REFUSED,
     REWRITE,
     Gate,
+    Verdict,
     classify,
     current_records,
+    recorded_ids,
     touch_current,
     touch_root,
     write_empty,
@@ -46,38 +52,52 @@ SYNTHETIC_ID = "synthetic"
 
 @dataclass
 class RunGate:
-    """The gate of one run: its store, identity inputs and what it has decided so far."""
+    """The gate of one run: its store, the store spec (whose semantic hash is half of each
+    unit's identity), and what it has decided so far."""
 
     root: StoreRoot
-    semantic_hash: str
+    spec: StoreSpec
     run_id: str
     allow_contraction: bool = False
-    column: bool = False  # the config declares leaf columns: a unit needs its column too
     gate: Gate | None = None
 
-    def decide(self, planned: dict[str, list[str] | None]) -> set[str]:
-        """Classify ``planned`` units, touch the current ones, record refusals; returns the
-        shard ids to write."""
-        verdicts = classify(
+    @property
+    def column(self) -> bool:
+        """Whether the config declares leaf columns: a unit needs its column too."""
+        return self.spec.pyramid is not None
+
+    def classify(self, planned: dict[str, list[str] | None]) -> dict[str, Verdict]:
+        """The verdict of each ``planned`` unit (reading its leaf's records, writing
+        nothing)."""
+        return classify(
             self.root,
             planned,
-            self.semantic_hash,
+            self.spec.semantic_hash,
             allow_contraction=self.allow_contraction,
             column=self.column,
         )
-        gate = Gate(verdicts)
+
+    def apply(self, verdicts: dict[str, Verdict]) -> set[str]:
+        """Act on ``verdicts``: touch the current units, record the refusals; returns the
+        units to write."""
+        gate = Gate(dict(verdicts))
         current = [v for v in verdicts.values() if v.kind == CURRENT]
         gate.objects_touched, gate.touch_failures = touch_current(
             self.root, current, column=self.column
         )
         refused = [v for v in verdicts.values() if v.kind == REFUSED]
-        gate.refusals_key = write_refusals(self.root, self.run_id, self.semantic_hash, refused)
+        gate.refusals_key = write_refusals(self.root, self.run_id, self.spec.semantic_hash, refused)
         self.gate = gate if self.gate is None else self.gate.merge(gate)
         if current:  # the store-root objects no leaf owns live as long as its leaves
             touched, failed = touch_root(self.root)
             self.gate.objects_touched += touched
             self.gate.touch_failures += failed
         return {sid for sid, v in verdicts.items() if v.kind == REWRITE}
+
+    def decide(self, planned: dict[str, list[str] | None]) -> set[str]:
+        """Classify ``planned`` units and act on the verdicts (:meth:`apply`); returns the
+        units to write."""
+        return self.apply(self.classify(planned))
 
     def record_empty(self, planned: dict, todo, summary) -> None:
         """After a planned run: the units it was to write that came out empty (no point
@@ -89,26 +109,28 @@ class RunGate:
             self.root,
             empty,
             {sid: [i for i in planned[sid] if i not in failed] for sid in empty},
-            self.semantic_hash,
+            self.spec.semantic_hash,
             self.run_id,
         )
 
-    def current(self, timed: bool = False) -> list[dict]:
+    def current(self) -> list[dict]:
         """The records of the units found current that hold a leaf (what the store root's
         objects need of them, :func:`zagg.pipeline.reruns.current_records`)."""
         if self.gate is None:
             return []
-        return current_records(self.root, list(self.gate.verdicts.values()), timed=timed)
+        return current_records(
+            self.root, list(self.gate.verdicts.values()), timed=bool(self.spec.timed)
+        )
 
-    def summary(self, wall_seconds: float, shard_order: int, timed: bool = False):
+    def summary(self, wall_seconds: float):
         """The summary of a run the gate left nothing to do: no granule read, nothing
         written but the root coverage, which lists every current unit (a killed run may
         have stamped them all and died before publishing them)."""
         from zagg.engine.summary import RunSummary
         from zagg.hive.coverage import finish_root_coverage
 
-        current = self.current(timed)
-        finish_root_coverage(self.root, current, shard_order)
+        current = self.current()
+        finish_root_coverage(self.root, current, self.spec.grid.shard_order)
         return RunSummary(
             store=self.root.url,
             run_id=self.run_id,
@@ -120,6 +142,52 @@ class RunGate:
             wall_seconds=wall_seconds,
             gate=self.gate,
         )
+
+    def finish(self, summary) -> None:
+        """Put the verdicts on a run's ``summary``: its shards count every unit gated."""
+        if self.gate is not None:
+            summary.gate = self.gate
+            summary.shards = max(summary.shards, len(self.gate.verdicts))
+
+
+# -- the hooks a run's aggregation calls ---------------------------------------------------
+def selector(gate: RunGate | None, todo, ids: list[str] | None):
+    """The ``select(names, contributors)`` hook of a run's aggregation
+    (:func:`zagg.engine.aggregate.shard_collection`), called once the units holding data
+    are known: a planned run builds its units to write (``todo``) and no others; any
+    other gated run gates the units the read found, by the granules that fed each and
+    those their leaves recorded; None (every unit built) without a gate, or for a Dataset
+    without granule ids (no identity to compare)."""
+    if todo is not None:
+
+        def planned(found, contributors):
+            return [u for u in found if u in todo]
+
+        return planned
+    if gate is None or ids is None:
+        return None
+
+    def found(units, contributors):
+        return gate.decide(
+            found_plan(contributors, units, ids, lambda sid: recorded_ids(gate.root, sid) or ())
+        )
+
+    return found
+
+
+def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None:
+    """The granule ids each leaf records (its identity's second half), into the run's
+    facts beside ``shards``: with a catalog plan, the planned ids of its unit that were
+    read (a granule that failed to read is left out, so the next run retries it); else
+    the granules that fed it, or the one granule a single-granule source is."""
+    facts = shards.facts
+    failed = {f.get("granule") for f in facts.failed_granules}
+    if planned is not None:
+        facts.shard_granules = {
+            u: [i for i in planned.get(u, ()) if i not in failed] for u in shards.unit_names
+        }
+    elif facts.shard_granules is None and ids is not None:
+        facts.shard_granules = {u: list(ids) for u in shards.unit_names}
 
 
 def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
@@ -139,7 +207,7 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
     from zagg.sources.granules import catalog_entries
 
     catalog = catalog_entries(src)
-    p = cfg.grid.parent_order
+    p = cfg.grid.shard_order
     if catalog.order < p:
         return None
     wanted = None

@@ -13,13 +13,15 @@ A run whose declaration has no composable field writes none and deletes a stale 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
 from zagg import grid as G
 from zagg.hive import artifact
 from zagg.hive.cells import DenseCells, DigestRows, RaggedCells, digest_rows, ragged_cells
-from zagg.hive.layout import FieldSpec, field_specs
+from zagg.hive.layout import FieldSpec
+from zagg.hive.leaf import LeafSpec, ShardLeaf
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import background, dumps_json
 from zagg.pyramid.declare import Declaration
@@ -114,11 +116,12 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
     return out
 
 
-def artifact_specs(fields: dict, attrs: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
-    """The array specs of a pyramid artifact: the composable fields as the leaf stores them."""
-    names = [n for n in fields if n in laws]
+def artifact_specs(specs: Mapping[str, FieldSpec], laws: dict[str, Law]) -> dict[str, FieldSpec]:
+    """The array specs of a pyramid artifact: the composable fields (and their located
+    siblings) as the leaf stores them."""
+    names = [n for n in specs if n in laws]
     names += [law.locations for law in laws.values() if law.locations]
-    return field_specs({n: fields[n] for n in names}, {n: attrs[n] for n in names if n in attrs})
+    return {n: specs[n] for n in sorted(names)}
 
 
 #: digest centroids a leaf column folds at once (bounds the fold's extra memory per task)
@@ -175,20 +178,19 @@ def materialized(decl: Declaration, laws: dict[str, Law]) -> dict:
 
 
 def write_column(
-    root,
+    spec: LeafSpec,
     shard_id: str,
     contents: dict,
     decl: Declaration | None,
-    fields: dict,
-    attrs: dict,
     *,
     granule_count: int = 0,
     window: str | None = None,
 ) -> dict | None:
     """Write the leaf column of ``shard_id`` (of its leaf of ``window``: the window's
-    ``{window}.pyramid.zarr``) from the leaf's stored cells (``contents``) after its stamp;
-    returns the artifact record (None: the declaration carries no column, and a stale one
-    was deleted)."""
+    ``{window}.pyramid.zarr``) from the leaf's stored cells (``contents``) after its stamp,
+    into the store of the run's leaf record ``spec``; returns the artifact record (None: the
+    declaration carries no column, and a stale one was deleted)."""
+    root = spec.root
     rel = artifact.column_path(shard_id, window)
     laws = laws_of(decl.fields) if decl is not None else {}
     if not laws:
@@ -236,11 +238,11 @@ def write_column(
         rel,
         shard_id,
         groups,
-        artifact_specs(fields, attrs, laws),
+        artifact_specs(spec.specs, laws),
         provenance,
         cells_with_data=levels[finest][0].n_cells(),
         granule_count=granule_count,
-        morton_attrs=attrs.get("morton"),
+        morton_attrs=dict(spec.morton_attrs),
         fresh=True,
     )
     record["timings"] = {"fold_s": t_fold - t0, "total_s": time.perf_counter() - t0}
@@ -248,32 +250,23 @@ def write_column(
 
 
 def after_leaf(
-    root,
-    shard_id: str,
-    contents: dict,
-    record: dict | None,
-    decl,
-    fields: dict,
-    attrs: dict,
-    window: str | None = None,
+    spec: LeafSpec, leaf: ShardLeaf, record: dict | None, decl: Declaration | None
 ) -> dict | None:
-    """The leaf task's column step: once the leaf is stamped (``record``), its column and
+    """The leaf task's column step: once ``leaf`` is stamped (``record``), its column and
     the column's sidecar (written here, like the leaf's); its time joins the leaf's."""
     if record is None:
         return None
     col = write_column(
-        root,
-        shard_id,
-        contents,
+        spec,
+        leaf.shard_id,
+        leaf.contents,
         decl,
-        fields,
-        attrs,
         granule_count=record.get("granule_count", 0),
-        window=window,
+        window=leaf.window,
     )
     if col is None:
         return record
-    root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})
+    spec.root.write_many({key: dumps_json(payload) for key, payload in col.pop("sidecar").items()})
     record["column"] = {
         k: col[k]
         for k in ("path", "content_hashes", "bytes_written", "objects_written", "written_at")

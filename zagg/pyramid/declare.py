@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zagg.checks.validation import ConfigError, check_keys, fail
+from zagg.checks.validation import check_keys, fail
+from zagg.grid import Grid
 
 PYRAMID_V2 = "zagg-pyramid/2"
 PYRAMID_OFF = {"spec": "zagg-pyramid/1", "overview": {"orders": []}}
@@ -301,44 +302,37 @@ def _json_fill(fill):
 
 
 def declaration(
-    grid: Mapping, fields: Mapping[str, Mapping], config_pyramid, *, windowed: bool = False
+    grid: Grid, fields: Mapping[str, Mapping], config_pyramid, *, windowed: bool = False
 ) -> Declaration | None:
-    """The resolved declaration of a grid block, a fields block and ``output.pyramid``
-    (``windowed``: the store declares ``output.windowing``)."""
-    p, ci, c = int(grid["parent_order"]), int(grid["chunk_inner"]), int(grid["child_order"])
-    res = resolutions(config_pyramid, p, ci, c, windowed=windowed)
+    """The resolved declaration of a grid, a fields block and a raw ``output.pyramid``
+    value (``windowed``: the store declares ``output.windowing``)."""
+    res = resolutions(
+        config_pyramid, grid.shard_order, grid.chunk_order, grid.cell_order, windowed=windowed
+    )
+    return declared(grid, res, fields, overview_delta(config_pyramid), windowed=windowed)
+
+
+def declared(
+    grid: Grid,
+    res: tuple[int, ...] | None,
+    fields: Mapping[str, Mapping],
+    delta: int | None = None,
+    *,
+    windowed: bool = False,
+) -> Declaration | None:
+    """The declaration of already validated leaf resolutions ``res`` (None: declared off)
+    and pyramid-wide digest budget ``delta``, with the fields block's composability map."""
     if res is None:
         return None
-    return Declaration(p, c, res, field_map(fields, overview_delta(config_pyramid)), windowed)
+    return Declaration(grid.shard_order, grid.cell_order, res, field_map(fields, delta), windowed)
 
 
-def of_zattrs(zattrs: Mapping) -> Declaration | None:
-    """The declaration an aggregation's ``attrs["zagg"]`` block carries (its grid, fields
-    and the config's ``output.pyramid``)."""
-    output = (zattrs.get("config") or {}).get("output") or {}
-    try:
-        return declaration(
-            zattrs["grid"],
-            zattrs["fields"],
-            output.get("pyramid"),
-            windowed=zattrs.get("windowing") is not None,
-        )
-    except ConfigError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"config key 'output.pyramid': cannot resolve it ({exc})") from exc
-
-
-def manifest_keys(zattrs: Mapping) -> dict:
+def manifest_keys(decl: Declaration | None, short_name: str | None) -> dict:
     """The manifest's ``pyramid`` block and (for a /2 declaration) its ``multiscales``
     mirror."""
-    decl = of_zattrs(zattrs)
     if decl is None:
         return {"pyramid": {"spec": PYRAMID_OFF["spec"], "overview": {"orders": []}}}
-    return {
-        "pyramid": decl.block(),
-        "multiscales": decl.multiscales((zattrs.get("dataset") or {}).get("short_name")),
-    }
+    return {"pyramid": decl.block(), "multiscales": decl.multiscales(short_name)}
 
 
 def of_manifest(manifest: Mapping) -> Declaration | None:

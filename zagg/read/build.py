@@ -15,7 +15,8 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
-from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.grid import Grid
+from zagg.hive.layout import CELL_DIM, MORTON
 from zagg.hive.loaders import load_field, load_morton
 from zagg.hive.schema import Field
 from zagg.read.leaves import Leaf
@@ -66,7 +67,7 @@ def dataset(
     manifest: dict,
     leaves: list[Leaf],
     fields: dict[str, Field],
-    geometry: Geometry,
+    grid: Grid,
     group_attrs: dict,
     morton_attrs: dict,
     *,
@@ -81,9 +82,9 @@ def dataset(
     every leaf's coordinate from its id (spec §1.5)."""
     import xarray as xr
 
-    group = str(geometry.cell_order)
+    group = str(grid.cell_order)
     if dense:
-        chunks = ((geometry.n_cells,) * len(leaves),)
+        chunks = ((grid.cells_per_shard,) * len(leaves),)
     else:
         chunks = (tuple(int(leaf.ranks.size) for leaf in leaves),)
     data_vars = {}
@@ -95,7 +96,7 @@ def dataset(
             dict(field.attrs),
         )
     if dense:
-        p, c = geometry.shard_order, geometry.cell_order
+        p, c = grid.shard_order, grid.cell_order
         tasks = [
             (
                 load_morton,
@@ -122,13 +123,13 @@ def dataset(
         cell_ids = nested_of(words)
     coords = {
         MORTON: xr.Variable((CELL_DIM,), morton, morton_attrs),
-        CELL_IDS: xr.Variable((CELL_DIM,), cell_ids, cell_ids_attrs(geometry.cell_order)),
+        CELL_IDS: xr.Variable((CELL_DIM,), cell_ids, cell_ids_attrs(grid.cell_order)),
     }
     ds = xr.Dataset(data_vars, coords=coords)
     if not dense:
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
-    ds.attrs["zagg"] = zagg_attrs(manifest, geometry, leaves, fields, dense=dense)
+    ds.attrs["zagg"] = zagg_attrs(manifest, grid, leaves, fields, dense=dense)
     ds.attrs["morton_hive"] = {
         k: manifest[k]
         for k in ("spec", "cell_order", "shard_order", "semantic_hash")
@@ -159,12 +160,12 @@ def cell_ids_attrs(cell_order: int) -> dict:
 
 
 def zagg_attrs(
-    manifest: dict, geometry: Geometry, leaves: list[Leaf], fields: dict[str, Field], *, dense: bool
+    manifest: dict, grid: Grid, leaves: list[Leaf], fields: dict[str, Field], *, dense: bool
 ) -> dict:
     """The ``zagg`` attrs block of a read (the engine's shape: ``shard_cells`` gives a
     sparse read's cells per leaf)."""
     out = {
-        "grid": geometry.as_grid(),
+        "grid": grid.as_dict(),
         "shards": [leaf.shard_id for leaf in leaves],
         "fields": {
             name: {

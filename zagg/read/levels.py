@@ -27,8 +27,9 @@ import numpy as np
 from dask.base import tokenize
 
 from zagg import grid as G
+from zagg.grid import Grid
 from zagg.hive import artifact
-from zagg.hive.layout import MORTON, Geometry
+from zagg.hive.layout import MORTON
 from zagg.hive.loaders import load_field
 from zagg.hive.manifest import path_grouping
 from zagg.hive.schema import held, leaf_group, schema
@@ -247,7 +248,7 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
         got = [leaf for leaf in pool.map(occupancy, stamped) if leaf.ranks.size]
     if not got and reg is None:
         warnings.warn(f"level {r} of {root.url}: its {role}s hold no cell", stacklevel=3)
-    geom = Geometry(k, r, r, True)
+    grid = Grid(k, r, r, True)
     parts = [_leaves.cell_words(leaf.shard_id, k, r, leaf.ranks) for leaf in got]
     words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     token = tokenize(
@@ -261,7 +262,7 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
         manifest,
         got,
         fields,
-        geom,
+        grid,
         group_attrs,
         dict(arrays[MORTON].attrs),
         dense=False,

@@ -22,7 +22,7 @@ from zagg.hive import verify as _verify
 from zagg.hive.layout import MORTON
 from zagg.hive.loaders import load_field, load_morton
 from zagg.hive.manifest import path_grouping
-from zagg.hive.schema import TIME, geometry, leaf_group, schema
+from zagg.hive.schema import TIME, leaf_grid, leaf_group, schema
 from zagg.hive.schema import held as _held
 from zagg.hive.stamp import check_stamp, data_prefix, read_stamp
 from zagg.hive.storage import StoreRoot, as_root
@@ -174,7 +174,7 @@ def _open(
     group = str(manifest["cell_order"])
     where = root.url_of(first.rel)
     group_attrs, arrays = leaf_group(root, first.prefix, group, where)
-    geom = geometry(manifest, arrays, where, group)
+    grid = leaf_grid(manifest, arrays, where, group)
     if TIME in arrays:
         from zagg.read.raster import open_raster
 
@@ -183,7 +183,7 @@ def _open(
             manifest,
             leaves,
             arrays,
-            geom,
+            grid,
             group_attrs,
             dense=dense,
             verify=verify,
@@ -215,7 +215,7 @@ def _open(
         manifest,
         leaves,
         fields,
-        geom,
+        grid,
         group_attrs,
         morton_attrs,
         dense=dense,

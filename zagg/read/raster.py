@@ -19,8 +19,9 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 
+from zagg.grid import Grid
 from zagg.hive import verify as _verify
-from zagg.hive.layout import CELL_DIM, MORTON, Geometry
+from zagg.hive.layout import CELL_DIM, MORTON
 from zagg.hive.loaders import checked_meta, load_morton
 from zagg.hive.schema import TIME, array_meta, check_array, held, schema
 from zagg.read import build as _build
@@ -32,7 +33,7 @@ def open_raster(
     manifest: dict,
     leaves: list,
     arrays: dict,
-    geom: Geometry,
+    grid: Grid,
     group_attrs: dict,
     *,
     dense: bool,
@@ -42,7 +43,7 @@ def open_raster(
     """The Dataset of raster ``leaves`` on ``(time, cells)`` (see the module docstring)."""
     import xarray as xr
 
-    group = str(geom.cell_order)
+    group = str(grid.cell_order)
     fields = schema(arrays)
     if not dense:
         leaves = [
@@ -71,7 +72,7 @@ def open_raster(
         for v, _, _ in axes[: len(leaves)]
     ]
     if dense:
-        sizes = (geom.n_cells,) * len(leaves)
+        sizes = (grid.cells_per_shard,) * len(leaves)
     else:
         sizes = tuple(int(leaf.ranks.size) for leaf in leaves)
     chunks = ((time_values.size,), sizes)
@@ -108,7 +109,7 @@ def open_raster(
         if not leaves:
             data = data.reshape(time_values.size, 0)
         data_vars[name] = ((TIME, CELL_DIM), data, dict(field.attrs))
-    p, c = geom.shard_order, geom.cell_order
+    p, c = grid.shard_order, grid.cell_order
     if dense:
         tasks = [
             (
@@ -156,7 +157,7 @@ def open_raster(
     if not dense:
         ds = ds.set_xindex(MORTON)
     ds.attrs = dict(group_attrs)
-    ds.attrs["zagg"] = _build.zagg_attrs(manifest, geom, leaves, fields, dense=dense)
+    ds.attrs["zagg"] = _build.zagg_attrs(manifest, grid, leaves, fields, dense=dense)
     ds.attrs["morton_hive"] = {
         k: manifest[k]
         for k in ("spec", "cell_order", "shard_order", "semantic_hash")

@@ -196,7 +196,7 @@ def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
         src,
         shards=shards,
         only=only,
-        shard_order=cfg.grid.parent_order if shards is not None else None,
+        shard_order=cfg.grid.shard_order if shards is not None else None,
     )
 
 
