@@ -256,6 +256,9 @@ def prepare_write(
         pyramid_declaration(z),
         run_windowing(z),
     )
+    from zagg.pyramid.icechunk import with_carriers  # each leaf unit ends with its ref carrier
+
+    writer = with_carriers(writer, z)
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):
