@@ -3,7 +3,8 @@ to every stage, and the checks of a points Dataset against it. It parses each
 stage's block with that stage's own parser (granules, windowing, pyramid) and
 validates functions against the reducers' registry.
 
-May import the ground floor, checks, reducers, sources, windows and pyramid.declare.
+May import the ground floor, checks, reducers, sources, windows, pyramid.declare and
+pyramid.icechunk_knobs (the blocks those stages parse).
 """
 
 from zagg.lazy import lazy_package
