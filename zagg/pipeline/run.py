@@ -15,6 +15,7 @@ from zagg.engine.manifest import check_store, manifest_for
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.versions import new_run_id
 from zagg.pyramid.icechunk import after_run, enabled
+from zagg.pyramid.icechunk_runs import finalize_run
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -189,7 +190,8 @@ def run(
         if not todo:  # the repo still catches up with leaves an earlier run left unindexed
             done = gate.summary(time.perf_counter() - t0, cfg.grid.parent_order, timed)
             after_run(cfg, done, store, options, run_id)
-            return chain_sweep(cfg, done, store, options, sweep)
+            done = chain_sweep(cfg, done, store, options, sweep)
+            return finalize_run(cfg, done, store, options, run_id)  # the run's Icechunk tag
         # read only the shards and granules of the units to write
         shards = sorted({unit_of(u)[0] for u in todo})
         only = sorted({g for u in todo for g in planned[u]})
@@ -261,7 +263,8 @@ def run(
             gate.record_empty(planned, todo, summary)
         watch.finish(summary)
         after_run(cfg, summary, store, options, run_id)
-        return chain_sweep(cfg, summary, store, options, sweep)
+        summary = chain_sweep(cfg, summary, store, options, sweep)
+        return finalize_run(cfg, summary, store, options, run_id)  # the run's Icechunk tag
 
 
 def checked_shards(shards, order: int) -> list[str]:
