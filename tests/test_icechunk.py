@@ -191,7 +191,8 @@ def test_finalize_tags_each_run_and_the_tag_reads_that_runs_leaves(tmp_path, pho
     meta = repo.lookup_snapshot(repo.lookup_tag(f"run-{a}")).metadata
     assert meta["run_id"] == a and meta["zagg_version"] == zagg.__version__
     assert meta["semantic_hash"] == read_manifest(StoreRoot(store))["semantic_hash"]
-    assert (meta["commit"], meta["split_order"], meta["retain_runs"]) == ("leaf", 6, 0)
+    # zagg's default cut: one base manifest per order-2 cell
+    assert (meta["commit"], meta["split_order"], meta["retain_runs"]) == ("leaf", 2, 0)
     # the finalize changes nothing a reader sees, and a second one writes nothing
     history = [s.id for s in repo.ancestry(branch="main")]
     again = finalize(store, run_id=b)
@@ -268,7 +269,7 @@ def test_the_manifest_split_is_recorded_used_and_only_ratchets_coarser(tmp_path,
         build(photons, store)
         shutil.rmtree(os.path.join(store, "icechunk"))
     one = commit(fine, settings=Settings(split_order=P))  # a manifest per leaf
-    commit(coarse)  # one per order-6 cell, which holds every leaf here
+    commit(coarse, settings=Settings(split_order=6, commit_order=6))  # one per order-6 cell
     assert manifests(fine) > manifests(coarse)
     block = plain_open(StoreRoot(coarse), "/").attrs["zagg_icechunk"]
     assert (block["split_order"], block["commit_order"], block["rows_per_manifest"]) == (6, 6, 1)

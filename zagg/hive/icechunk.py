@@ -13,7 +13,6 @@ fails loudly on read instead of decoding other bytes.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as _dt
 import json
 import math
@@ -335,13 +334,24 @@ def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, Obje
             a.meta,
             a.chunks,
             tuple(
-                dataclasses.replace(r, checksum=stamps[r.key])
+                Ref(r.j, r.key, r.offset, r.length, stamps[r.key])
                 for r in a.refs
                 if stamps[r.key] is not None
             ),
         )
         for n, a in arrays.items()
     }
+
+
+def modified(root: StoreRoot, key: str) -> int | None:
+    """A local object's modification time (ns), None when absent; None on an object store,
+    whose ETags a lifecycle touch leaves as they are."""
+    if not root.is_local:
+        return None
+    try:
+        return os.stat(f"{root.path.rstrip('/')}/{key}").st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 # -- the ref carrier: a leaf's references, written by the task that wrote the leaf --------

@@ -22,6 +22,7 @@ leaf, column or overview object. The run's close (finalize, tag, retention) is
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as _dt
 import hashlib
 import json
 import logging
@@ -41,7 +42,7 @@ from zagg.hive.stamp import COMMIT_ATTR, data_prefix, read_stamp_or_debris
 from zagg.hive.storage import StoreRoot, as_root, dumps_json
 from zagg.hive.walk import walk_windows
 from zagg.pyramid.declare import of_manifest, of_zattrs
-from zagg.pyramid.icechunk_knobs import Settings, default_commit_order
+from zagg.pyramid.icechunk_knobs import Settings, orders
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Obj:
     prefix: str  # the object's data root (a leaf's current version, else the artifact)
     stamp: str | None = None  # its stamp's written_at: with prefix, what identifies it
     kind: str = "leaf"  # leaf | column | overview
+    touched: int | None = None  # on a local store, its root zarr.json's mtime (ns)
 
     @property
     def key(self) -> str:
@@ -90,7 +92,11 @@ class Obj:
 
     @property
     def identity(self) -> str:
-        return f"{self.prefix}@{self.stamp}"
+        """What the ledger compares to skip an unchanged object without reading it: its
+        data prefix and stamp, and on a local store the time the lifecycle touch moves
+        (with the checksums its references carry; an object store's ETags survive it)."""
+        tail = "" if self.touched is None else f"@{self.touched}"
+        return f"{self.prefix}@{self.stamp}{tail}"
 
 
 @dataclass
@@ -156,15 +162,21 @@ def objects(root: StoreRoot, manifest: dict) -> list[Obj]:
         stamp, problem = read_stamp_or_debris(root, rel)
         if stamp is None or problem:
             return None
-        return Obj(c, row, sid, data_prefix(rel, stamp), stamp.get("written_at"), "leaf")
+        prefix = data_prefix(rel, stamp)
+        when = ic.modified(root, f"{prefix}/zarr.json")
+        return Obj(c, row, sid, prefix, stamp.get("written_at"), "leaf", when)
 
     def column(unit):
         row, sid = unit
         rel = artifact.column_path(sid, None if row == ALL else row)
         attrs = artifact.stamped_attrs(root, rel, "column")
         groups = (attrs or {}).get(artifact.COLUMN_ATTR, {}).get("groups") or {}
-        when = _written_at(attrs)
-        return [Obj(r, row, sid, rel, when, "column") for r in decl.resolutions if str(r) in groups]
+        when, touched = _written_at(attrs), ic.modified(root, f"{rel}/zarr.json")
+        return [
+            Obj(r, row, sid, rel, when, "column", touched)
+            for r in decl.resolutions
+            if str(r) in groups
+        ]
 
     out = [o for o in _pool_map(root, leaf, units) if o is not None]
     if decl is None:
@@ -185,7 +197,8 @@ def objects(root: StoreRoot, manifest: dict) -> list[Obj]:
         rel = artifact.overview_path(nid, None if row == ALL else row)
         attrs = artifact.stamped_attrs(root, rel, "overview")
         if attrs and attrs[artifact.OVERVIEW_ATTR].get("cell_order") == r:
-            return Obj(r, row, nid, rel, _written_at(attrs), "overview")
+            when = ic.modified(root, f"{rel}/zarr.json")
+            return Obj(r, row, nid, rel, _written_at(attrs), "overview", when)
         return None
 
     return out + [o for o in _pool_map(root, overview, nodes) if o is not None]
@@ -206,11 +219,12 @@ def _ranks(nodes: list[str]) -> dict[str, int]:
 
 
 def _fingerprint(arrays: dict[str, ic.ObjectArray]) -> str:
-    parts = [
-        [name, [[r.j, r.key, r.offset, r.length, str(r.checksum)] for r in a.refs]]
-        for name, a in sorted(arrays.items())
-    ]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
+    h = hashlib.sha256()
+    for name, a in sorted(arrays.items()):
+        h.update(f"{name}\n".encode())
+        for r in a.refs:
+            h.update(f"{r.j} {r.key} {r.offset} {r.length} {r.checksum}\n".encode())
+    return h.hexdigest()[:20]
 
 
 def _ledger(repo) -> dict:
@@ -526,11 +540,7 @@ def _ratchet(block: dict, settings: Settings, p: int, summary: IcechunkSummary, 
     """The split this commit writes at: the store's recorded split_order unless the
     config's is coarser (a ratchet, recorded); a finer one is adopted from the store with
     a warning. rows_per_manifest is the store's once the repo exists."""
-    commit_order = settings.commit_order
-    wanted = settings.split_order
-    if wanted is None:
-        base = default_commit_order(p) if commit_order is None else commit_order
-        wanted = base
+    wanted, commit_order = orders(settings, p)
     if not block:
         split, rows, ratchet = wanted, settings.rows_per_manifest, None
     else:
@@ -540,7 +550,7 @@ def _ratchet(block: dict, settings: Settings, p: int, summary: IcechunkSummary, 
                 f"split by row; clear {ic.REPO_DIR}/ and run again to re-create it"
             )
         split, rows, ratchet = int(block["split_order"]), int(block["rows_per_manifest"]), None
-        explicit = settings.split_order is not None
+        explicit = settings.split_order is not None or settings.commit_order is not None
         if explicit and wanted < split:
             ratchet, split = f"{split}->{wanted}", wanted
         elif explicit and wanted > split:
@@ -553,8 +563,8 @@ def _ratchet(block: dict, settings: Settings, p: int, summary: IcechunkSummary, 
                 f"output.icechunk.rows_per_manifest {settings.rows_per_manifest} differs "
                 f"from the store's {rows}, fixed when its repo was created: the store's is kept"
             )
-    if commit_order is None:
-        commit_order = min(default_commit_order(p), split)
+    if settings.commit_order is None:
+        commit_order = min(commit_order, split)
     if commit_order > split:
         raise ValueError(
             f"output.icechunk.commit_order {commit_order} is finer than the store's "
@@ -642,6 +652,84 @@ def _check_block(block: dict, new: dict, path: str) -> None:
             )
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One object's line in the commit metadata's ledger: what identified the object (its
+    data prefix and stamp), the fingerprint of its references, and which of its chunks
+    held one (hex bits), so a replacement drops only the chunks the old one held."""
+
+    identity: str
+    fingerprint: str
+    mask: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.identity} {self.fingerprint} {self.mask:x}"
+
+    @classmethod
+    def parse(cls, text: str | None):
+        if not text:
+            return None
+        parts = text.split(" ")
+        if len(parts) == 3:
+            return cls(parts[0], parts[1], int(parts[2], 16))
+        return cls("", parts[-1])  # a ledger written before identities and masks
+
+    def chunks(self, count: int) -> set[int]:
+        """The chunk indices the object held (every one when unknown)."""
+        if self.mask is None:
+            return set(range(count))
+        return {j for j in range(count) if self.mask >> j & 1}
+
+
+def _held(arrays: dict[str, ic.ObjectArray]) -> int:
+    mask = 0
+    for a in arrays.values():
+        for r in a.refs:
+            mask |= 1 << r.j
+    return mask
+
+
+class _Staged:
+    """The references and deletions of one commit, set array by array in one call each
+    (Icechunk's per-call cost is paid once per array, not per reference)."""
+
+    def __init__(self, root: StoreRoot, docs: RepoDocs):
+        self.root, self.docs = root, docs
+        self.refs: dict[str, list] = {}
+        self.gone: list[str] = []
+
+    def add(self, path: str, index: tuple[int, int], ndim: int, ref: ic.Ref) -> None:
+        import icechunk
+
+        local = isinstance(ref.checksum, _dt.datetime)
+        self.refs.setdefault(path, []).append(
+            icechunk.VirtualChunkSpec(
+                index=[*index] + [0] * (ndim - 1),
+                location=ic.location(self.root, ref.key),
+                offset=ref.offset,
+                length=ref.length,
+                etag_checksum=None if local else ref.checksum,
+                last_updated_at_checksum=ref.checksum if local else None,
+            )
+        )
+
+    def drop(self, path: str, index: tuple[int, int], ndim: int) -> None:
+        self.gone.append(ic.repo_chunk_key(path, index[0], index[1], ndim))
+
+    def flush(self) -> int:
+        """Set every staged reference, then delete every dropped chunk (an object's held
+        and dropped chunks never meet); returns the references set."""
+        n = 0
+        for path, specs in self.refs.items():
+            failed = self.docs.store.set_virtual_refs(f"/{path}", specs)
+            if failed:
+                raise ValueError(f"{len(failed)} references of /{path} name no known container")
+            n += len(specs)
+        for key in self.gone:
+            self.docs.delete(key)
+        return n
+
+
 # -- one commit --------------------------------------------------------------------------
 
 
@@ -725,20 +813,21 @@ def commit(
     fresh: dict[str, str] = {}
     todo = []
     for o in objs:
-        old = ledger.get(o.key, "")
-        if not root.is_local and old.split(" ")[0] == o.identity:
-            fresh[o.key] = old  # an unchanged object: its ETags stand (a touch keeps them)
+        old = _Entry.parse(ledger.get(o.key))
+        if old is not None and old.identity == o.identity:
+            fresh[o.key] = ledger[o.key]  # unchanged, and not touched since: not read
         else:
             todo.append(o)
     geometry = {k: new_block[k] for k in ("shard_order", "chunk_order", "cell_order")}
     refs = gather(root, todo, geometry, summary)
     ranks = _ranks(sorted({o.node for o in todo}))
+    staged = _Staged(root, docs)
     for o in todo:
         arrays = refs[o.key]
-        entry = f"{o.identity} {_fingerprint(arrays)}"
-        fresh[o.key] = entry
-        old = ledger.get(o.key)
-        if old is not None and old.split(" ")[-1] == entry.split(" ")[-1]:
+        new = _Entry(o.identity, _fingerprint(arrays), _held(arrays))
+        fresh[o.key] = str(new)
+        old = _Entry.parse(ledger.get(o.key))
+        if old is not None and old.fingerprint == new.fingerprint:
             continue
         summary.changed += 1
         w, rank = row_of[o.row], ranks[o.node]
@@ -746,35 +835,25 @@ def commit(
             meta = templates.get(o.level, {}).get(name)
             if meta is None:
                 continue
-            ndim = len(meta["shape"])
-            path = f"{o.level}/{name}"
-            held = {ref.j for ref in a.refs}
+            path, base, ndim = f"{o.level}/{name}", rank * a.chunks, len(meta["shape"])
             for ref in a.refs:
-                docs.store.set_virtual_ref(
-                    ic.repo_chunk_key(path, w, rank * a.chunks + ref.j, ndim),
-                    ic.location(root, ref.key),
-                    offset=ref.offset,
-                    length=ref.length,
-                    checksum=ref.checksum,
-                )
-                summary.refs += 1
+                staged.add(path, (w, base + ref.j), ndim, ref)
             if old is not None:  # a replaced object: drop the chunks it no longer holds
-                for j in set(range(a.chunks)) - held:
-                    docs.delete(ic.repo_chunk_key(path, w, rank * a.chunks + j, ndim))
+                held = {ref.j for ref in a.refs}
+                for j in old.chunks(a.chunks) - held:
+                    staged.drop(path, (w, base + j), ndim)
     gone = set(ledger) - set(fresh)
     for key in gone:  # an object no longer in the hive: its chunks read as fill
         level, row, node = key.split("|")
         if row not in row_of or int(level) not in templates:
             continue
         rank = _ranks([node])[node]
+        old = _Entry.parse(ledger[key])
         for name, meta in templates[int(level)].items():
             k = ic.chunk_count(meta)
-            for j in range(k):
-                docs.delete(
-                    ic.repo_chunk_key(
-                        f"{level}/{name}", row_of[row], rank * k + j, len(meta["shape"])
-                    )
-                )
+            for j in old.chunks(k):
+                staged.drop(f"{level}/{name}", (row_of[row], rank * k + j), len(meta["shape"]))
+    summary.refs = staged.flush()
     if summary.changed or gone:
         summary.snapshot = docs.session.commit(
             f"{message} {run_id or ''}".strip(),

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 from zagg.checks.validation import fail
 
-TUPLE_WIDTH = 3  # orders per tuple of the staged sweep (its finest dispatch node)
+#: the default split: one base manifest per order-2 cell. Icechunk 1 pays, for every
+#: reference a session sets, in proportion to the manifests its array is cut into
+#: (12·4^split_order per row block), and zagg sets every reference of a run from one
+#: client, so zagg cuts coarser than a fleet of committing nodes would.
+DEFAULT_SPLIT_ORDER = 2
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,17 @@ class Settings:
 _KEYS = ("enabled", "commit", "retain_runs", "split_order", "commit_order", "rows_per_manifest")
 
 
-def default_commit_order(shard_order: int) -> int:
-    """The finest dispatch node of a sweep in tuples of three orders (6 at shard order 9)."""
-    return max(0, shard_order - (shard_order % TUPLE_WIDTH or TUPLE_WIDTH))
+def orders(settings: Settings, shard_order: int) -> tuple[int, int]:
+    """``(split_order, commit_order)`` the settings ask for: split_order defaults to
+    commit_order when that is given (§11.5), else to :data:`DEFAULT_SPLIT_ORDER` (capped
+    at the shard order); commit_order, which zagg only records (its client makes every
+    commit), to the finer of that default and split_order."""
+    split, commit = settings.split_order, settings.commit_order
+    if split is None:
+        split = min(DEFAULT_SPLIT_ORDER, shard_order) if commit is None else commit
+    if commit is None:
+        commit = min(DEFAULT_SPLIT_ORDER, split)
+    return split, commit
 
 
 def parse_settings(value, shard_order: int) -> tuple[bool | None, Settings]:
@@ -75,8 +87,7 @@ def parse_settings(value, shard_order: int) -> tuple[bool | None, Settings]:
         commit_order=count("commit_order", 0, None),
         rows_per_manifest=count("rows_per_manifest", 1, 1),
     )
-    commit_order = default_commit_order(shard_order) if s.commit_order is None else s.commit_order
-    split_order = commit_order if s.split_order is None else s.split_order
+    split_order, commit_order = orders(s, shard_order)
     if not commit_order <= split_order <= shard_order:
         fail(
             "output.icechunk.split_order",
