@@ -35,7 +35,9 @@ def _cmd_run(args) -> int:
     else:
         with _connected(args) as client:
             summary = run(args.config, scheduler=client, timings=True, **knobs)
-    print("\n".join(summary.lines()))
+    from zagg.pyramid.icechunk_runs import summary_lines
+
+    print("\n".join(summary.lines() + summary_lines(summary)))
     return 0
 
 

@@ -31,6 +31,7 @@ from zagg.engine.temporal import run_windowing, temporal_record, unit_window
 from zagg.hive.coverage import finish_root_coverage
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
 from zagg.hive.versions import new_run_id, new_version
+from zagg.pyramid.icechunk import with_carriers
 from zagg.stages import DATASET_CELLS, WRITE_LEAF, layer_name
 
 if TYPE_CHECKING:
@@ -256,9 +257,7 @@ def prepare_write(
         pyramid_declaration(z),
         run_windowing(z),
     )
-    from zagg.pyramid.icechunk import with_carriers  # each leaf unit ends with its ref carrier
-
-    writer = with_carriers(writer, z)
+    writer = with_carriers(writer, z)  # each leaf unit ends with its Icechunk ref carrier
     tasks = []
     if shards.words.size:
         with dask.annotate(priority=shards.priority("output")):

@@ -33,12 +33,11 @@ ABSENT = 2**64 - 1  # a shard index's marker of an inner chunk never written
 
 
 def available() -> bool:
-    """Whether the ``icechunk`` package (the ``zagg[icechunk]`` extra) is importable."""
-    try:
-        import icechunk  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the ``icechunk`` package (the ``zagg[icechunk]`` extra) is installed (found,
+    not imported: a run asks before its leaves, and the import is not cheap)."""
+    import importlib.util
+
+    return importlib.util.find_spec("icechunk") is not None
 
 
 @dataclass(frozen=True)

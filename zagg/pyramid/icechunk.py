@@ -782,7 +782,8 @@ def commit(
     summary.split_ratchet = split.ratchet
     # the split is saved with the repo before any commit, so every manifest is cut by it
     cut = ic.splitting(new_block["levels"], split.rows_per_manifest)
-    if not block or split.ratchet or block.get("levels") != new_block["levels"]:
+    saved = repo.config.manifest
+    if saved is None or repr(saved.splitting) != repr(cut):
         repo = ic.open_repo(root, splitting=cut)
         repo.save_config()
     docs = RepoDocs(repo.writable_session("main"))
@@ -806,7 +807,7 @@ def commit(
             f"{head} {run_id or ''}".strip(),
             metadata={"run_id": run_id, "split_ratchet": split.ratchet},
         )
-        summary.commits.append(head.split(" ")[0] if not split.ratchet else "split ratchet")
+        summary.commits.append("split ratchet" if split.ratchet else "init")
         docs = RepoDocs(repo.writable_session("main"))
 
     ledger = _ledger(repo)

@@ -102,9 +102,9 @@ def parse_settings(value, shard_order: int) -> tuple[bool | None, Settings]:
 
 
 def _require_package() -> None:
-    try:
-        import icechunk  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("icechunk") is None:
         fail(
             "output.icechunk",
             "is on but the icechunk package is not installed; install it "

@@ -294,3 +294,22 @@ def history(
         tags[0].written_at if tags else repo.lookup_snapshot(repo.lookup_branch("main")).written_at
     )
     return History(referenced_versions(root, repo), {t.tag for t in tags}, newest, done)
+
+
+def summary_lines(summary) -> list[str]:
+    """What a run did to the store's Icechunk companion, for the command line: its
+    commits, its tag, or why there is none."""
+    record = summary.icechunk
+    if not isinstance(record, dict):
+        return []
+    sweep = getattr(summary.sweep, "icechunk", None) or {}
+    if "error" in record or "error" in sweep:
+        return [f"icechunk        not committed: {record.get('error') or sweep.get('error')}"]
+    commits = [*record.get("commits", ()), *sweep.get("commits", ())]
+    closing = record.get("finalize") or {}
+    line = f"icechunk        {', '.join(commits) or 'nothing new'}"
+    if closing.get("tag"):
+        line += f"; tagged {closing['tag']}"
+    elif closing:
+        line += f"; not tagged: {closing.get('skipped') or closing.get('error')}"
+    return [line]
