@@ -24,6 +24,7 @@ from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
 from zagg.hive.walk import walk_windows  # noqa: E402
 from zagg.pyramid.icechunk import commit, levels_of  # noqa: E402
+from zagg.pyramid.icechunk_runs import summary_lines  # noqa: E402
 from zagg.read.levels import open_level  # noqa: E402
 from zagg.sources.synthetic import synthetic_photons  # noqa: E402
 
@@ -305,6 +306,7 @@ def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path,
     assert one.sweep.icechunk["commits"][-1] == "node"  # after any new level groups
     closing = one.icechunk["finalize"]
     assert closing["tag"] == f"run-{one.run_id}" and closing["tagged"], closing
+    assert summary_lines(one) == [f"icechunk        init, leaf, node; tagged run-{one.run_id}"]
     assert_levels_equal(str(store))
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
     assert repo.lookup_tag(f"run-{one.run_id}") == repo.lookup_branch("main")
