@@ -262,15 +262,22 @@ def gather(
     units = {}
     for key, found in zip(wanted, _pool_map(root, read, wanted), strict=True):
         for u in found or ():
-            units[(key, f"{u.get('level')}|{u.get('row')}|{u.get('node')}")] = u
+            if isinstance(u, dict):
+                units[(key, f"{u.get('level')}|{u.get('row')}|{u.get('node')}")] = u
     out, missing = {}, []
     for o in objs:
         u = units.get((_carrier_of(o), o.key))
+        arrays = None
         if u is not None and u.get("prefix") == o.prefix and u.get("stamp") == o.stamp:
-            out[o.key] = ic.refreshed(root, ic.unit_arrays(u, root.is_local))
-            summary.carriers += 1
-        else:
+            try:
+                arrays = ic.refreshed(root, ic.unit_arrays(u, root.is_local))
+            except (KeyError, TypeError, ValueError):  # a damaged unit: read the object
+                arrays = None
+        if arrays is None:
             missing.append(o)
+        else:
+            out[o.key] = arrays
+            summary.carriers += 1
     read_back = _pool_map(root, lambda o: ic.group_refs(root, f"{o.prefix}/{o.level}"), missing)
     for o, arrays in zip(missing, read_back, strict=True):
         out[o.key] = arrays
