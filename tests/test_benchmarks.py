@@ -292,3 +292,35 @@ def test_bench_reduce_counts_the_kept_points_and_their_cells():
     assert int(m.group(1).replace(",", "")) == int(kept.sum())
     assert (int(m.group(2)), int(m.group(3).replace(",", ""))) == (shards, cells)
     assert re.search(r"M points/s per thread \((meets|misses) 6 M\)", text), text
+
+
+def test_bench_icechunk_gathers_each_leaf_from_its_carrier(tmp_path):
+    """bench_icechunk on two small granules: the fresh commit takes every leaf and its
+    column from their carriers and reads only the overviews; without carriers it reads
+    them all; an unchanged commit reads nothing; the repository is a small fraction of
+    the hive."""
+    text = _run(
+        "bench_icechunk.py",
+        "--size",
+        "2e5",
+        "--per-granule",
+        "1e5",
+        "--s3-size",
+        "0",
+        "--splits",
+        "--keep",
+        str(tmp_path),
+    )
+    leaves = int(re.search(r"leaves\s+(\d+) \(", text).group(1))
+    fresh = re.search(
+        r"carriers\s+[\d.]+ s\s+\(([\d,]+) objects from carriers, ([\d,]+) read", text
+    )
+    bare = re.search(r"no carrier\s+[\d.]+ s\s+\(([\d,]+) objects read\)", text)
+    assert leaves > 1 and fresh and bare, text
+    carried, read = (int(g.replace(",", "")) for g in fresh.groups())
+    assert carried == 2 * leaves and read > 0
+    assert int(bare.group(1).replace(",", "")) == carried + read
+    assert re.search(r"unchanged commit\s+[\d.]+ s\s+\(0 objects read\)", text)
+    assert re.search(r"of the run \((meets|misses) the target 10%\)", text)
+    share = float(re.search(r"repo / hive bytes\s+([\d.]+)%", text).group(1))
+    assert 0 < share < 5

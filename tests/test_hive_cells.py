@@ -56,12 +56,14 @@ def _cells_of(arrays, digest_rows=False):
 
 def _tree(root):
     """Every object under ``root`` except those that carry a clock (the manifest, the root
-    coverage, the multiscales companion's root document, stats sidecars; stamps are
-    replaced by a marker), by path without versions."""
+    coverage, the multiscales companion's root document, stats sidecars, Icechunk ref
+    carriers, which hold the objects' modification times; stamps are replaced by a
+    marker), by path without versions."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        clocked = path.name.endswith("stats.json") or str(rel) in (
+        clocked = path.name.endswith("stats.json") or path.name.startswith("icechunk_refs")
+        clocked = clocked or str(rel) in (
             "morton_hive.json",
             "coverage.moc",
             "multiscales/zarr.json",

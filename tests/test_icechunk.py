@@ -14,6 +14,7 @@ icechunk = pytest.importorskip("icechunk")
 xr = pytest.importorskip("xarray")
 
 import mortie  # noqa: E402
+from icechunk_checks import plain_open, repo_matches_hive  # noqa: E402
 
 import zagg  # noqa: E402
 from zagg.checks.validation import ConfigError  # noqa: E402
@@ -23,6 +24,7 @@ from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
 from zagg.hive.walk import walk_windows  # noqa: E402
 from zagg.pyramid.icechunk import commit, levels_of  # noqa: E402
+from zagg.pyramid.icechunk_runs import summary_lines  # noqa: E402
 from zagg.read.levels import open_level  # noqa: E402
 from zagg.sources.synthetic import synthetic_photons  # noqa: E402
 
@@ -64,7 +66,9 @@ def photons():
     return synthetic_photons(30_000, REGION, chunk_size=10_000, seed=3).compute()
 
 
-def build(photons, store, storage_options=None):
+def build(photons, store, storage_options=None, sweep=True):
+    """The leaves (each with its ref carrier), the ladder unless ``sweep`` is false, and
+    one commit of the repo."""
     from zagg.engine.write import write_shards
 
     cfg = load_config(raw_config())
@@ -74,55 +78,29 @@ def build(photons, store, storage_options=None):
             store,
             storage_options=storage_options,
         )
-    zagg.sweep(store, storage_options=storage_options, icechunk=False)
+    if sweep:
+        zagg.sweep(store, storage_options=storage_options, icechunk=False)
     return commit(store, storage_options, run_id="test")
 
 
-def plain_open(root: StoreRoot, group: str):
-    """The repo opened with icechunk and xarray alone (the documented plain way)."""
-    from zagg.hive import icechunk as ic
-
-    repo = icechunk.Repository.open(  # the container config is the repo's own
-        ic.repo_storage(root), authorize_virtual_chunk_access=ic.credentials(root)
-    )
-    session = repo.readonly_session(branch="main")
-    return xr.open_zarr(session.store, group=group, consolidated=False, chunks=None)
-
-
-def assert_levels_equal(store, storage_options=None):
-    root = StoreRoot(store, storage_options)
-    manifest = read_manifest(root)
-    top = plain_open(root, "/")
-    rows = top.attrs["zagg_icechunk"]["rows"]
-    assert top.attrs.keys() == {"zagg_icechunk", "zarr_conventions", "multiscales"}
-    assert rows[-1] == "all" and len(rows) >= 3
-    checked = 0
-    for c, level in levels_of(manifest).items():
-        ds = plain_open(root, str(c))
-        assert ds["count"].dims == ("window", "cells")
-        assert ds.sizes["cells"] == 12 * 4**c and ds.sizes["window"] == len(rows)
-        for w, label in enumerate(rows):
-            if label == "all" and level.artifact != "overview":
-                continue
-            want = open_level(
-                store, c, storage_options, window=None if label == "all" else label
-            ).compute()
-            nested, _ = mortie.mort2healpix(want["morton"].values)
-            got = ds.isel(window=w, cells=np.asarray(nested, dtype=np.int64))
-            for name in ("count", "h_sum", "h_max"):
-                np.testing.assert_array_equal(got[name].values, want[name].values)
-            assert [bytes(x) for x in got["h_tdigest"].values] == [
-                bytes(x) for x in want["h_tdigest"].values
-            ]
-            if c <= 8:  # outside the occupied cells a level reads fill (no stray reference)
-                whole = ds["count"].isel(window=w).values
-                assert int(np.nan_to_num(whole).sum()) == int(want["count"].sum())
-            checked += 1
-    assert checked >= 2 * (len(levels_of(manifest)) - 1)
+def assert_levels_equal(store, storage_options=None, orders=None):
+    checked = repo_matches_hive(store, storage_options, orders)
+    manifest = read_manifest(StoreRoot(store, storage_options))
+    assert checked >= 2 * (len(orders or levels_of(manifest)) - 1)
 
 
 def tree_bytes(path):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def base_values(store, photons_rows) -> dict:
+    """The leaves' counts per window: {label: (nested ranks, counts)}."""
+    out = {}
+    for label in photons_rows:
+        want = open_level(store, C, window=label).compute()
+        nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+        out[label] = (nested, want["count"].values, [bytes(x) for x in want["h_tdigest"].values])
+    return out
 
 
 def test_every_level_of_the_repo_equals_open_level_cell_for_cell(tmp_path, photons):
@@ -130,6 +108,10 @@ def test_every_level_of_the_repo_equals_open_level_cell_for_cell(tmp_path, photo
     first = build(photons, store)
     assert first.commits == ["init", "leaf"] and first.changed == first.objects > 0
     assert_levels_equal(store)
+    # every leaf's and column's references came from the carrier its task wrote: the
+    # commit read only the overviews, which the sweep wrote
+    leaves = sum(len(v) for v in walk_windows(store).values())
+    assert first.carriers == 2 * leaves and first.read == first.objects - first.carriers > 0
     # virtual references only: the repo holds no chunk bytes of its own
     repo_size = tree_bytes(os.path.join(store, "icechunk"))
     assert repo_size < 0.25 * (tree_bytes(store) - repo_size)
@@ -141,6 +123,29 @@ def test_every_level_of_the_repo_equals_open_level_cell_for_cell(tmp_path, photo
     via = zagg.open_icechunk(store, 2)
     assert list(via["window"].values) == first.rows
     assert via.attrs["zagg_icechunk"]["snapshot"] == first.snapshot
+
+
+def test_a_leaf_without_a_usable_carrier_is_read_from_its_objects(tmp_path, photons):
+    """A carrier lost, or one describing an older write of its leaf: the commit reads that
+    leaf's objects instead, and the repo is right all the same."""
+    import json
+
+    store = tmp_path / "store"
+    build(photons, str(store), sweep=False)
+    carriers = sorted(store.glob("**/icechunk_refs_*.json"))
+    assert len(carriers) == sum(len(v) for v in walk_windows(str(store)).values())
+    doc = json.loads(carriers[0].read_text())
+    assert doc["spec"] == "zagg-icechunk-refs/1" and doc["checksum"] == "last_modified"
+    assert {u["row"] for u in doc["units"]} == {carriers[0].stem.split("_")[-1]}
+    carriers[0].unlink()
+    doc = json.loads(carriers[1].read_text())
+    doc["units"][0]["stamp"] = "2000-01-01T00:00:00Z"  # an older write of the leaf
+    carriers[1].write_text(json.dumps(doc))
+    shutil.rmtree(store / "icechunk")
+    again = commit(str(store), run_id="again")
+    assert again.carriers == 2 * (len(carriers) - 2) + 1  # the second one's column stands
+    assert again.read == again.objects - again.carriers
+    assert_levels_equal(str(store), orders=[C, 10])
 
 
 def test_a_rewrite_commits_only_what_changed_and_old_snapshots_keep_reading(tmp_path, photons):
@@ -162,6 +167,136 @@ def test_a_rewrite_commits_only_what_changed_and_old_snapshots_keep_reading(tmp_
     np.testing.assert_array_equal(got, old_leaves["count"].values)
 
 
+def test_finalize_tags_each_run_and_the_tag_reads_that_runs_leaves(tmp_path, photons):
+    from zagg.pyramid.icechunk_runs import finalize
+
+    store = str(tmp_path / "store")
+    first = build(photons, store, sweep=False)
+    a, b = "a" * 32, "b" * 32
+    done = finalize(store, run_id=a)
+    assert done["tag"] == f"run-{a}" and done["tagged"] and done["retention_error"] is None
+    rows = [r for r in first.rows if r != "all"]
+    before = base_values(store, rows)
+    build(photons.isel(photon=slice(5_000, 22_000)), store, sweep=False)  # every leaf written again
+    finalize(store, run_id=b)
+    after = base_values(store, rows)
+    assert any(len(before[r][1]) != len(after[r][1]) for r in rows)  # the hive did change
+    pinned = zagg.open_icechunk(store, C, tag=f"run-{a}")
+    for w, label in enumerate(pinned["window"].values[: len(rows)]):
+        nested, counts, digests = before[label]
+        got = pinned.isel(window=w, cells=nested)
+        np.testing.assert_array_equal(got["count"].values, counts)
+        assert [bytes(x) for x in got["h_tdigest"].values] == digests
+    assert_levels_equal(store, orders=[C])  # main reads the second run's hive
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+    meta = repo.lookup_snapshot(repo.lookup_tag(f"run-{a}")).metadata
+    assert meta["run_id"] == a and meta["zagg_version"] == zagg.__version__
+    assert meta["semantic_hash"] == read_manifest(StoreRoot(store))["semantic_hash"]
+    # zagg's default cut: one base manifest per order-2 cell
+    assert (meta["commit"], meta["split_order"], meta["retain_runs"]) == ("leaf", 2, 0)
+    # the finalize changes nothing a reader sees, and a second one writes nothing
+    history = [s.id for s in repo.ancestry(branch="main")]
+    again = finalize(store, run_id=b)
+    assert again["tagged"] is False and again["snapshot"] == repo.lookup_tag(f"run-{b}")
+    assert [s.id for s in repo.ancestry(branch="main")] == history
+
+
+def test_retention_keeps_the_newest_runs_and_expires_exactly_the_older_snapshots(
+    tmp_path, photons, capsys
+):
+    from zagg.cli.main import main
+    from zagg.pyramid.icechunk_runs import finalize
+
+    store = str(tmp_path / "store")
+    repo_of = lambda: icechunk.Repository.open(  # noqa: E731
+        icechunk.local_filesystem_storage(f"{store}/icechunk")
+    )
+    runs = [f"{i:032x}" for i in range(4)]
+    pinned = {}
+    for i, run in enumerate(runs):
+        build(photons.isel(photon=slice(0, 30_000 - 4_000 * i)), store, sweep=False)
+        if i == 3:
+            repo = repo_of()
+            older = {
+                s.id
+                for s in repo.ancestry(branch="main")
+                if s.written_at < repo.lookup_snapshot(repo.lookup_tag(f"run-{runs[2]}")).written_at
+                and s.parent_id is not None
+            }
+        done = finalize(store, run_id=run, retain_runs=2)
+        pinned[run] = base_values(store, ["2021"])["2021"]
+    repo = repo_of()
+    # the two newest runs keep their tags; the snapshots older than the oldest kept run's
+    # finalize are exactly the ones expired
+    assert {t for t in repo.list_tags()} == {f"run-{runs[2]}", f"run-{runs[3]}"}
+    assert done["tags_deleted"] == 1 and done["snapshots_expired"] == len(older) > 0
+    kept = {s.id for s in repo.ancestry(branch="main")}
+    assert not kept & older
+    assert [s.message.split(" ")[0] for s in repo.ancestry(branch="main")] == [
+        "finalize",
+        "leaf",
+        "finalize",
+        "Repository",
+    ]
+    # zagg gc keeps the versions the kept run tags read, and removes the others
+    assert main(["gc", store]) == 0
+    out = capsys.readouterr().out
+    assert "superseded version(s) kept for its snapshots" in out
+    for run in runs[2:]:
+        nested, counts, _ = pinned[run]
+        got = zagg.open_icechunk(store, C, tag=f"run-{run}").isel(window=0, cells=nested)
+        np.testing.assert_array_equal(got["count"].values, counts)
+    # cutting to the newest run removes the tag of the one before and what only it read
+    assert main(["gc", store, "--retain-runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 1 run tag(s) beyond the 1 newest" in out
+    assert set(repo_of().list_tags()) == {f"run-{runs[3]}"}
+    assert "removed 0 superseded" not in out
+    nested, counts, _ = pinned[runs[3]]
+    got = zagg.open_icechunk(store, C, tag=f"run-{runs[3]}").isel(window=0, cells=nested)
+    np.testing.assert_array_equal(got["count"].values, counts)
+    assert_levels_equal(store, orders=[C])
+
+
+def test_the_manifest_split_is_recorded_used_and_only_ratchets_coarser(tmp_path, photons):
+    from zagg.pyramid.icechunk_knobs import Settings
+    from zagg.pyramid.icechunk_runs import finalize
+
+    def manifests(store):
+        return len(os.listdir(os.path.join(store, "icechunk", "manifests")))
+
+    fine, coarse = str(tmp_path / "fine"), str(tmp_path / "coarse")
+    for store in (fine, coarse):
+        build(photons, store)
+        shutil.rmtree(os.path.join(store, "icechunk"))
+    one = commit(fine, settings=Settings(split_order=P))  # a manifest per leaf
+    commit(coarse, settings=Settings(split_order=6, commit_order=6))  # one per order-6 cell
+    assert manifests(fine) > manifests(coarse)
+    block = plain_open(StoreRoot(coarse), "/").attrs["zagg_icechunk"]
+    assert (block["split_order"], block["commit_order"], block["rows_per_manifest"]) == (6, 6, 1)
+    # the base: chunk order 10, one order-6 cell per manifest; every other level the same
+    # chunk count, but never more than its own chunk axis spans in one base cell
+    assert block["levels"][str(C)]["split"] == {"chunks": 4**4, "order": 6, "rows": 1}
+    assert block["levels"]["8"]["split"] == {"chunks": 4**4, "order": 2, "rows": 1}
+    assert block["levels"]["3"]["split"] == {"chunks": 4, "order": 0, "rows": 1}
+    assert plain_open(StoreRoot(fine), "/").attrs["zagg_icechunk"]["split_order"] == P
+    # a finer split than the store's is not applied; a coarser one re-cuts, once
+    finer = commit(coarse, settings=Settings(split_order=7, rows_per_manifest=2))
+    assert finer.split_ratchet is None and len(finer.warnings) == 2
+    recut = commit(coarse, settings=Settings(split_order=4, commit_order=4), run_id="r")
+    assert recut.split_ratchet == "6->4" and recut.commits == ["split ratchet"]
+    block = plain_open(StoreRoot(coarse), "/").attrs["zagg_icechunk"]
+    assert (block["split_order"], block["rows_per_manifest"]) == (4, 1)
+    assert block["levels"][str(C)]["split"] == {"chunks": 4**6, "order": 4, "rows": 1}
+    done = finalize(coarse, run_id="c" * 32, rewrite_pending=recut.split_ratchet)
+    assert done["rewrite_pending"] == {"from": 6, "to": 4}
+    back = commit(coarse, settings=Settings(split_order=6))
+    assert back.split_ratchet is None and back.warnings
+    assert plain_open(StoreRoot(coarse), "/").attrs["zagg_icechunk"]["split_order"] == 4
+    assert_levels_equal(coarse, orders=[C, 3])
+    assert one.rows == ["2021", "2023", "all"]
+
+
 def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path, photons):
     store = tmp_path / "store"
     cfg = raw_config(store=str(store), sweep="stages")
@@ -169,17 +304,25 @@ def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path,
     one = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
     assert one.icechunk["commits"] == ["init", "leaf"], one.icechunk
     assert one.sweep.icechunk["commits"][-1] == "node"  # after any new level groups
+    closing = one.icechunk["finalize"]
+    assert closing["tag"] == f"run-{one.run_id}" and closing["tagged"], closing
+    # (the sweep's own init adds the overview levels' groups)
+    line = f"icechunk        init, leaf, init, node; tagged run-{one.run_id}"
+    assert summary_lines(one) == [line]
     assert_levels_equal(str(store))
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
+    assert repo.lookup_tag(f"run-{one.run_id}") == repo.lookup_branch("main")
     n = len(list(repo.ancestry(branch="main")))
     two = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
     # every shard is current: no leaf is written and no overview refolded; only the leaf
     # columns, whose trees the lifecycle touch re-stamps (moving their checksums), are
-    # referenced afresh, and the sweep commits nothing
+    # referenced afresh, and the sweep commits nothing; the run is closed and tagged
     leaves = sum(len(v) for v in walk_windows(str(store)).values())
     assert two.records == [] and two.icechunk["changed"] == leaves, two.icechunk
     assert two.sweep.icechunk["commits"] == []
-    assert len(list(repo.ancestry(branch="main"))) == n + 1
+    assert two.icechunk["finalize"]["tag"] == f"run-{two.run_id}"
+    messages = [s.message.split(" ")[0] for s in repo.ancestry(branch="main")]
+    assert len(messages) == n + 2 and messages[:2] == ["finalize", "leaf"]
     assert commit(str(store)).commits == []
     assert_levels_equal(str(store))
 
@@ -197,38 +340,41 @@ def test_a_lost_commit_is_caught_up_by_the_next_one(tmp_path, photons):
 
 def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(tmp_path, photons):
     store = tmp_path / "off"
-    cfg = raw_config(store=str(store), icechunk=False)
+    cfg = raw_config(store=str(store), icechunk={"enabled": False, "retain_runs": 3})
     summary = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
     assert summary.icechunk is None and not (store / "icechunk").exists()
-    with pytest.raises(ConfigError, match="output.icechunk"):
-        load_config(raw_config(icechunk="yes"))
+    assert not list(store.glob("**/icechunk_refs*.json"))  # nor any carrier
+    on = load_config(raw_config(icechunk={"retain_runs": 2, "split_order": 7}))
+    assert on.output.icechunk is True and on.output.icechunk_settings.retain_runs == 2
+    for bad, key in (
+        ("yes", "output.icechunk"),
+        ({"commit": "ladder"}, "output.icechunk.commit"),
+        ({"split_order": P + 1}, "output.icechunk.split_order"),
+        ({"commit_order": 7, "split_order": 6}, "output.icechunk.split_order"),
+        ({"rows_per_manifest": 0}, "output.icechunk.rows_per_manifest"),
+        ({"retain_runs": -1}, "output.icechunk.retain_runs"),
+        ({"retain": 2}, "output.icechunk"),
+    ):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load_config(raw_config(icechunk=bad))
 
 
 def test_the_repo_on_the_local_s3_server_equals_open_level(photons, moto_s3):
+    from zagg.pyramid.icechunk_runs import finalize
+
     options, fs = moto_s3
     fs.mkdir("ice-store")
     url = "s3://ice-store/prod"
     first = build(photons, url, options)
     assert first.commits == ["init", "leaf"]
     assert first.path == "s3://ice-store/prod/icechunk"
+    assert first.carriers > 0 and first.read == first.objects - first.carriers
     assert_levels_equal(url, options)
-    assert commit(url, options).commits == []
-
-
-def test_zagg_gc_expires_the_snapshots_older_than_the_kept_versions(tmp_path, photons, capsys):
-    from zagg.cli.main import main
-
-    store = str(tmp_path / "store")
-    first = build(photons, store)
-    build(photons.isel(photon=slice(0, 20_000)), store)
-    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
-    before = [s.id for s in repo.ancestry(branch="main")]
-    assert first.snapshot in before
-    assert main(["gc", store, "--keep", "0"]) == 0
-    assert "icechunk: expired" in capsys.readouterr().out
-    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
-    after = [s.id for s in repo.ancestry(branch="main")]
-    assert first.snapshot not in after and len(after) < len(before)
-    with pytest.raises(Exception):  # noqa: B017  (icechunk's own error type)
-        zagg.open_icechunk(store, 2, snapshot=first.snapshot)
-    assert_levels_equal(store)  # main still reads the hive, the collected versions unneeded
+    unchanged = commit(url, options)  # an object store's unchanged objects are not even read
+    assert unchanged.commits == [] and unchanged.carriers == unchanged.read == 0
+    done = finalize(url, options, run_id="d" * 32)
+    assert done["tagged"] and done["tag"] == "run-" + "d" * 32
+    assert finalize(url, options, run_id="d" * 32)["tagged"] is False
+    again = build(photons.isel(photon=slice(0, 20_000)), url, options)
+    assert again.changed > 0
+    assert_levels_equal(url, options, orders=[C, 2])

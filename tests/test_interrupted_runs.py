@@ -23,6 +23,7 @@ import moczarr
 import numpy as np
 import pytest
 import yaml
+from icechunk_checks import repo_matches_hive
 
 import zagg
 from zagg import hive
@@ -241,6 +242,7 @@ def test_a_killed_run_run_again_leaves_the_store_an_uninterrupted_run_leaves(tmp
         assert overviews(store) == overviews(clean), what
         report, status = verify_status(store)
         assert status == EXIT_INTACT, f"{what}\n{report}"
+        repo_matches_hive(store)  # the Icechunk companion's latest snapshot reads the hive
 
 
 def test_an_unchanged_rerun_reports_the_cells_the_store_holds(tmp_path, cluster):
@@ -320,6 +322,7 @@ def test_a_run_resumed_on_s3_lists_its_current_leaves_at_the_root(tmp_path, clus
         assert same_but_times_and_runs(ours, theirs), key
     report, status = verify_status(store, options)
     assert status == EXIT_INTACT, report
+    repo_matches_hive(store, options)  # the Icechunk companion's latest snapshot too
 
 
 def same_but_times_and_runs(a, b) -> bool:

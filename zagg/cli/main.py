@@ -38,7 +38,9 @@ def _cmd_run(args) -> int:
     else:
         with _connected(args) as client:
             summary = run(args.config, scheduler=client, timings=True, **knobs)
-    print("\n".join(summary.lines()))
+    from zagg.pyramid.icechunk_runs import summary_lines
+
+    print("\n".join(summary.lines() + summary_lines(summary)))
     return 0
 
 
@@ -231,30 +233,42 @@ def _cmd_gc(args) -> int:
     from zagg.hive import StoreRoot, read_manifest
     from zagg.hive.versions import collect
     from zagg.hive.walk import all_leaves
+    from zagg.pyramid.icechunk_runs import history
 
     root = StoreRoot(args.store, _storage_options(args.storage_option))
     if read_manifest(root) is None:
         raise FileNotFoundError(f"{root.url} holds no morton_hive.json: not a hive store")
+    # the versions a kept snapshot of the Icechunk companion references stay readable
+    kept = history(root, retain_runs=args.retain_runs, dry_run=args.dry_run)
     done = collect(
-        root, [leaf for leaf, _ in all_leaves(root)], keep=args.keep, dry_run=args.dry_run
+        root,
+        [leaf for leaf, _ in all_leaves(root)],
+        keep=args.keep,
+        dry_run=args.dry_run,
+        protect=None if kept is None else kept.protect,
     )
     verb = "would remove" if args.dry_run else "removed"
     print(
         f"gc {root.url}: {verb} {done.count} superseded version(s) of {len(done.removed)} "
         f"leaf(s); {done.kept} kept (the current ones, and up to {args.keep} more each)"
     )
+    if kept is not None:
+        print(
+            f"  icechunk: {done.protected} superseded version(s) kept for its snapshots "
+            f"and run tags ({len(kept.tags)} run tag(s))"
+        )
+        if kept.retention is not None:
+            r = kept.retention
+            print(
+                f"  icechunk: {'would delete' if args.dry_run else 'deleted'} "
+                f"{r['tags_deleted']} run tag(s) beyond the {args.retain_runs} newest and "
+                f"{'would expire' if args.dry_run else 'expired'} "
+                f"{r['snapshots_expired']} snapshot(s) older than the oldest kept"
+            )
     for leaf, gone in sorted(done.removed.items())[:20]:
         print(f"  {leaf}: {', '.join(gone)}")
     for leaf in done.skipped:
         print(f"  skipped {leaf}: its pointer cannot be read (left as it is)")
-    from zagg.pyramid.icechunk import expire
-
-    history = expire(root, keep=args.keep, dry_run=args.dry_run)
-    if history is not None:
-        print(
-            f"  icechunk: {'would expire' if args.dry_run else 'expired'} "
-            f"{history['expired']} snapshot(s) older than the {history['kept']} kept"
-        )
     return 0
 
 
@@ -519,6 +533,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="superseded versions to keep per leaf besides the current one",
+    )
+    g.add_argument(
+        "--retain-runs",
+        type=_at_least_one,
+        metavar="N",
+        default=None,
+        help="first cut the Icechunk companion's history to its N newest run tags (as "
+        "output.icechunk.retain_runs does), so versions only older runs read are removed",
     )
     g.add_argument("--dry-run", action="store_true", help="list what would be removed")
     g.set_defaults(func=_cmd_gc)

@@ -5,7 +5,7 @@ validates functions against the reducers' registry. From it, the store spec
 (:mod:`zagg.config.store`) gathers once what every writer of the store reads.
 
 May import the ground floor, checks, reducers, sources, windows, hive (the semantic
-hash, the icechunk probe) and pyramid.declare.
+hash), pyramid.declare and pyramid.icechunk_knobs (the blocks those stages parse).
 """
 
 from zagg.lazy import lazy_package

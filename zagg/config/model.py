@@ -197,6 +197,8 @@ class Output:
     #: the store's Icechunk companion (spec §11): None commits it when the icechunk
     #: package is installed, False never, True always (refused when it is missing)
     icechunk: bool | None = None
+    #: the companion's retention and manifest-split knobs (zagg.pyramid.icechunk_knobs)
+    icechunk_settings: object = None
     #: the time-window schedule (a zagg.windows.Windowing; None: one leaf per shard)
     windowing: object = None
     #: the t-digest budget of the pyramid's folds (``output.pyramid.overview_delta``; None:
@@ -758,30 +760,17 @@ def _parse_output(raw, fields) -> Output:
         pyramid,
         sweep,
         versions,
-        _parse_icechunk(raw.get("icechunk")),
+        *_parse_icechunk(raw.get("icechunk"), grid),
         overview_delta=overview_delta,
     )
 
 
-def _parse_icechunk(value) -> bool | None:
-    """``output.icechunk``: absent (on when the package is installed), true or false."""
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        fail(
-            "output.icechunk",
-            f"expected true (commit the store's Icechunk companion) or false, got {value!r}",
-        )
-    if value:
-        from zagg.hive.icechunk import available
+def _parse_icechunk(value, grid: Grid) -> tuple:
+    """``output.icechunk``: absent (on when the package is installed), true, false, or a
+    mapping of its knobs (:func:`zagg.pyramid.icechunk_knobs.parse_settings`)."""
+    from zagg.pyramid.icechunk_knobs import parse_settings
 
-        if not available():
-            fail(
-                "output.icechunk",
-                "is true but the icechunk package is not installed; install it "
-                "(pip install 'zagg[icechunk]') or set output.icechunk: false",
-            )
-    return value
+    return parse_settings(value, grid.shard_order)
 
 
 def _parse_pyramid(raw, grid: Grid) -> tuple:

@@ -34,6 +34,7 @@ from zagg.hive.coverage import finish_root_coverage
 from zagg.hive.leaf import LeafSpec, ShardLeaf, write_shard_leaf
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
 from zagg.hive.versions import new_run_id
+from zagg.pyramid.icechunk import with_carriers
 from zagg.stages import DATASET_CELLS, WRITE_LEAF, layer_name
 
 if TYPE_CHECKING:
@@ -76,6 +77,11 @@ class LeafWriter:
             stats_extra={"failed_granules": failed} if failed else None,
         )
         return cls(leaf, facts.unit_granules(), spec.pyramid, spec.windowing, spec.timed)
+
+    @property
+    def root(self) -> hive.StoreRoot:
+        """The store the leaves are written into."""
+        return self.leaf.root
 
     def write(self, sc: ShardCells) -> dict | None:
         """Write one shard's leaf from its occupied cells, then (with its sidecars, while
@@ -255,6 +261,7 @@ def prepare_write(
     writer = LeafWriter.of(
         spec, facts, root, shards.attrs, run_id=run_id, versioned=versioned
     )  # the leaf record is checked before the store's manifest is written
+    writer = with_carriers(writer, spec)  # each leaf unit ends with its Icechunk ref carrier
     semantic = ensure_store(root, spec)["semantic_hash"]
     tasks = []
     if shards.words.size:

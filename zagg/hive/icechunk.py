@@ -1,9 +1,10 @@
 """The Icechunk companion's view of one hive object: where its repo lives, the repo array
-an object array maps onto, and the virtual references of its chunks (spec §11.2–11.3).
+an object array maps onto, the virtual references of its chunks (spec §11.2–11.3), the
+ref carrier a leaf's task writes beside it (§11.4), and the manifest split (§11.5).
 
-Nothing here opens a session: these are the reads (one zarr.json, one shard-index suffix
-and one HEAD per array) and the pure derivations the commit code in
-:mod:`zagg.pyramid.icechunk` builds on. A reference is ``(chunk j of the object, location,
+Nothing here opens a session: these are the reads (one LIST of an object group, its
+arrays' ``zarr.json`` and shard-index suffixes) and the pure derivations the commit code in
+:mod:`zagg.pyramid.icechunk` builds on. A reference is ``(chunk j of the object, key,
 offset, length, checksum)``; the checksum is the object's ETag on an object store and its
 mtime ceiled to the whole second on a local one, so a reference into a rewritten object
 fails loudly on read instead of decoding other bytes.
@@ -13,27 +14,30 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import json
 import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from zagg.hive import paths
 from zagg.hive.storage import StoreRoot
 
 REPO_DIR = "icechunk"  # {store_root}/icechunk/, a reserved store-root name
 SPEC = "zagg-icechunk/2"
+CARRIER_SPEC = "zagg-icechunk-refs/1"
+CARRIER_NAME = "icechunk_refs.json"  # beside stats.json: icechunk_refs_{window}.json
 ROW_DIM = "window"
 ABSENT = 2**64 - 1  # a shard index's marker of an inner chunk never written
 
 
 def available() -> bool:
-    """Whether the ``icechunk`` package (the ``zagg[icechunk]`` extra) is importable."""
-    try:
-        import icechunk  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the ``icechunk`` package (the ``zagg[icechunk]`` extra) is installed (found,
+    not imported: a run asks before its leaves, and the import is not cheap)."""
+    import importlib.util
+
+    return importlib.util.find_spec("icechunk") is not None
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class Ref:
     """One chunk of an object array as a virtual reference."""
 
     j: int  # the chunk's index on the object's cells axis
-    location: str
+    key: str  # the object holding it, relative to the store root
     offset: int
     length: int
     checksum: object  # ETag (str) or a datetime
@@ -144,14 +148,17 @@ def credentials(root: StoreRoot) -> dict:
     return icechunk.containers_credentials({url_prefix(root): cred})
 
 
-def open_repo(root: StoreRoot, *, create: bool = False):
+def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     """The store's repo (created when ``create`` and absent), its container authorized;
-    ``None`` when there is none and ``create`` is false."""
+    ``None`` when there is none and ``create`` is false. ``splitting`` (an Icechunk
+    ``ManifestSplittingConfig``) overrides the repo's saved one for this handle."""
     import icechunk
 
     storage = repo_storage(root)
     config = icechunk.RepositoryConfig.default()
     config.set_virtual_chunk_container(container(root))
+    if splitting is not None:
+        config.manifest = icechunk.ManifestConfig(splitting=splitting)
     creds = credentials(root)
     if icechunk.Repository.exists(storage):
         return icechunk.Repository.open(
@@ -162,7 +169,7 @@ def open_repo(root: StoreRoot, *, create: bool = False):
     return icechunk.Repository.create(storage, config=config, authorize_virtual_chunk_access=creds)
 
 
-# -- one object array -------------------------------------------------------------------
+# -- one object group's references -------------------------------------------------------
 
 
 def _checksum(info: dict, local: bool):
@@ -182,57 +189,249 @@ def _index_nbytes(conf: dict, k: int) -> int:
     return 16 * k + (4 if crc else 0)
 
 
-def object_array(root: StoreRoot, array: str) -> ObjectArray | None:
-    """The references of one object array (``{prefix}/{group}/{name}``), read as §11.4
-    says: a sharded array by its index suffix plus one HEAD, a one-chunk array by one HEAD,
-    a multi-chunk regular array by one LIST. ``None`` when the array has no metadata."""
-    meta = root.read_json(f"{array}/zarr.json")
-    if not isinstance(meta, dict) or meta.get("node_type") != "array":
-        return None
-    shape = list(meta["shape"])
-    tail = "/0" * (len(shape) - 1)
-    prefix = url_prefix(root)
-    fs, base = root.fs, root.path.rstrip("/")
+def chunk_count(meta: dict) -> int:
+    """C: an object array's chunk count along its cells axis (inner chunks when sharded)."""
     codecs = meta.get("codecs") or []
     if codecs and codecs[0].get("name") == "sharding_indexed":
-        conf = codecs[0]["configuration"]
-        k = math.ceil(shape[0] / conf["chunk_shape"][0])
-        key = f"{array}/c/0{tail}"
-        full = f"{base}/{key}"
-        try:
-            info = fs.info(full)
-        except FileNotFoundError:
-            return ObjectArray(meta, k, ())
-        n = _index_nbytes(conf, k)
-        at_end = conf.get("index_location", "end") == "end"
-        raw = fs.cat_file(full, start=-n) if at_end else fs.cat_file(full, start=0, end=n)
-        index = np.frombuffer(raw[: 16 * k], dtype="<u8").reshape(k, 2)
-        check = _checksum(info, root.is_local)
-        refs = tuple(
-            Ref(j, prefix + key, int(off), int(size), check)
-            for j, (off, size) in enumerate(index)
-            if not (off == ABSENT and size == ABSENT)
-        )
-        return ObjectArray(meta, k, refs)
-    c0 = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
-    k = math.ceil(shape[0] / c0)
-    if k == 1:
-        key = f"{array}/c/0{tail}"
-        try:
-            infos = {0: (key, fs.info(f"{base}/{key}"))}
-        except FileNotFoundError:
-            infos = {}
+        inner = codecs[0]["configuration"]["chunk_shape"][0]
     else:
-        infos = {}
-        for key in root.list_keys(f"{array}/c"):
-            parts = key[len(array) + 3 :].split("/")
-            if parts[0].isdigit() and all(p == "0" for p in parts[1:]):
-                infos[int(parts[0])] = (key, fs.info(f"{base}/{key}"))
-    refs = tuple(
-        Ref(j, prefix + key, 0, int(info["size"]), _checksum(info, root.is_local))
-        for j, (key, info) in sorted(infos.items())
+        inner = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+    return -(-int(meta["shape"][0]) // int(inner))
+
+
+def _listing(root: StoreRoot, prefix: str) -> dict[str, dict]:
+    """Every object under ``prefix`` with its size and checksum source, by key (one
+    recursive LIST on an object store)."""
+    fs, base = root.fs, root.path.rstrip("/")
+    full = f"{base}/{prefix}"
+    if not root.is_local:
+        try:
+            fs.invalidate_cache(full)
+        except Exception:  # best effort
+            pass
+    try:
+        found = fs.find(full, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {name[len(base) + 1 :]: info for name, info in found.items()}
+
+
+def _cat(root: StoreRoot, keys: list[str]) -> dict[str, bytes]:
+    """Several whole objects at once (concurrent GETs on an object store)."""
+    base = root.path.rstrip("/")
+    if not keys:
+        return {}
+    if root.is_local:
+        return {k: root.fs.cat_file(f"{base}/{k}") for k in keys}
+    got = root.fs.cat([f"{base}/{k}" for k in keys], on_error="omit")
+    return {name[len(base) + 1 :]: data for name, data in got.items()}
+
+
+def _tails(root: StoreRoot, wanted: list[tuple[str, int, int]]) -> list[bytes]:
+    """Byte ranges ``(key, start, end)`` of several objects (concurrent on an object store)."""
+    base = root.path.rstrip("/")
+    if not wanted:
+        return []
+    if root.is_local:
+        return [root.fs.cat_file(f"{base}/{k}", start=a, end=b) for k, a, b in wanted]
+    return root.fs.cat_ranges(
+        [f"{base}/{k}" for k, _, _ in wanted], [a for _, a, _ in wanted], [b for _, _, b in wanted]
     )
-    return ObjectArray(meta, k, refs)
+
+
+def group_refs(root: StoreRoot, group: str) -> dict[str, ObjectArray]:
+    """The references of every array of one object group (``{prefix}/{cell_order}``), read
+    as §11.4 says — a sharded array's shard index suffix, a regular array's chunk objects —
+    in three rounds whatever the group holds: one LIST (every key with its size and
+    checksum), the arrays' ``zarr.json`` together, the index suffixes together."""
+    listing = _listing(root, group)
+    names = sorted(
+        k[len(group) + 1 : -len("/zarr.json")]
+        for k in listing
+        if k.endswith("/zarr.json") and k[len(group) + 1 :].count("/") == 1
+    )
+    docs = _cat(root, [f"{group}/{n}/zarr.json" for n in names])
+    metas = {}
+    for n in names:
+        raw = docs.get(f"{group}/{n}/zarr.json")
+        meta = json.loads(raw) if raw else None
+        if isinstance(meta, dict) and meta.get("node_type") == "array":
+            metas[n] = meta
+    out: dict[str, ObjectArray] = {}
+    suffixes = []
+    for n, meta in metas.items():
+        array, k = f"{group}/{n}", chunk_count(meta)
+        tail = "/0" * (len(meta["shape"]) - 1)
+        codecs = meta.get("codecs") or []
+        if codecs and codecs[0].get("name") == "sharding_indexed":
+            key = f"{array}/c/0{tail}"
+            info = listing.get(key)
+            if info is None:
+                out[n] = ObjectArray(meta, k, ())
+                continue
+            conf = codecs[0]["configuration"]
+            nb, size = _index_nbytes(conf, k), int(info["size"])
+            at_end = conf.get("index_location", "end") == "end"
+            suffixes.append((n, key, info, (size - nb, size) if at_end else (0, nb)))
+            continue
+        chunks = {}
+        for key, info in listing.items():
+            parts = key[len(array) + 3 :].split("/") if key.startswith(f"{array}/c/") else ()
+            if parts and parts[0].isdigit() and all(p == "0" for p in parts[1:]):
+                chunks[int(parts[0])] = (key, info)
+        out[n] = ObjectArray(
+            meta,
+            k,
+            tuple(
+                Ref(j, key, 0, int(info["size"]), _checksum(info, root.is_local))
+                for j, (key, info) in sorted(chunks.items())
+            ),
+        )
+    raw = _tails(root, [(key, a, b) for _, key, _, (a, b) in suffixes])
+    for (n, key, info, _), data in zip(suffixes, raw, strict=True):
+        k = chunk_count(metas[n])
+        index = np.frombuffer(data[: 16 * k], dtype="<u8").reshape(k, 2)
+        check = _checksum(info, root.is_local)
+        out[n] = ObjectArray(
+            metas[n],
+            k,
+            tuple(
+                Ref(j, key, int(off), int(size), check)
+                for j, (off, size) in enumerate(index)
+                if not (off == ABSENT and size == ABSENT)
+            ),
+        )
+    return dict(sorted(out.items()))
+
+
+def location(root: StoreRoot, key: str) -> str:
+    """A reference's location: the container prefix and the object's key, with the three
+    characters a URL reserves percent-encoded (§11.3)."""
+    safe = key.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return url_prefix(root) + safe
+
+
+def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, ObjectArray]:
+    """On a local store, ``arrays`` with every checksum read again from its object (one
+    stat each): a lifecycle touch moves a column's modification time, and with it the
+    checksum its references must carry. An object store's ETags survive the touch (a
+    self-copy), so there ``arrays`` are returned as they are."""
+    if not root.is_local:
+        return arrays
+    base = root.path.rstrip("/")
+    stamps: dict[str, object] = {}
+    for a in arrays.values():
+        for r in a.refs:
+            if r.key not in stamps:
+                try:
+                    info = {"mtime": os.stat(f"{base}/{r.key}").st_mtime}
+                except FileNotFoundError:
+                    info = None
+                stamps[r.key] = None if info is None else _checksum(info, True)
+    return {
+        n: ObjectArray(
+            a.meta,
+            a.chunks,
+            tuple(
+                Ref(r.j, r.key, r.offset, r.length, stamps[r.key])
+                for r in a.refs
+                if stamps[r.key] is not None
+            ),
+        )
+        for n, a in arrays.items()
+    }
+
+
+def modified(root: StoreRoot, key: str) -> int | None:
+    """A local object's modification time (ns), None when absent; None on an object store,
+    whose ETags a lifecycle touch leaves as they are."""
+    if not root.is_local:
+        return None
+    try:
+        return os.stat(f"{root.path.rstrip('/')}/{key}").st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+# -- the ref carrier: a leaf's references, written by the task that wrote the leaf --------
+
+
+def carrier_key(shard_id: str, window: str | None = None) -> str:
+    """The leaf's ref carrier, a sibling of its stats sidecar at its node:
+    ``icechunk_refs.json``, or ``icechunk_refs_{window}.json`` beside a windowed leaf."""
+    return f"{paths.node_of(shard_id)}/{paths.sidecar_name(CARRIER_NAME, window)}"
+
+
+def _checksum_text(value) -> str:
+    return value.isoformat() if isinstance(value, _dt.datetime) else str(value)
+
+
+def _checksum_value(text: str, local: bool):
+    return _dt.datetime.fromisoformat(text) if local else text
+
+
+def carrier_unit(level: int, row: str, node: str, prefix: str, stamp: str | None, arrays) -> dict:
+    """One unit of a carrier: one object's references and what identifies the object
+    (its data prefix and its stamp's ``written_at``)."""
+    return {
+        "level": int(level),
+        "row": row,
+        "node": node,
+        "prefix": prefix,
+        "stamp": stamp,
+        "arrays": {
+            name: {
+                "chunks": a.chunks,
+                "refs": [
+                    [r.j, r.key, r.offset, r.length, _checksum_text(r.checksum)] for r in a.refs
+                ],
+            }
+            for name, a in arrays.items()
+        },
+    }
+
+
+def carrier_doc(root: StoreRoot, geometry: dict, units: list[dict]) -> dict:
+    """A carrier (``zagg-icechunk-refs/1``): the writer's geometry and its units. It names
+    rows by label and keys relative to the store root, never a row index or the container
+    prefix, which only the repo knows."""
+    return {
+        "spec": CARRIER_SPEC,
+        "shard_order": int(geometry["shard_order"]),
+        "chunk_order": int(geometry["chunk_order"]),
+        "cell_order": int(geometry["cell_order"]),
+        "checksum": "last_modified" if root.is_local else "etag",
+        "units": units,
+    }
+
+
+def carrier_units(root: StoreRoot, doc, geometry: dict) -> list[dict] | None:
+    """The units of a carrier read back, or None when it is absent, unreadable, of
+    another revision, or written for another geometry (the commit then reads the
+    objects themselves)."""
+    if not isinstance(doc, dict) or doc.get("spec") != CARRIER_SPEC:
+        return None
+    if any(doc.get(k) != geometry.get(k) for k in ("shard_order", "chunk_order", "cell_order")):
+        return None
+    if doc.get("checksum") != ("last_modified" if root.is_local else "etag"):
+        return None
+    units = doc.get("units")
+    return units if isinstance(units, list) else None
+
+
+def unit_arrays(unit: dict, local: bool) -> dict[str, ObjectArray]:
+    """A carrier unit's arrays as references (their metadata is the repo's to know)."""
+    return {
+        name: ObjectArray(
+            {},
+            int(a["chunks"]),
+            tuple(
+                Ref(int(j), key, int(off), int(n), _checksum_value(c, local))
+                for j, key, off, n, c in a["refs"]
+            ),
+        )
+        for name, a in sorted(unit["arrays"].items())
+    }
 
 
 def repo_array_doc(meta: dict, n_rows: int, n_nodes: int) -> dict:
@@ -260,3 +459,33 @@ def repo_chunk_key(path: str, row: int, index: int, ndim: int) -> str:
     """The repo key of chunk ``(row, index, 0, …)`` of the repo array at ``path``, whose
     object arrays have ``ndim`` dimensions (trailing axes at their one chunk)."""
     return f"{path}/c/{row}/{index}" + "/0" * (ndim - 1)
+
+
+# -- manifest splitting (§11.5) -----------------------------------------------------------
+
+
+def level_split(base_chunk_order: int, split_order: int, level_chunk_order: int, rows: int):
+    """A level's manifest split: ``4^m`` chunks along the cells axis, ``m = min(base chunk
+    order − split_order, the level's own chunk order)``; ``order`` the cell order one
+    manifest spans; ``rows`` the row-axis block."""
+    m = max(0, min(base_chunk_order - split_order, level_chunk_order))
+    return {"chunks": 4**m, "order": level_chunk_order - m, "rows": int(rows)}
+
+
+def splitting(levels: dict, rows_per_manifest: int):
+    """The Icechunk splitting config of a block's levels: per level group (``^/{c}/``)
+    its rows and chunks per manifest, both axes named (an unnamed axis splits at one
+    chunk), trailing axes whole."""
+    import icechunk
+
+    cond, dim = icechunk.ManifestSplitCondition, icechunk.ManifestSplitDimCondition
+    return icechunk.ManifestSplittingConfig.from_dict(
+        {
+            cond.path_matches(f"^/{c}/"): {
+                dim.Axis(0): int(rows_per_manifest),
+                dim.Axis(1): int(e["split"]["chunks"]),
+                dim.Any(): 2**32 - 1,
+            }
+            for c, e in levels.items()
+        }
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zagg.hive import stamp as stamp_
@@ -47,6 +48,7 @@ class Collected:
 
     removed: dict[str, list[str]] = field(default_factory=dict)  # leaf → versions
     kept: int = 0
+    protected: int = 0  # superseded versions kept because ``protect`` said so
     skipped: list[str] = field(default_factory=list)  # leaves whose pointer cannot be read
 
     @property
@@ -55,11 +57,18 @@ class Collected:
 
 
 def collect(
-    root: StoreRoot, leaves: list[str], *, keep: int = 0, dry_run: bool = False
+    root: StoreRoot,
+    leaves: list[str],
+    *,
+    keep: int = 0,
+    dry_run: bool = False,
+    protect: Callable[[str, str, str | None], bool] | None = None,
 ) -> Collected:
     """Remove the superseded versions of each leaf: every version subgroup but the one
-    its pointer names and the ``keep`` newest others (by their stamp's time). A leaf
-    without a readable pointer is left alone."""
+    its pointer names and the ``keep`` newest others (by their stamp's time), and but
+    those ``protect(leaf, version, written_at)`` keeps (a snapshot of the store's
+    Icechunk companion still references them). A leaf without a readable pointer is left
+    alone."""
     out = Collected()
     for leaf in leaves:
         pointer, problem = stamp_.read_stamp_or_debris(root, leaf)
@@ -75,6 +84,10 @@ def collect(
             times[v] = (own or {}).get("written_at") or ""  # unstamped: oldest
         others.sort(key=lambda v: (times[v], v), reverse=True)
         doomed = others[keep:]
+        if protect is not None:
+            held = [v for v in doomed if protect(leaf, v, times[v] or None)]
+            doomed = [v for v in doomed if v not in held]
+            out.protected += len(held)
         out.kept += 1 + min(keep, len(others))
         if not doomed:
             continue

@@ -16,6 +16,7 @@ from zagg.config.model import Config, ConfigError
 from zagg.pipeline.gate import record_granules, selector, source_ids
 from zagg.pipeline.plan import NO_INPUT, RunPlan, plan_run
 from zagg.pyramid.icechunk import after_run, enabled
+from zagg.pyramid.icechunk_runs import finalize_run
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -161,7 +162,9 @@ class Executor:
             if not plan.todo:  # the repo still catches up with leaves an earlier run left
                 done = gate.summary(time.perf_counter() - t0)
                 after_run(cfg, done, plan.store, plan.storage_options, plan.run_id)
-                return chain_sweep(plan, done)
+                done = chain_sweep(plan, done)
+                # the run's Icechunk tag
+                return finalize_run(cfg, done, plan.store, plan.storage_options, plan.run_id)
         from zagg.pipeline.warm import notice_if_cold
         from zagg.pipeline.watch import watching
 
@@ -195,7 +198,9 @@ class Executor:
                 gate.record_empty(plan.planned, plan.todo, summary)
             watch.finish(summary)
             after_run(cfg, summary, plan.store, plan.storage_options, plan.run_id)
-            return chain_sweep(plan, summary)
+            summary = chain_sweep(plan, summary)
+            # the run's Icechunk tag
+            return finalize_run(cfg, summary, plan.store, plan.storage_options, plan.run_id)
 
     def aggregate_and_write(self, plan: RunPlan, gate, ds, t0: float) -> RunSummary:
         """Aggregate ``ds`` and write its units as they are aggregated: nothing here keeps

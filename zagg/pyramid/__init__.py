@@ -11,7 +11,12 @@
 - :mod:`~zagg.pyramid.windowed` — a windowed store's sweep: one ladder per time window,
   then each node's all-time ``all.zarr`` folded from its window overviews;
 - :mod:`~zagg.pyramid.companion` — the store-root ``multiscales/`` group documents that
-  let stock zarr tools walk the ladder (written after each run and sweep).
+  let stock zarr tools walk the ladder (written after each run and sweep);
+- :mod:`~zagg.pyramid.icechunk` — the Icechunk companion ``icechunk/``: each leaf task's
+  ref carrier and the commits of every level's references after a run and its sweep;
+  :mod:`~zagg.pyramid.icechunk_runs` closes each run (finalize, its tag, retention) and
+  tells the version collector what the kept history reads;
+  :mod:`~zagg.pyramid.icechunk_knobs` parses ``output.icechunk``.
 
 May import the ground floor, checks, hive, reducers and kernels.
 """

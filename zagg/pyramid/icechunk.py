@@ -5,20 +5,30 @@ overview as virtual references in one repository (spec §11), after a run and it
 named by its cell order (the base, each declared column member, each overview order), a
 ``(window, cells)`` array per field over that order's whole sphere, the row coordinate
 ``window_start``/``window_end`` at the root and the root attrs ``zagg_icechunk``,
-``zarr_conventions`` and ``multiscales``. Each object's references are fingerprinted;
-the fingerprints ride the commit's metadata, so the next commit re-writes only the objects
-whose references changed and a commit with nothing changed lands nothing. A run killed
-before its commit leaves the repo at its previous snapshot, and the next commit (which
-compares against the hive, not against the run) catches up. Nothing here copies a byte of
-the hive: every chunk is a reference into a leaf, column or overview object.
+``zarr_conventions`` and ``multiscales``, the manifests split as the block records (§11.5).
+
+A leaf's references come from the ref carrier its own task wrote beside it
+(:class:`CarrierWriter`), so the commit does not read the leaves again; an object without
+a valid carrier (an overview, a leaf written without one) is read as §11.4 says. Each
+object's references are fingerprinted; the fingerprints ride the commit's metadata, so
+the next commit re-writes only the objects whose references changed and a commit with
+nothing changed lands nothing. A run killed before its commit leaves the repo at its
+previous snapshot, and the next commit (which compares against the hive, not against the
+run) catches up. Nothing here copies a byte of the hive: every chunk is a reference into a
+leaf, column or overview object. The run's close (finalize, tag, retention) is
+:mod:`zagg.pyramid.icechunk_runs`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import datetime as _dt
 import hashlib
 import json
 import logging
+import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,14 +38,15 @@ from zagg.hive import artifact, coverage
 from zagg.hive import icechunk as ic
 from zagg.hive.manifest import read_manifest
 from zagg.hive.paths import leaf_path
-from zagg.hive.stamp import data_prefix, read_stamp_or_debris
-from zagg.hive.storage import StoreRoot, as_root
+from zagg.hive.stamp import COMMIT_ATTR, data_prefix, read_stamp_or_debris
+from zagg.hive.storage import StoreRoot, as_root, dumps_json
 from zagg.hive.walk import walk_windows
 from zagg.pyramid.declare import of_manifest
+from zagg.pyramid.icechunk_knobs import Settings, orders
 
 log = logging.getLogger(__name__)
 
-LEDGER = "zagg_refs"  # commit-metadata key: object → fingerprint of its references
+LEDGER = "zagg_refs"  # commit-metadata key: object → "identity fingerprint" of its refs
 ALL = artifact.WINDOW_ALL
 ROW_FILL = -(2**63)
 MULTISCALES_CONVENTION = {
@@ -45,7 +56,15 @@ MULTISCALES_CONVENTION = {
     "name": "multiscales",
     "description": "Multiscale layout of zarr datasets",
 }
-TUPLE_WIDTH = 3
+READERS = 16  # concurrent reads of carriers and objects on an object store
+
+
+def enabled(knob: bool | None) -> bool:
+    """``output.icechunk`` resolved: its value, or on when the package is installed."""
+    return ic.available() if knob is None else bool(knob)
+
+
+# -- what the repo indexes ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -63,10 +82,21 @@ class Obj:
     row: str
     node: str  # the decimal id of its node (the shard for leaves and columns)
     prefix: str  # the object's data root (a leaf's current version, else the artifact)
+    stamp: str | None = None  # its stamp's written_at: with prefix, what identifies it
+    kind: str = "leaf"  # leaf | column | overview
+    touched: int | None = None  # on a local store, its root zarr.json's mtime (ns)
 
     @property
     def key(self) -> str:
         return f"{self.level}|{self.row}|{self.node}"
+
+    @property
+    def identity(self) -> str:
+        """What the ledger compares to skip an unchanged object without reading it: its
+        data prefix and stamp, and on a local store the time the lifecycle touch moves
+        (with the checksums its references carry; an object store's ETags survive it)."""
+        tail = "" if self.touched is None else f"@{self.touched}"
+        return f"{self.prefix}@{self.stamp}{tail}"
 
 
 @dataclass
@@ -79,7 +109,11 @@ class IcechunkSummary:
     objects: int = 0
     changed: int = 0
     refs: int = 0
+    carriers: int = 0  # objects whose references came from a carrier
+    read: int = 0  # objects whose references were read from the objects themselves
     rows: list = field(default_factory=list)
+    split_ratchet: str | None = None  # "{from}->{to}" when this commit re-cut the split
+    warnings: list = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -97,6 +131,20 @@ def levels_of(manifest: dict) -> dict[int, Level]:
     return dict(sorted(out.items(), reverse=True))
 
 
+def _pool_map(root: StoreRoot, fn, items):
+    """``map(fn, items)``, on an object store with concurrent requests."""
+    items = list(items)
+    if root.is_local or len(items) < 2:
+        return [fn(x) for x in items]
+    with concurrent.futures.ThreadPoolExecutor(min(READERS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _written_at(attrs: dict | None) -> str | None:
+    seal = (attrs or {}).get(COMMIT_ATTR)
+    return seal.get("written_at") if isinstance(seal, dict) else None
+
+
 def objects(root: StoreRoot, manifest: dict) -> list[Obj]:
     """Every committed object the repo indexes, in a stable order."""
     p, c = int(manifest["shard_order"]), int(manifest["cell_order"])
@@ -106,36 +154,54 @@ def objects(root: StoreRoot, manifest: dict) -> list[Obj]:
         by_row = {w: [sid for _r, sid in found] for w, found in walk_windows(root).items()}
     else:
         by_row = {ALL: [sid for _r, sid in coverage.listed_leaves(root, p)]}
-    out: list[Obj] = []
-    for row, sids in by_row.items():
-        window = None if row == ALL else row
-        for sid in sids:
-            rel = leaf_path(sid, window)
-            stamp, problem = read_stamp_or_debris(root, rel)
-            if stamp is None or problem:
-                continue
-            out.append(Obj(c, row, sid, data_prefix(rel, stamp)))
-        if decl is None:
-            continue
-        for sid in sids:
-            rel = artifact.column_path(sid, window)
-            attrs = artifact.stamped_attrs(root, rel, "column")
-            groups = (attrs or {}).get(artifact.COLUMN_ATTR, {}).get("groups") or {}
-            out += [Obj(r, row, sid, rel) for r in decl.resolutions if str(r) in groups]
+    units = [(row, sid) for row, sids in by_row.items() for sid in sids]
+
+    def leaf(unit):
+        row, sid = unit
+        rel = leaf_path(sid, None if row == ALL else row)
+        stamp, problem = read_stamp_or_debris(root, rel)
+        if stamp is None or problem:
+            return None
+        prefix = data_prefix(rel, stamp)
+        when = ic.modified(root, f"{prefix}/zarr.json")
+        return Obj(c, row, sid, prefix, stamp.get("written_at"), "leaf", when)
+
+    def column(unit):
+        row, sid = unit
+        rel = artifact.column_path(sid, None if row == ALL else row)
+        attrs = artifact.stamped_attrs(root, rel, "column")
+        groups = (attrs or {}).get(artifact.COLUMN_ATTR, {}).get("groups") or {}
+        when, touched = _written_at(attrs), ic.modified(root, f"{rel}/zarr.json")
+        return [
+            Obj(r, row, sid, rel, when, "column", touched)
+            for r in decl.resolutions
+            if str(r) in groups
+        ]
+
+    out = [o for o in _pool_map(root, leaf, units) if o is not None]
     if decl is None:
         return out
+    out += [o for found in _pool_map(root, column, units) for o in found]
     shards = sorted({s for sids in by_row.values() for s in sids})
     rows = list(by_row) + ([ALL] if windowed and decl.all_time else [])
+    nodes = []
     for k, r in decl.ladder():
         for nid in sorted({G.ancestor_id(s, k) for s in shards}):
             for row in rows:
                 if row != ALL and not any(G.ancestor_id(s, k) == nid for s in by_row[row]):
                     continue
-                rel = artifact.overview_path(nid, None if row == ALL else row)
-                attrs = artifact.stamped_attrs(root, rel, "overview")
-                if attrs and attrs[artifact.OVERVIEW_ATTR].get("cell_order") == r:
-                    out.append(Obj(r, row, nid, rel))
-    return out
+                nodes.append((k, r, nid, row))
+
+    def overview(item):
+        _k, r, nid, row = item
+        rel = artifact.overview_path(nid, None if row == ALL else row)
+        attrs = artifact.stamped_attrs(root, rel, "overview")
+        if attrs and attrs[artifact.OVERVIEW_ATTR].get("cell_order") == r:
+            when = ic.modified(root, f"{rel}/zarr.json")
+            return Obj(r, row, nid, rel, _written_at(attrs), "overview", when)
+        return None
+
+    return out + [o for o in _pool_map(root, overview, nodes) if o is not None]
 
 
 def _ranks(nodes: list[str]) -> dict[str, int]:
@@ -153,18 +219,12 @@ def _ranks(nodes: list[str]) -> dict[str, int]:
 
 
 def _fingerprint(arrays: dict[str, ic.ObjectArray]) -> str:
-    parts = [
-        [name, [[r.j, r.location, r.offset, r.length, str(r.checksum)] for r in a.refs]]
-        for name, a in sorted(arrays.items())
-    ]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-
-
-def _object_arrays(root: StoreRoot, obj: Obj) -> dict[str, ic.ObjectArray]:
-    group = f"{obj.prefix}/{obj.level}"
-    dirs, _ = root.list_dir(group)
-    got = {name: ic.object_array(root, f"{group}/{name}") for name in dirs}
-    return {k: v for k, v in got.items() if v is not None}
+    h = hashlib.sha256()
+    for name, a in sorted(arrays.items()):
+        h.update(f"{name}\n".encode())
+        for r in a.refs:
+            h.update(f"{r.j} {r.key} {r.offset} {r.length} {r.checksum}\n".encode())
+    return h.hexdigest()[:20]
 
 
 def _ledger(repo) -> dict:
@@ -176,21 +236,135 @@ def _ledger(repo) -> dict:
     return {}
 
 
-def block_levels(lv: dict[int, Level], chunk_order: int, split_order: int, rows: int) -> dict:
-    """``zagg_icechunk.levels``: per level its orders, artifact and manifest split (§11.5)."""
-    m_base = chunk_order - split_order
-    out = {}
-    for c, e in lv.items():
-        own = chunk_order if e.artifact == "leaf" else e.node_order
-        m = max(0, min(m_base, own))
-        out[str(c)] = {
-            "node_order": e.node_order,
-            "artifact": e.artifact,
-            "chunk_order": own,
-            "cell_order": c,
-            "split": {"chunks": 4**m, "order": own - m, "rows": rows},
-        }
+# -- references: from the carriers, else from the objects ----------------------------------
+
+
+def _carrier_of(obj: Obj) -> str | None:
+    if obj.kind == "overview":
+        return None
+    return ic.carrier_key(obj.node, None if obj.row == ALL else obj.row)
+
+
+def gather(
+    root: StoreRoot, objs: list[Obj], geometry: dict, summary: IcechunkSummary
+) -> dict[str, dict[str, ic.ObjectArray]]:
+    """Every object's references by its key: from its leaf's carrier when the carrier
+    describes the object as it stands (same data prefix, same stamp), else read from the
+    object itself. Carriers and objects are read concurrently on an object store."""
+    wanted = sorted({k for o in objs if (k := _carrier_of(o)) is not None})
+
+    def read(key):
+        try:
+            return ic.carrier_units(root, root.read_json(key), geometry)
+        except ValueError:  # unreadable: the objects are read instead
+            return None
+
+    units = {}
+    for key, found in zip(wanted, _pool_map(root, read, wanted), strict=True):
+        for u in found or ():
+            if isinstance(u, dict):
+                units[(key, f"{u.get('level')}|{u.get('row')}|{u.get('node')}")] = u
+    out, missing = {}, []
+    for o in objs:
+        u = units.get((_carrier_of(o), o.key))
+        arrays = None
+        if u is not None and u.get("prefix") == o.prefix and u.get("stamp") == o.stamp:
+            try:
+                arrays = ic.refreshed(root, ic.unit_arrays(u, root.is_local))
+            except (KeyError, TypeError, ValueError):  # a damaged unit: read the object
+                arrays = None
+        if arrays is None:
+            missing.append(o)
+        else:
+            out[o.key] = arrays
+            summary.carriers += 1
+    read_back = _pool_map(root, lambda o: ic.group_refs(root, f"{o.prefix}/{o.level}"), missing)
+    for o, arrays in zip(missing, read_back, strict=True):
+        out[o.key] = arrays
+        summary.read += 1
     return out
+
+
+# -- the ref carrier, written by the leaf's own task ----------------------------------------
+
+
+def write_carrier(root: StoreRoot, record: dict, geometry: dict, columns=()) -> dict:
+    """Write the ref carrier of the leaf a task just wrote (``record``, the leaf writer's
+    record): the references of its arrays and of its column's declared members, read from
+    the objects the task just stored (each group in three rounds of requests, §11.4).
+    ``geometry``: the store's shard, inner-chunk and cell orders. Returns what lands in
+    the record's ``icechunk``."""
+    shard, window = record["shard_id"], record.get("window")
+    row = ALL if window is None else window
+    rel = record["path"]
+    prefix = f"{rel}/{record['version']}" if record.get("version") else rel
+    c = int(geometry["cell_order"])
+    leaf = ic.group_refs(root, f"{prefix}/{c}")
+    units = [ic.carrier_unit(c, row, shard, prefix, record.get("written_at"), leaf)]
+    if columns:
+        col = artifact.column_path(shard, window)
+        attrs = artifact.stamped_attrs(root, col, "column")
+        held = (attrs or {}).get(artifact.COLUMN_ATTR, {}).get("groups") or {}
+        units += [
+            ic.carrier_unit(
+                r, row, shard, col, _written_at(attrs), ic.group_refs(root, f"{col}/{r}")
+            )
+            for r in columns
+            if str(r) in held
+        ]
+    key = ic.carrier_key(shard, window)
+    n = root.write_bytes(key, dumps_json(ic.carrier_doc(root, geometry, units)))
+    refs = sum(len(a["refs"]) for u in units for a in u["arrays"].values())
+    return {"carrier": key, "bytes": n, "refs": refs, "units": len(units)}
+
+
+@dataclass(frozen=True)
+class CarrierWriter:
+    """A leaf writer whose every leaf unit ends with its ref carrier (§11.4: last in the
+    unit, after the stamp, the sidecars and the column). Fail-open: a carrier that cannot
+    be written is recorded in the leaf's record and the commit reads that leaf instead."""
+
+    writer: object
+    geometry: dict
+    columns: tuple[int, ...] = ()
+
+    def write(self, sc):
+        record = self.writer.write(sc)
+        if record:
+            try:
+                record["icechunk"] = write_carrier(
+                    self.writer.root, record, self.geometry, self.columns
+                )
+            except Exception as exc:  # the index never fails the leaf it indexes
+                warnings.warn(
+                    f"ref carrier of leaf {record.get('path')} was not written: {exc}",
+                    stacklevel=2,
+                )
+                record["icechunk"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return record
+
+
+def with_carriers(writer, spec):
+    """``writer`` (a leaf writer with ``root`` and ``write(shard_cells) -> record``) made to
+    write each leaf's ref carrier, when the store spec's ``output.icechunk`` is on (a
+    :class:`~zagg.config.store.StoreSpec`); else ``writer`` itself."""
+    output = (spec.record or {}).get("output") or {}
+    knob = output.get("icechunk")
+    if isinstance(knob, dict):
+        knob = knob.get("enabled", True)
+    if not enabled(knob if isinstance(knob, bool) else None):
+        return writer
+    g = spec.grid
+    geometry = {
+        "shard_order": g.shard_order,
+        "chunk_order": g.chunk_order,
+        "cell_order": g.cell_order,
+    }
+    columns = tuple(spec.pyramid.resolutions) if spec.pyramid is not None else ()
+    return CarrierWriter(writer, geometry, columns)
+
+
+# -- the repo's structure ----------------------------------------------------------------
 
 
 def _layout(manifest: dict, lv: dict[int, Level], base_dggs: dict | None) -> list[dict]:
@@ -240,7 +414,8 @@ def _row_bounds(w, label: str) -> tuple[int, int]:
         index = int(label[:4]) * 12 + int(label[4:]) - 1
     elif w.schedule == "daily":
         day = np.datetime64(f"{label[:4]}-{label[4:6]}-{label[6:]}", "D")
-        index = int(day.astype(np.int64)) - int(assign._DAY0)
+        day0 = np.datetime64("0001-01-01", "D").astype(np.int64)
+        index = int(day.astype(np.int64)) - int(day0)
     else:
         index = [x.label for x in w.windows].index(label)
     out = []
@@ -255,8 +430,8 @@ def _row_bounds(w, label: str) -> tuple[int, int]:
     return out[0], out[1]
 
 
-class _Repo:
-    """A writable session's store, read and written as zarr documents."""
+class RepoDocs:
+    """A writable session's store, read and written as zarr documents and chunks."""
 
     def __init__(self, session):
         from zarr.core.buffer import default_buffer_prototype
@@ -265,19 +440,21 @@ class _Repo:
         self.store = session.store
         self.proto = default_buffer_prototype()
 
-    def get_json(self, key: str):
+    def get_bytes(self, key: str) -> bytes | None:
         from zarr.core.sync import sync
 
         buf = sync(self.store.get(key, self.proto))
-        return None if buf is None else json.loads(buf.to_bytes())
+        return None if buf is None else buf.to_bytes()
+
+    def get_json(self, key: str):
+        data = self.get_bytes(key)
+        return None if data is None else json.loads(data)
 
     def put_json(self, key: str, doc: dict) -> bool:
         """Write a metadata document unless it is already there as given."""
-        from zarr.core.sync import sync
-
         if self.get_json(key) == doc:
             return False
-        sync(self.store.set(key, self.proto.buffer.from_bytes(json.dumps(doc).encode())))
+        self.put_chunk(key, json.dumps(doc).encode())
         return True
 
     def put_chunk(self, key: str, data: bytes) -> None:
@@ -289,6 +466,17 @@ class _Repo:
         from zarr.core.sync import sync
 
         sync(self.store.delete(key))
+
+
+def read_block(repo, snapshot: str | None = None) -> dict:
+    """The ``zagg_icechunk`` block of main's tip (or of ``snapshot``); empty when none."""
+    session = (
+        repo.readonly_session(snapshot_id=snapshot)
+        if snapshot
+        else repo.readonly_session(branch="main")
+    )
+    doc = RepoDocs(session).get_json("zarr.json") or {}
+    return dict((doc.get("attributes") or {}).get("zagg_icechunk") or {})
 
 
 def _group_doc(attrs: dict) -> dict:
@@ -313,7 +501,16 @@ def _coord_doc(n_rows: int, attrs: dict) -> dict:
     }
 
 
-def _write_rows(repo: _Repo, manifest: dict, rows: list[str]) -> None:
+def coordinate_chunk(values) -> bytes:
+    """One encoded 1,024-row chunk of the row coordinate (fill beyond ``values``)."""
+    import numcodecs
+
+    block = np.full(1024, ROW_FILL, dtype="<i8")
+    block[: len(values)] = values
+    return bytes(numcodecs.Zstd(level=3).encode(block.tobytes()))
+
+
+def _write_rows(repo: RepoDocs, manifest: dict, rows: list[str]) -> bool:
     w = _windowing(manifest)
     attrs = {}
     if w is not None:
@@ -327,17 +524,220 @@ def _write_rows(repo: _Repo, manifest: dict, rows: list[str]) -> None:
     for name in ("window_start", "window_end"):
         changed |= repo.put_json(f"{name}/zarr.json", _coord_doc(len(rows), attrs))
     if not changed or w is None:
-        return
-    import numcodecs
-
+        return changed
     bounds = [_row_bounds(w, r) if r != ALL else (ROW_FILL, ROW_FILL) for r in rows]
     for i, name in enumerate(("window_start", "window_end")):
         for c0 in range(0, len(rows), 1024):
-            block = np.full(1024, ROW_FILL, dtype="<i8")
             vals = [b[i] for b in bounds[c0 : c0 + 1024]]
-            block[: len(vals)] = vals
-            data = numcodecs.Zstd(level=3).encode(block.tobytes())
-            repo.put_chunk(f"{name}/c/{c0 // 1024}", bytes(data))
+            repo.put_chunk(f"{name}/c/{c0 // 1024}", coordinate_chunk(vals))
+    return changed
+
+
+@dataclass
+class _Split:
+    """The run's manifest split after the §11.5 ratchet."""
+
+    split_order: int
+    rows_per_manifest: int
+    commit_order: int
+    ratchet: str | None = None
+
+
+def _ratchet(block: dict, settings: Settings, p: int, summary: IcechunkSummary, path: str):
+    """The split this commit writes at: the store's recorded split_order unless the
+    config's is coarser (a ratchet, recorded); a finer one is adopted from the store with
+    a warning. rows_per_manifest is the store's once the repo exists."""
+    wanted, commit_order = orders(settings, p)
+    if not block:
+        split, rows, ratchet = wanted, settings.rows_per_manifest, None
+    else:
+        if "rows_per_manifest" not in block:
+            raise ValueError(
+                f"{path} records no rows_per_manifest: it was written before manifests were "
+                f"split by row; clear {ic.REPO_DIR}/ and run again to re-create it"
+            )
+        split, rows, ratchet = int(block["split_order"]), int(block["rows_per_manifest"]), None
+        explicit = settings.split_order is not None or settings.commit_order is not None
+        if explicit and wanted < split:
+            ratchet, split = f"{split}->{wanted}", wanted
+        elif explicit and wanted > split:
+            summary.warnings.append(
+                f"output.icechunk.split_order {wanted} is finer than the store's {split}: "
+                f"the store's is kept (a split only ever moves coarser)"
+            )
+        if settings.rows_per_manifest != rows and settings.rows_per_manifest != 1:
+            summary.warnings.append(
+                f"output.icechunk.rows_per_manifest {settings.rows_per_manifest} differs "
+                f"from the store's {rows}, fixed when its repo was created: the store's is kept"
+            )
+    if settings.commit_order is None:
+        commit_order = min(commit_order, split)
+    if commit_order > split:
+        raise ValueError(
+            f"output.icechunk.commit_order {commit_order} is finer than the store's "
+            f"split_order {split}; give commit_order <= {split}"
+        )
+    for w in summary.warnings:
+        log.warning("icechunk: %s", w)
+    return _Split(split, rows, commit_order, ratchet)
+
+
+def _templates(root: StoreRoot, objs: list[Obj]) -> tuple[dict, dict]:
+    """Per level, the metadata of each array and the group attrs, from one object of it."""
+    first: dict[int, Obj] = {}
+    for o in objs:
+        first.setdefault(o.level, o)
+
+    def read(o):
+        arrays = ic.group_refs(root, f"{o.prefix}/{o.level}")
+        doc = root.read_json(f"{o.prefix}/{o.level}/zarr.json") or {}
+        return {n: a.meta for n, a in arrays.items()}, dict(doc.get("attributes") or {})
+
+    got = dict(zip(first, _pool_map(root, read, first.values()), strict=True))
+    return {c: g[0] for c, g in got.items() if g[0]}, {c: g[1] for c, g in got.items()}
+
+
+def _chunk_order(level: Level, metas: dict) -> int:
+    """A level's chunk-axis order: the order one chunk of its objects spans."""
+    meta = next(iter(metas.values()))
+    return level.node_order + round(math.log(ic.chunk_count(meta), 4))
+
+
+def _structure(root, manifest, lv, templates, group_attrs, block, rows, split, p):
+    """The root attrs (the block with its levels and splits) and the level arrays."""
+    levels = dict(block.get("levels") or {})
+    for c, e in lv.items():
+        if c in templates:
+            own = _chunk_order(e, templates[c])
+            levels[str(c)] = {
+                "node_order": e.node_order,
+                "artifact": e.artifact,
+                "chunk_order": own,
+                "cell_order": c,
+                "split": None,
+            }
+    cell_order = int(manifest["cell_order"])
+    base = levels.get(str(cell_order))
+    base_chunk = base["chunk_order"] if base else int(block.get("chunk_order", p))
+    for e in levels.values():
+        e["split"] = ic.level_split(
+            base_chunk, split.split_order, e["chunk_order"], split.rows_per_manifest
+        )
+    levels = dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))
+    new_block = {
+        "spec": ic.SPEC,
+        "shard_order": p,
+        "chunk_order": base_chunk,
+        "cell_order": cell_order,
+        "url_prefix": ic.url_prefix(root),
+        "rows": rows,
+        "commit": "leaf",
+        "commit_order": split.commit_order,
+        "split_order": split.split_order,
+        "rows_per_manifest": split.rows_per_manifest,
+        "levels": levels,
+    }
+    if "retired" in block:
+        new_block["retired"] = block["retired"]
+    attrs = {"zagg_icechunk": new_block}
+    if manifest.get("multiscales"):
+        listed = {c: e for c, e in lv.items() if str(c) in levels}
+        base_dggs = group_attrs.get(cell_order, {}).get("dggs")
+        ms = dict(manifest["multiscales"][0])
+        ms["layout"] = _layout(manifest, listed, base_dggs)
+        attrs["zarr_conventions"] = [dict(MULTISCALES_CONVENTION)]
+        attrs["multiscales"] = ms
+    return new_block, attrs
+
+
+def _check_block(block: dict, new: dict, path: str) -> None:
+    for key in ("shard_order", "chunk_order", "cell_order", "url_prefix"):
+        if block and block.get(key) != new[key]:
+            raise ValueError(
+                f"{path} records {key} {block.get(key)!r}, the store {new[key]!r}: clear "
+                f"{ic.REPO_DIR}/ and run again to re-create it"
+            )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One object's line in the commit metadata's ledger: what identified the object (its
+    data prefix and stamp), the fingerprint of its references, and which of its chunks
+    held one (hex bits), so a replacement drops only the chunks the old one held."""
+
+    identity: str
+    fingerprint: str
+    mask: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.identity} {self.fingerprint} {self.mask:x}"
+
+    @classmethod
+    def parse(cls, text: str | None):
+        if not text:
+            return None
+        parts = text.split(" ")
+        if len(parts) == 3:
+            return cls(parts[0], parts[1], int(parts[2], 16))
+        return cls("", parts[-1])  # a ledger written before identities and masks
+
+    def chunks(self, count: int) -> set[int]:
+        """The chunk indices the object held (every one when unknown)."""
+        if self.mask is None:
+            return set(range(count))
+        return {j for j in range(count) if self.mask >> j & 1}
+
+
+def _held(arrays: dict[str, ic.ObjectArray]) -> int:
+    mask = 0
+    for a in arrays.values():
+        for r in a.refs:
+            mask |= 1 << r.j
+    return mask
+
+
+class _Staged:
+    """The references and deletions of one commit, set array by array in one call each
+    (Icechunk's per-call cost is paid once per array, not per reference)."""
+
+    def __init__(self, root: StoreRoot, docs: RepoDocs):
+        self.root, self.docs = root, docs
+        self.refs: dict[str, list] = {}
+        self.gone: list[str] = []
+
+    def add(self, path: str, index: tuple[int, int], ndim: int, ref: ic.Ref) -> None:
+        import icechunk
+
+        local = isinstance(ref.checksum, _dt.datetime)
+        self.refs.setdefault(path, []).append(
+            icechunk.VirtualChunkSpec(
+                index=[*index] + [0] * (ndim - 1),
+                location=ic.location(self.root, ref.key),
+                offset=ref.offset,
+                length=ref.length,
+                etag_checksum=None if local else ref.checksum,
+                last_updated_at_checksum=ref.checksum if local else None,
+            )
+        )
+
+    def drop(self, path: str, index: tuple[int, int], ndim: int) -> None:
+        self.gone.append(ic.repo_chunk_key(path, index[0], index[1], ndim))
+
+    def flush(self) -> int:
+        """Set every staged reference, then delete every dropped chunk (an object's held
+        and dropped chunks never meet); returns the references set."""
+        n = 0
+        for path, specs in self.refs.items():
+            failed = self.docs.store.set_virtual_refs(f"/{path}", specs)
+            if failed:
+                raise ValueError(f"{len(failed)} references of /{path} name no known container")
+            n += len(specs)
+        for key in self.gone:
+            self.docs.delete(key)
+        return n
+
+
+# -- one commit --------------------------------------------------------------------------
 
 
 def commit(
@@ -346,28 +746,29 @@ def commit(
     *,
     message: str = "leaf",
     run_id: str | None = None,
+    settings: Settings | None = None,
 ) -> IcechunkSummary:
     """Bring the store's repo to its hive: create it (and its groups, arrays and rows) when
     absent, re-write the references of every object whose references changed, and commit
-    once — nothing when nothing changed. ``message`` heads the commit's message."""
+    once — nothing when nothing changed. ``message`` heads the commit's message;
+    ``settings`` are the config's knobs (the store's recorded split wins, §11.5)."""
     t0 = time.perf_counter()
     root = as_root(store, storage_options)
+    settings = settings or Settings()
     manifest = read_manifest(root)
     if manifest is None:
         raise ValueError(f"{root.url} has no manifest: not a hive store root")
     summary = IcechunkSummary(ic.url_prefix(root) + ic.REPO_DIR)
+    p = int(manifest["shard_order"])
     lv = levels_of(manifest)
     objs = objects(root, manifest)
     summary.objects = len(objs)
     repo = ic.open_repo(root, create=True)
-    session = repo.writable_session("main")
-    r = _Repo(session)
-    root_doc = r.get_json("zarr.json") or {}
-    block = dict((root_doc.get("attributes") or {}).get("zagg_icechunk") or {})
+    block = read_block(repo)
     if block and block.get("spec") != ic.SPEC:
         raise ValueError(
             f"{summary.path} is a {block.get('spec')!r} repo, not {ic.SPEC}: clear "
-            f"{ic.REPO_DIR}/ and commit again to re-create it"
+            f"{ic.REPO_DIR}/ and run again to re-create it"
         )
     rows = list(block.get("rows") or [])
     windowed = manifest.get("temporal") is not None
@@ -380,106 +781,89 @@ def commit(
         return summary  # a windowed store with no window yet: nothing to index
     summary.rows = rows
     row_of = {label: i for i, label in enumerate(rows)}
-    p = int(manifest["shard_order"])
-    chunk_order = _chunk_order(root, objs, lv, manifest)
-    commit_order = max(0, p - (p % TUPLE_WIDTH or TUPLE_WIDTH))
-    split_order = int(block.get("split_order", commit_order))
 
-    # every object's references first: they decide which levels and arrays exist
-    arrays = {o.key: _object_arrays(root, o) for o in objs}
-    templates: dict[int, dict[str, dict]] = {}
-    group_attrs: dict[int, dict] = {}
-    for o in objs:
-        for name, a in arrays[o.key].items():
-            templates.setdefault(o.level, {}).setdefault(name, a.meta)
-        if o.level not in group_attrs:
-            doc = root.read_json(f"{o.prefix}/{o.level}/zarr.json") or {}
-            group_attrs[o.level] = dict(doc.get("attributes") or {})
-    levels_block = block_levels(lv, chunk_order, split_order, 1)
-    base_dggs = group_attrs.get(int(manifest["cell_order"]), {}).get("dggs")
-    new_block = {
-        "spec": ic.SPEC,
-        "shard_order": p,
-        "chunk_order": chunk_order,
-        "cell_order": int(manifest["cell_order"]),
-        "url_prefix": ic.url_prefix(root),
-        "rows": rows,
-        "commit": "leaf",
-        "commit_order": commit_order,
-        "split_order": split_order,
-        "rows_per_manifest": 1,
-        "levels": levels_block,
-    }
-    for key in ("shard_order", "cell_order", "url_prefix"):
-        if block and block.get(key) != new_block[key]:
-            raise ValueError(
-                f"{summary.path} records {key} {block.get(key)!r}, the store "
-                f"{new_block[key]!r}: clear {ic.REPO_DIR}/ and commit again to re-create it"
-            )
-    attrs = {"zagg_icechunk": new_block}
-    if manifest.get("multiscales"):
-        ms = dict(manifest["multiscales"][0])
-        ms["layout"] = _layout(manifest, lv, base_dggs)
-        attrs["zarr_conventions"] = [dict(MULTISCALES_CONVENTION)]
-        attrs["multiscales"] = ms
-    structure = r.put_json("zarr.json", _group_doc(attrs))
-    _write_rows(r, manifest, rows)
-    for c, e in lv.items():
-        if c not in templates:
-            continue
-        structure |= r.put_json(f"{c}/zarr.json", _group_doc(group_attrs.get(c, {})))
-        n_nodes = 12 * 4**e.node_order
-        for name, meta in templates[c].items():
-            doc = ic.repo_array_doc(meta, len(rows), n_nodes)
-            structure |= r.put_json(f"{c}/{name}/zarr.json", doc)
-    if structure and r.session.has_uncommitted_changes:
-        r.session.commit(f"init {run_id or ''}".strip(), metadata={"run_id": run_id})
-        summary.commits.append("init")
-        session = repo.writable_session("main")
-        r = _Repo(session)
+    split = _ratchet(block, settings, p, summary, summary.path)
+    templates, group_attrs = _templates(root, objs)
+    new_block, attrs = _structure(root, manifest, lv, templates, group_attrs, block, rows, split, p)
+    _check_block(block, new_block, summary.path)
+    summary.split_ratchet = split.ratchet
+    # the split is saved with the repo before any commit, so every manifest is cut by it
+    cut = ic.splitting(new_block["levels"], split.rows_per_manifest)
+    saved = repo.config.manifest
+    if saved is None or repr(saved.splitting) != repr(cut):
+        repo = ic.open_repo(root, splitting=cut)
+        repo.save_config()
+    docs = RepoDocs(repo.writable_session("main"))
+    structure = docs.put_json("zarr.json", _group_doc(attrs))
+    structure |= _write_rows(docs, manifest, rows)
+    n_nodes = {c: 12 * 4**e.node_order for c, e in lv.items()}
+    for c, metas in templates.items():
+        structure |= docs.put_json(f"{c}/zarr.json", _group_doc(group_attrs.get(c, {})))
+        for name, meta in metas.items():
+            doc = ic.repo_array_doc(meta, len(rows), n_nodes[c])
+            structure |= docs.put_json(f"{c}/{name}/zarr.json", doc)
+    for c in set(int(k) for k in new_block["levels"]) - set(templates):  # listed, no object now
+        for name in _array_names(docs, c):
+            doc = docs.get_json(f"{c}/{name}/zarr.json")
+            if doc and doc["shape"][0] != len(rows):  # rows grow for the whole repo
+                doc["shape"][0] = len(rows)
+                structure |= docs.put_json(f"{c}/{name}/zarr.json", doc)
+    if structure and docs.session.has_uncommitted_changes:
+        head = f"split ratchet {split.ratchet}" if split.ratchet else "init"
+        docs.session.commit(
+            f"{head} {run_id or ''}".strip(),
+            metadata={"run_id": run_id, "split_ratchet": split.ratchet},
+        )
+        summary.commits.append("split ratchet" if split.ratchet else "init")
+        docs = RepoDocs(repo.writable_session("main"))
 
     ledger = _ledger(repo)
-    fresh = {}
-    ranks = _ranks(sorted({o.node for o in objs}))
+    fresh: dict[str, str] = {}
+    todo = []
     for o in objs:
-        fp = _fingerprint(arrays[o.key])
-        fresh[o.key] = fp
-        if ledger.get(o.key) == fp:
+        old = _Entry.parse(ledger.get(o.key))
+        if old is not None and old.identity == o.identity:
+            fresh[o.key] = ledger[o.key]  # unchanged, and not touched since: not read
+        else:
+            todo.append(o)
+    geometry = {k: new_block[k] for k in ("shard_order", "chunk_order", "cell_order")}
+    refs = gather(root, todo, geometry, summary)
+    ranks = _ranks(sorted({o.node for o in todo}))
+    staged = _Staged(root, docs)
+    for o in todo:
+        arrays = refs[o.key]
+        new = _Entry(o.identity, _fingerprint(arrays), _held(arrays))
+        fresh[o.key] = str(new)
+        old = _Entry.parse(ledger.get(o.key))
+        if old is not None and old.fingerprint == new.fingerprint:
             continue
         summary.changed += 1
         w, rank = row_of[o.row], ranks[o.node]
-        for name, a in arrays[o.key].items():
-            ndim = len(a.meta["shape"])
-            path = f"{o.level}/{name}"
-            held = {ref.j for ref in a.refs}
+        for name, a in arrays.items():
+            meta = templates.get(o.level, {}).get(name)
+            if meta is None:
+                continue
+            path, base, ndim = f"{o.level}/{name}", rank * a.chunks, len(meta["shape"])
             for ref in a.refs:
-                r.store.set_virtual_ref(
-                    ic.repo_chunk_key(path, w, rank * a.chunks + ref.j, ndim),
-                    ref.location,
-                    offset=ref.offset,
-                    length=ref.length,
-                    checksum=ref.checksum,
-                )
-                summary.refs += 1
-            if o.key in ledger:  # a replaced object: drop the chunks it no longer holds
-                for j in set(range(a.chunks)) - held:
-                    r.delete(ic.repo_chunk_key(path, w, rank * a.chunks + j, ndim))
+                staged.add(path, (w, base + ref.j), ndim, ref)
+            if old is not None:  # a replaced object: drop the chunks it no longer holds
+                held = {ref.j for ref in a.refs}
+                for j in old.chunks(a.chunks) - held:
+                    staged.drop(path, (w, base + j), ndim)
     gone = set(ledger) - set(fresh)
     for key in gone:  # an object no longer in the hive: its chunks read as fill
         level, row, node = key.split("|")
         if row not in row_of or int(level) not in templates:
             continue
         rank = _ranks([node])[node]
+        old = _Entry.parse(ledger[key])
         for name, meta in templates[int(level)].items():
-            k = _chunks_of(meta)
-            for j in range(k):
-                r.delete(
-                    ic.repo_chunk_key(
-                        f"{level}/{name}", row_of[row], rank * k + j, len(meta["shape"])
-                    )
-                )
+            k = ic.chunk_count(meta)
+            for j in old.chunks(k):
+                staged.drop(f"{level}/{name}", (row_of[row], rank * k + j), len(meta["shape"]))
+    summary.refs = staged.flush()
     if summary.changed or gone:
-        summary.snapshot = r.session.commit(
+        summary.snapshot = docs.session.commit(
             f"{message} {run_id or ''}".strip(),
             metadata={LEDGER: fresh, "run_id": run_id, "objects": len(fresh)},
         )
@@ -490,27 +874,13 @@ def commit(
     return summary
 
 
-def _chunks_of(meta: dict) -> int:
-    codecs = meta.get("codecs") or []
-    if codecs and codecs[0].get("name") == "sharding_indexed":
-        inner = codecs[0]["configuration"]["chunk_shape"][0]
-    else:
-        inner = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
-    return -(-meta["shape"][0] // inner)
+def _array_names(docs: RepoDocs, c: int) -> list[str]:
+    from zarr.core.sync import sync
 
+    async def names():
+        return [k async for k in docs.store.list_dir(f"{c}/")]
 
-def _chunk_order(root, objs, lv, manifest) -> int:
-    """The base level's chunk-axis order: the order one inner chunk of a leaf spans."""
-    c = int(manifest["cell_order"])
-    for o in objs:
-        if o.level == c:
-            dirs, _ = root.list_dir(f"{o.prefix}/{c}")
-            for name in dirs:
-                meta = root.read_json(f"{o.prefix}/{c}/{name}/zarr.json")
-                if isinstance(meta, dict) and meta.get("node_type") == "array":
-                    k = _chunks_of(meta)
-                    return int(manifest["shard_order"]) + int(round(np.log(k) / np.log(4)))
-    return int(manifest["shard_order"])
+    return sorted(n.rstrip("/") for n in sync(names()) if n.rstrip("/") != "zarr.json")
 
 
 def commit_quietly(store, storage_options=None, **kwargs) -> dict:
@@ -521,28 +891,36 @@ def commit_quietly(store, storage_options=None, **kwargs) -> dict:
     except Exception as exc:  # the index never fails the hive it indexes
         log.warning("icechunk commit failed: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return {
+    out = {
         "path": s.path,
         "snapshot": s.snapshot,
         "commits": s.commits,
         "objects": s.objects,
         "changed": s.changed,
         "refs": s.refs,
+        "carriers": s.carriers,
+        "read": s.read,
         "rows": s.rows,
         "seconds": s.seconds,
     }
-
-
-def enabled(knob: bool | None) -> bool:
-    """``output.icechunk`` resolved: its value, or on when the package is installed."""
-    return ic.available() if knob is None else bool(knob)
+    if s.split_ratchet:
+        out["split_ratchet"] = s.split_ratchet
+    if s.warnings:
+        out["warnings"] = s.warnings
+    return out
 
 
 def after_run(cfg, summary, store, storage_options, run_id: str | None = None):
     """The run's commit of its leaves (``leaf``), when the config's knob is on; recorded
     as ``summary.icechunk``. Returns ``summary``."""
     if enabled(cfg.output.icechunk):
-        summary.icechunk = commit_quietly(store, storage_options, message="leaf", run_id=run_id)
+        summary.icechunk = commit_quietly(
+            store,
+            storage_options,
+            message="leaf",
+            run_id=run_id,
+            settings=getattr(cfg.output, "icechunk_settings", None),
+        )
     return summary
 
 
@@ -551,40 +929,16 @@ def after_sweep(root: StoreRoot, knob: bool | None, run_id: str | None = None) -
     the store already has a repo."""
     if knob is False or not ic.available():
         return None
-    if knob is None and not _has_repo(root):
+    if knob is None and not has_repo(root):
         return None
     return commit_quietly(root, message="node", run_id=run_id)
 
 
-def _has_repo(root: StoreRoot) -> bool:
+def has_repo(root: StoreRoot) -> bool:
+    """Whether the store has an Icechunk companion (``{root}/icechunk/``)."""
     import icechunk
 
     try:
         return icechunk.Repository.exists(ic.repo_storage(root))
     except ValueError:
         return False
-
-
-def expire(store, storage_options=None, *, keep: int = 0, dry_run: bool = False) -> dict | None:
-    """Expire the repo's history older than its ``keep + 1`` newest reference commits and
-    collect what no kept snapshot reaches (Icechunk's ``expire_snapshots`` then
-    ``garbage_collect``, both cut at the oldest kept commit's time, never "now"). This is
-    what ``zagg gc --keep K`` runs beside removing superseded leaf versions: a snapshot
-    older than the kept ones may name versions that collection removes. ``None`` when the
-    store has no repo."""
-    root = as_root(store, storage_options)
-    if not ic.available() or not _has_repo(root):
-        return None
-    repo = ic.open_repo(root)
-    commits = [s for s in repo.ancestry(branch="main") if LEDGER in (s.metadata or {})]
-    out = {"kept": min(len(commits), keep + 1), "expired": 0, "gc": None}
-    if len(commits) <= keep + 1:
-        return out
-    cutoff = commits[keep].written_at
-    if dry_run:
-        out["expired"] = sum(1 for s in repo.ancestry(branch="main") if s.written_at < cutoff)
-        return out
-    out["expired"] = len(repo.expire_snapshots(older_than=cutoff))
-    gc = repo.garbage_collect(cutoff)
-    out["gc"] = {"snapshots": gc.snapshots_deleted, "manifests": gc.manifests_deleted}
-    return out

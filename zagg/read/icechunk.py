@@ -60,6 +60,7 @@ def open_icechunk(
             f"are {sorted((int(k) for k in levels), reverse=True)}"
         )
     ds = xr.open_zarr(session.store, group=str(order), consolidated=False, chunks=chunks, **kwargs)
+    ds = ds[sorted(ds.data_vars)]  # the repository lists its arrays in no fixed order
     rows = list(block.get("rows") or [])
     coords = {"window": rows}
     for name in ("window_start", "window_end"):
