@@ -386,6 +386,7 @@ def test_a_users_dataset_and_a_zarr_input_keep_the_same_times(tmp_path, client):
             "variables": {
                 "count": {"function": "count"},
                 "h": {"function": "tdigest", "source": "h_ph", "timed": True},
+                "t_range": {"function": "time_range", "source": "delta_time"},
             }
         },
         "output": {"dataset": {"short_name": "T", "version": "1"}, "grid": dict(GRID)},
@@ -395,6 +396,9 @@ def test_a_users_dataset_and_a_zarr_input_keep_the_same_times(tmp_path, client):
     # a user's own Dataset through zagg.aggregate: the sparse result carries the words
     ds = zagg.aggregate(points, load_config(raw)).compute()
     assert check_times(ds, "h", truth, everywhere, leaf=True)[0] > 50
+    cells = truth.cells(CELL)  # time_range reads the same clock: each cell's join
+    for word, got in zip(ds["morton"].values, ds["t_range"].values, strict=True):
+        assert int(got) == int(mortie.toc_reduce(truth.words[cells == word]))
     # the same Dataset through zagg.run(source=...), and as a zarr input
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     run_a = zagg.run(
