@@ -42,7 +42,10 @@ def order_ties(means, weights, offsets, companions: list[np.ndarray]) -> list[np
     if new.all():
         return companions
     run = np.cumsum(new)
-    perm = np.lexsort([*reversed(companions), run])
+    tied = np.flatnonzero(np.bincount(run)[run] > 1)  # rows in a run of two or more: few
+    order = np.lexsort([*(c[tied] for c in reversed(companions)), run[tied]])
+    perm = np.arange(n)
+    perm[tied] = tied[order]  # each tie run's rows stay in its own positions
     return [c[perm] for c in companions]
 
 
