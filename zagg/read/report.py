@@ -34,7 +34,7 @@ def temporal_lines(root: StoreRoot, manifest: dict) -> list[str]:
     from zagg.read.temporal import open_temporal
 
     if not has_temporal(root, manifest):
-        return ["temporal record: none (no timed field)"]
+        return ["temporal record: none (no timed field, or no leaf wrote a record)"]
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
