@@ -9,12 +9,15 @@ too):
             benchmarks;
 - plain:    ``zagg.aggregate(ds, cfg).persist()`` with count + t-digest of ``h_ph``;
 - strata:   the same call with ``configs/atl03_strata.yaml`` (count, all-photon t-digest,
-            located signal and noise t-digests split by the five surface confidences, and the
-            composition of the signal stratum).
+            located and timed signal and noise t-digests split by the five surface
+            confidences, and the composition of the signal stratum);
+- untimed:  the strata config with its digests located only (no ``_times`` words), so the
+            ratio strata / untimed is what the per-centroid times cost.
 
 Both configs use order 19 cells and order 9 shards. Each figure is the best of ``--reps``
 runs; the numba kernels are compiled on a small slice first, outside the timing. Prints rates
-in M points/s, the ratio strata / plain and each rate's ratio to geo2mort.
+in M points/s, the ratios strata / plain and strata / untimed, and each rate's ratio to
+geo2mort.
 
     python benchmarks/bench_strata.py                    # 1e6 and 1e7 points
     python benchmarks/bench_strata.py --sizes 1e6 --reps 3
@@ -55,6 +58,13 @@ def strata_config() -> dict:
     return raw
 
 
+def untimed_config() -> dict:
+    raw = strata_config()
+    for spec in raw["aggregation"]["variables"].values():
+        spec.pop("timed", None)
+    return raw
+
+
 def measure(n: int, reps: int, cores: int) -> dict:
     import dask
     import mortie
@@ -68,22 +78,25 @@ def measure(n: int, reps: int, cores: int) -> dict:
     ok = np.isfinite(lat) & np.isfinite(lon)
     lat_ok, lon_ok = lat[ok], lon[ok]
     plain, strata = zagg.load_config(PLAIN), zagg.load_config(strata_config())
+    untimed = zagg.load_config(untimed_config())
 
     mortie.geo2mort(lat_ok[:1000], lon_ok[:1000])  # warm the pool
     t_geo, _ = best_of(lambda: mortie.geo2mort(lat_ok, lon_ok), reps)
 
     with dask.config.set(scheduler="threads", num_workers=cores):
         head = ds.isel(photon=slice(0, 100_000))
-        for cfg in (plain, strata):  # compile the numba kernels outside the timing
+        for cfg in (plain, strata, untimed):  # compile the numba kernels outside the timing
             zagg.aggregate(head, cfg).persist()
         t_plain, res = best_of(lambda: zagg.aggregate(ds, plain).persist(), reps)
         t_strata, _ = best_of(lambda: zagg.aggregate(ds, strata).persist(), reps)
+        t_untimed, _ = best_of(lambda: zagg.aggregate(ds, untimed).persist(), reps)
     return {
         "n": n,
         "cells_with_data": int((res["count"].values > 0).sum()),
         "geo2mort": n / t_geo,
         "plain": n / t_plain,
         "strata": n / t_strata,
+        "untimed": n / t_untimed,
     }
 
 
@@ -99,7 +112,12 @@ def report(r: dict, cores: int) -> None:
         f"  strata               {r['strata'] / m:8.2f} Mpts/s   ratio to geo2mort "
         f"{r['strata'] / r['geo2mort']:.2f}"
     )
+    print(
+        f"  strata, untimed      {r['untimed'] / m:8.2f} Mpts/s   ratio to geo2mort "
+        f"{r['untimed'] / r['geo2mort']:.2f}"
+    )
     print(f"  strata / plain       {r['strata'] / r['plain']:8.2f}")
+    print(f"  strata / untimed     {r['strata'] / r['untimed']:8.2f}")
 
 
 def main(argv=None) -> int:

@@ -470,3 +470,67 @@ def test_reducer_registry_is_consistent():
     # the moments share their states by name: mean and std of one variable share "sum"
     names = {r.name: [s.name for s in r.chunk] for r in reducers.REGISTRY.values()}
     assert names["mean"] == ["count", "sum"] and names["std"] == ["count", "sum", "sumsq"]
+
+
+def test_the_data_source_declares_the_clock_that_timed_fields_read():
+    timed = variant("aggregation.variables.h_tdigest.timed", True)
+    with pytest.raises(
+        ConfigError,
+        match=r"'aggregation.variables.h_tdigest.timed': per-centroid times .* declare the "
+        r"clock beside the time variable \(data_source.time with data_source.epoch",
+    ):
+        load_config(timed)
+    timed["data_source"].update(epoch="2018-01-01T00:00:00Z", scale="gps")
+    cfg = load_config(timed)
+    assert cfg.clock == ("delta_time", "2018-01-01T00:00:00Z", "gps", "seconds")
+    assert cfg.output.windowing is None and cfg.output.pyramid is not None
+    # a windowing block reads the same clock unless it says otherwise, and may not contradict it
+    timed["output"]["windowing"] = {"schedule": "yearly"}
+    w = load_config(timed).output.windowing
+    assert (w.time_field, w.scale, w.units, str(w.epoch)) == (
+        "delta_time",
+        "gps",
+        "seconds",
+        "2018-01-01T00:00:00",
+    )
+    timed["output"]["windowing"]["scale"] = "utc"
+    with pytest.raises(
+        ConfigError, match=r"'output.windowing.scale': 'utc' differs from the data source's clock"
+    ):
+        load_config(timed)
+    bad = [
+        ("data_source.time", None, r"'data_source.epoch': the clock describes the time variable"),
+        ("data_source.epoch", "2018-01-01T00:00:00.5Z", r"'data_source.epoch': .* whole second"),
+        ("data_source.scale", "glonass", r"'data_source.scale': 'glonass' is not a time scale"),
+        ("data_source.units", "hours", r"'data_source.units': 'hours' is not a unit"),
+        ("data_source.time", "t", r"'data_source.time': 't' is not declared"),
+    ]
+    for path, value, message in bad:
+        cfg = copy.deepcopy(timed)
+        del cfg["output"]["windowing"]
+        keys = path.split(".")
+        if value is None:
+            del cfg[keys[0]][keys[1]]
+        else:
+            cfg[keys[0]][keys[1]] = value
+        with pytest.raises(ConfigError, match=message):
+            load_config(cfg)
+    scale_only = variant("data_source.scale", "gps")
+    with pytest.raises(ConfigError, match=r"'data_source.epoch': give the instant"):
+        load_config(scale_only)
+
+
+def test_a_granule_source_declares_its_clock_beside_delta_time():
+    raw = load_config("atl03_strata_granules").raw
+    assert load_config(raw).clock == ("time", "2018-01-01T00:00:00Z", "gps", "seconds")
+    del raw["data_source"]["delta_time"]
+    with pytest.raises(ConfigError, match=r"add data_source.delta_time"):
+        load_config(raw)
+    raw = load_config("atl03_strata_granules").raw
+    del raw["data_source"]["epoch"], raw["data_source"]["scale"]
+    with pytest.raises(
+        ConfigError,
+        match=r"'aggregation.variables.h_tdigest_signal.timed': .* \(data_source.delta_time "
+        r"with data_source.epoch",
+    ):
+        load_config(raw)

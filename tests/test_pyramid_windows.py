@@ -15,6 +15,7 @@ import zagg
 from zagg import grid as G
 from zagg.checks.validation import ConfigError
 from zagg.config.model import load_config
+from zagg.config.store import StoreSpec
 from zagg.engine.aggregate import shard_collection
 from zagg.hive import artifact
 from zagg.hive.manifest import read_manifest
@@ -137,10 +138,12 @@ def test_a_windowed_pyramid_declares_the_all_time_fold(stores):
         load_config(raw_config(pyramid={"overviews": BASE, "all_time": False}))
     with pytest.raises(ConfigError, match="output.pyramid.all_time"):
         load_config(raw_config(False, pyramid={"overviews": BASE, "all_time": True}))
+    # a timed digest folds through the levels, its entry declaring the per-centroid times
     timed = raw_config()
     timed["aggregation"]["variables"]["h_tdigest"]["timed"] = True
-    with pytest.raises(ConfigError, match="output.pyramid: false, or drop timed"):
-        load_config(timed)
+    entry = StoreSpec.of(load_config(timed)).pyramid.fields["h_tdigest"]
+    assert entry["class"] == "approximate" and entry["temporal"] == "per-centroid"
+    assert "temporal" not in StoreSpec.of(load_config(raw_config())).pyramid.fields["h_tdigest"]
 
 
 # -- per-window levels ---------------------------------------------------------------------

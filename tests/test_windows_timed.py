@@ -468,3 +468,25 @@ def test_unknown_revisions_of_the_root_objects_are_kept():
     out = compose_section(standing, mine)
     assert out["shards"] == {"1": "5", "2": "7"} and out["fields"] == ["g", "h"]
     assert "counts" not in out  # never summed across runs
+
+
+def test_rows_tying_on_mean_and_weight_are_ordered_by_their_words():
+    from zagg.reducers.timed import order_ties
+
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(0, 40, 200)
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    seg = np.repeat(np.arange(sizes.size), sizes)
+    means = np.sort(rng.integers(0, 6, offsets[-1]).astype(np.float32) + seg * 10)  # ties
+    weights = np.ones(means.size, np.float32)
+    weights[rng.random(means.size) < 0.3] = 2
+    order = np.lexsort([weights, means])
+    means, weights = means[order], weights[order]
+    locs = rng.integers(1, 4, means.size).astype(np.uint64)
+    times = rng.integers(1, 1000, means.size).astype(np.uint64)
+    got_locs, got_times = order_ties(means, weights, offsets, [locs, times])
+    # the reference: every row sorted by (cell, mean, weight, location word, time word)
+    ref = np.lexsort([times, locs, weights, means, seg])
+    np.testing.assert_array_equal(got_locs, locs[ref])
+    np.testing.assert_array_equal(got_times, times[ref])
+    assert not np.array_equal(got_times, times)  # there were ties to order

@@ -32,6 +32,7 @@ from zagg.checks.validation import (
 )
 from zagg.grid import MAX_ORDER, Grid
 from zagg.reducers import records as reducers
+from zagg.windows.clock import check_one_clock, clock_of, source_clock, with_source_clock
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
@@ -91,6 +92,9 @@ class DataSource:
     granules: object | None = None  # a zagg.sources.granules.GranuleSource when reading HDF5
     #: s3fs options of an ``input`` URL (credentials masked in every repr)
     storage_options: Mapping[str, object] = field(default_factory=dict, repr=False)
+    #: how the time variable counts, ``(time, epoch, scale, units)``
+    #: (:mod:`zagg.windows.clock`); None: the source declares no clock
+    clock: tuple[str, str, str, str] | None = None
 
     def dataset_variable(self, name: str) -> str:
         return self.columns.get(name, (name, None))[0]
@@ -229,6 +233,15 @@ class Config:
     def grid(self) -> Grid:
         return self.output.grid
 
+    @property
+    def clock(self) -> tuple[str, str, str, str] | None:
+        """The store's clock, ``(time, epoch, scale, units)``: the data source's, else the
+        window schedule's (None: the config declares none)."""
+        if self.data_source.clock is not None:
+            return self.data_source.clock
+        w = self.output.windowing
+        return None if w is None else clock_of(w)
+
     def check_dataset(self, ds) -> None:
         """Refuse a Dataset this config cannot read (see :mod:`zagg.config.dataset_checks`)."""
         from zagg.config.dataset_checks import check_dataset
@@ -237,7 +250,18 @@ class Config:
 
 
 _TOP = ("data_source", "aggregation", "output")
-_SOURCE = ("coordinates", "variables", "time", "filters", "input", "synthetic", "storage_options")
+_SOURCE = (
+    "coordinates",
+    "variables",
+    "time",
+    "epoch",
+    "scale",
+    "units",
+    "filters",
+    "input",
+    "synthetic",
+    "storage_options",
+)
 _SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = (
     "function",
@@ -283,6 +307,7 @@ def _parse_source(raw) -> DataSource:
             time,
             granules.filters,
             granules=granules,
+            clock=source_clock(raw, time, "delta_time"),
         )
     check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
     coords = raw["coordinates"]
@@ -295,6 +320,14 @@ def _parse_source(raw) -> DataSource:
     time = raw.get("time")
     if time is not None:
         time = check_name(time, "data_source.time")
+    clock = source_clock(raw, time, "time")
+    if clock is not None and time not in variables:
+        fail(
+            "data_source.time",
+            f"{time!r} is not declared in data_source.variables "
+            f"({', '.join(variables)}); the clock is read from a variable the run reads, "
+            "so declare it there",
+        )
     filters = parse_filters(raw.get("filters"), variables, "data_source.filters")
     inp = raw.get("input")
     if inp is not None and (not isinstance(inp, str) or not inp):
@@ -313,7 +346,16 @@ def _parse_source(raw) -> DataSource:
             "options; remove them or give data_source.input as a URL",
         )
     return DataSource(
-        lat, lon, variables, time, filters, inp, synthetic, columns, storage_options=options
+        lat,
+        lon,
+        variables,
+        time,
+        filters,
+        inp,
+        synthetic,
+        columns,
+        storage_options=options,
+        clock=clock,
     )
 
 
@@ -830,32 +872,36 @@ def parse_config(raw: Mapping) -> Config:
 
 def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
     """``output.windowing`` (:mod:`zagg.windows.schedule`): the schedule, its time field
-    among the declared variables."""
+    among the declared variables, on the data source's clock when it declares one; and the
+    fields that read times, each refused without a clock."""
     from zagg.windows.schedule import parse_windowing
 
-    windowing = parse_windowing(raw.get("windowing"), source.variables, output.grid.shard_order)
+    windowing = parse_windowing(
+        with_source_clock(raw.get("windowing"), source.clock),
+        source.variables,
+        output.grid.shard_order,
+    )
+    check_one_clock(windowing, source.clock)
+    clocked = source.clock is not None or windowing is not None
+    time_key = "delta_time" if source.granules is not None else "time"
+    how = (
+        f"declare the clock beside the time variable (data_source.{time_key} with "
+        "data_source.epoch, scale and units, as a windowing block gives them) or add an "
+        "output.windowing block"
+    )
     timed = [f.name for f in fields.values() if f.timed]
-    if timed and windowing is None:
+    if timed and not clocked:
         fail(
             f"aggregation.variables.{timed[0]}.timed",
-            "per-centroid times are read from the "
-            "time field output.windowing declares (its epoch, scale and units); add an "
-            "output.windowing block",
+            f"per-centroid times are read on the observations' clock, which this config "
+            f"does not declare; {how}",
         )
     ranges = [f.name for f in fields.values() if f.function == "time_range"]
-    if ranges and windowing is None:
+    if ranges and not clocked:
         fail(
             f"aggregation.variables.{ranges[0]}.function",
-            "time_range reads its source on "
-            "the clock output.windowing declares (its epoch, scale and units); add an "
-            "output.windowing block",
-        )
-    if timed and output.pyramid is not None:
-        fail(
-            "output.pyramid",
-            f"the per-centroid times of {timed[0]!r} (timed: true) do not "
-            "fold into the pyramid's levels in this zagg: set output.pyramid: false, or drop "
-            "timed to keep a windowed pyramid",
+            f"time_range reads its source on the observations' clock, which this config "
+            f"does not declare; {how}",
         )
     for f in fields.values():
         if f.timed and f.times_name in fields:

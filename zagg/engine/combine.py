@@ -93,11 +93,11 @@ def shard_cells(plan: Plan, unit: int, *items) -> np.ndarray:
     shard_word, window = plan.unit_of(unit)
     part = merge_shard(plan, unit, *items)
     out[0] = finalize(plan, part, shard_word)
+    out[0].clock = part.clock
     if window is not None:
         from zagg.engine.reduce_windows import time_range
 
         out[0].window, out[0].time_range = window, time_range(plan, part)
-        out[0].clock = part.clock
     return out
 
 

@@ -80,12 +80,16 @@ class Plan:
     windowing: object = None
     #: keys of the min and max states of the time field (each unit's actual time range)
     time_states: tuple[str, str] | None = None
+    #: the store's clock (:attr:`zagg.config.model.Config.clock`) when a field keeps
+    #: per-centroid times: each unit then counts its clocked observations (its leaf's
+    #: temporal record)
+    clock: tuple[str, str, str, str] | None = None
 
     @property
     def keeps_clocks(self) -> bool:
-        """Whether each windowed unit counts its clocked observations (its leaf's temporal
-        record): when a field declares per-centroid times."""
-        return self.windowing is not None and any(fp.field.timed for fp in self.fields)
+        """Whether each unit counts its clocked observations (a field declares
+        per-centroid times)."""
+        return self.clock is not None
 
     def unit_of(self, unit: int) -> tuple[int, int | None]:
         """``(shard word, window index or None)`` of a run unit's key."""
@@ -116,6 +120,7 @@ class Plan:
             self.granule_var,
             repr(self.windowing),
             self.time_states,
+            self.clock,
         )
 
     @property
@@ -132,9 +137,7 @@ def field_plan(f: FieldSpec, config: Config) -> tuple[FieldPlan, list[StateSpec]
     red = f.reducer
     opts = {**f.params, "located": f.located, "timed": f.timed}
     if f.timed or f.function == "time_range":  # how times are read (zagg.windows.clock)
-        from zagg.windows.clock import clock_of
-
-        opts["clock"] = clock_of(config.output.windowing)
+        opts["clock"] = config.clock
     if red.options is not None:
         opts.update(red.options(f, config.fields))
     specs = [
@@ -193,6 +196,7 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         granule_var,
         windowing,
         time_states,
+        config.clock if any(f.timed for f in config.fields.values()) else None,
     )
 
 

@@ -7,13 +7,14 @@ chunk task returns, :class:`ChunkResult`, is small: per-cell states, never raw p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from zagg import grid as G
 from zagg.engine.keying import key_chunk
 from zagg.engine.plan import Plan
+from zagg.engine.temporal import shard_clocks
 from zagg.reducers.partials import Partial
 
 
@@ -26,13 +27,18 @@ class ChunkResult:
     bounds: np.ndarray  # row bounds of each shard in partial.cells (len + 1)
     counts: dict[str, int]
     granules: dict[int, list[int]] | None = None  # shard word → granule indices it holds
+    #: shard word → its clocked observations (a run whose fields keep times)
+    shard_clocks: dict | None = field(default=None, kw_only=True)
 
     def piece(self, shard_word: int) -> Partial:
         """The rows of one shard (views of this chunk's arrays; empty if it has none)."""
         i = np.searchsorted(self.shards, np.uint64(shard_word))
         if i == len(self.shards) or self.shards[i] != np.uint64(shard_word):
             return self.partial.take(0, 0)
-        return self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
+        piece = self.partial.take(int(self.bounds[i]), int(self.bounds[i + 1]))
+        if self.shard_clocks is not None:
+            piece.clock = self.shard_clocks.get(int(shard_word))
+        return piece
 
     def shard_rows(self) -> np.ndarray:
         """Per shard of :attr:`shards`, the rows its piece holds (cells, plus centroids
@@ -79,7 +85,8 @@ def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
     else:
         shards = np.zeros(0, np.uint64)
         bounds = np.zeros(1, np.int64)
-    return ChunkResult(partial, shards, bounds, counts, granules)
+    clocks = shard_clocks(plan, points)
+    return ChunkResult(partial, shards, bounds, counts, granules, shard_clocks=clocks)
 
 
 def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, list[int]]:

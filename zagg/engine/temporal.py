@@ -1,8 +1,10 @@
-"""What the leaf writer asks of a windowed run: each unit's window and time range, its
-leaf's temporal record (the store root's temporal coverage after the leaves is
+"""What the leaf writer asks of a run that reads times: a windowed unit's window and time
+range, each leaf's temporal record, and the clocked observations of an unwindowed chunk's
+shards that the record counts (the store root's temporal coverage after the leaves is
 :func:`zagg.hive.rootsection.root_temporal`).
 
-Kept apart from :mod:`zagg.engine.write` so that the writer only names these steps.
+Kept apart from :mod:`zagg.engine.write` and :mod:`zagg.engine.reduce` so that they only
+name these steps.
 """
 
 from __future__ import annotations
@@ -33,3 +35,25 @@ def temporal_record(timed: tuple[str, ...], sc) -> dict | None:
     from zagg.windows.record import leaf_record
 
     return leaf_record(list(timed), sc.clock)
+
+
+def shard_clocks(plan, points) -> dict | None:
+    """Per shard word, the clocked observations of an unwindowed chunk's kept points on the
+    plan's clock (a :class:`zagg.windows.record.Clock`; None when no field keeps times)."""
+    if plan.clock is None or plan.windowing is not None:
+        return None
+    if not points.cell_words.size:
+        return {}
+    from zagg import grid as G
+    from zagg.windows.clock import windowing_of
+    from zagg.windows.record import clock_of
+    from zagg.windows.toc import instants
+
+    ns, ok = instants(windowing_of(plan.clock), points.values(plan.clock[0]))
+    shard = G.ancestor(points.cell_words[ok], plan.grid.shard_order)
+    ns = ns[ok]
+    order = np.argsort(shard, kind="stable")
+    shard, ns = shard[order], ns[order]
+    starts = np.flatnonzero(np.concatenate(([True], shard[1:] != shard[:-1])))
+    bounds = np.append(starts, shard.size)
+    return {int(shard[a]): clock_of(ns[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}

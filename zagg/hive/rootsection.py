@@ -2,13 +2,13 @@
 ``coverage.toc`` cover sibling, composed from the leaves' temporal records after a run.
 
 Tier 1 (``shards``) maps each shard to one toc word, the join of every observation instant
-its window leaves hold; tier 2 (``counts``) is the store-wide counted cover, the sum of the
+its leaves hold; tier 2 (``counts``) is the store-wide counted cover, the sum of the
 leaves' records. ``coverage.toc`` keeps, per shard, the canonical word set of its occupied
 order-24 buckets, so gaps between passes stay visible below the shard's envelope.
 
 Both are caches, composed GET-union-PUT with what stands: tier 1 and the covers union (a
 union never double-counts), while tier 2 is only ever replaced whole, and only by a run
-that wrote every windowed leaf the store holds; otherwise the counts are dropped rather
+that wrote every leaf the store holds; otherwise the counts are dropped rather
 than published partial. A section or cover at a revision this code does not know is kept
 as it stands.
 """
@@ -92,8 +92,7 @@ def quantize(words: np.ndarray, order: int) -> np.ndarray:
 
 def run_section(records: list[dict], whole: bool) -> tuple[dict, dict] | None:
     """This run's section and cover from its leaf records (None when no leaf carries one);
-    ``whole``: the run wrote every windowed leaf the store holds, so its counts are the
-    store's."""
+    ``whole``: the run wrote every leaf the store holds, so its counts are the store's."""
     timed = [r for r in records if r.get("temporal")]
     if not timed:
         return None
@@ -227,10 +226,13 @@ def buckets_of(words: np.ndarray, order: int) -> np.ndarray:
     )
 
 
-def store_leaves(root) -> set[tuple[str, str]]:
-    """Every windowed leaf the store holds, as (shard id, window)."""
-    from zagg.hive.walk import walk_windows
+def store_leaves(root, windowed: bool = True) -> set[tuple[str, str | None]]:
+    """Every leaf the store holds, as (shard id, window): its window leaves, or (not
+    ``windowed``) its shard leaves with window None."""
+    from zagg.hive.walk import walk_leaves, walk_windows
 
+    if not windowed:
+        return {(sid, None) for _, sid in walk_leaves(root)}
     return {(sid, label) for label, leaves in walk_windows(root).items() for _, sid in leaves}
 
 
@@ -240,7 +242,8 @@ def publish(root, records: list[dict], order: int) -> dict | None:
     if not any(r.get("temporal") for r in records):
         return None
     mine = {(r["shard_id"], r.get("window")) for r in records}
-    made = run_section(records, whole=store_leaves(root) <= mine)
+    windowed = any(w is not None for _, w in mine)
+    made = run_section(records, whole=store_leaves(root, windowed) <= mine)
     if made is None:
         return None
     section, cover = made

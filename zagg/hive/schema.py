@@ -224,6 +224,27 @@ def schema(arrays: dict[str, ArrayMeta]) -> dict[str, Field]:
     return out
 
 
+def word_siblings(attrs: dict) -> list[str]:
+    """The sibling arrays a digest payload's attrs bind, one word per centroid row each:
+    its located sibling (``ragged.locations``, spec §1.2) and its timed one (the top-level
+    ``times`` key, §8.3). Bound by the declaration, never by a naming convention."""
+    names = [(attrs.get("ragged") or {}).get("locations"), attrs.get("times")]
+    return [n for n in names if isinstance(n, str) and n]
+
+
+def cell_rows(values: np.ndarray, attrs: dict) -> np.ndarray:
+    """Rows per cell of a ragged array (``zagg-ragged`` element rows): a cell's bytes over
+    the bytes of one row (or, for cells already decoded, their lengths); 0 when empty."""
+    flat = values.ravel().tolist()
+    lengths = np.fromiter((0 if v is None else len(v) for v in flat), np.int64, len(flat))
+    first = next((v for v in flat if v is not None), b"")
+    if not isinstance(first, bytes | bytearray | memoryview):
+        return lengths
+    element = (attrs.get("ragged") or {}).get("element") or {}
+    inner = int(np.prod(element.get("shape", [-1])[1:], dtype=np.int64))
+    return lengths // (np.dtype(element.get("dtype", "uint8")).itemsize * max(inner, 1))
+
+
 def fill_value(arr: ArrayMeta):
     """The array's fill as a Python scalar of its dtype."""
     fill = arr.meta.get("fill_value")

@@ -48,21 +48,27 @@ def shard_words(shard_id: str, p: int, order: int, ranks: np.ndarray) -> np.ndar
     return first + np.asarray(ranks, np.int64).astype(np.uint64) * np.uint64(G.stride(order))
 
 
-def digests_of(cells: RaggedCells, locations: RaggedCells | None = None) -> Digests:
+def digests_of(
+    cells: RaggedCells, locations: RaggedCells | None = None, times: RaggedCells | None = None
+) -> Digests:
     """The centroid columns of stored t-digest cells (``[mean, weight]`` float32 rows),
-    with the location word of each centroid from the located sibling's cells."""
-    locs = None
-    if locations is not None:
-        locs = np.frombuffer(np.ascontiguousarray(locations.data).tobytes(), "<u8").astype(
-            np.uint64
-        )
+    with the location word and the time word of each centroid from the located and timed
+    siblings' cells."""
+    locs, words = (None if w is None else _words(w) for w in (locations, times))
     if isinstance(cells, DigestRows):
         weights = cells.weights
-        if locs is not None and weights is None:
+        if (locs is not None or words is not None) and weights is None:
             weights = np.ones(cells.means.size, np.float32)
-        return Digests(cells.means, weights, cells.offsets // 8, locs)
+        return Digests(cells.means, weights, cells.offsets // 8, locs, words)
     rows = np.frombuffer(np.ascontiguousarray(cells.data).tobytes(), "<f4").reshape(-1, 2)
-    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), np.asarray(cells.offsets) // 8, locs)
+    return Digests(
+        rows[:, 0].copy(), rows[:, 1].copy(), np.asarray(cells.offsets) // 8, locs, words
+    )
+
+
+def _words(cells: RaggedCells) -> np.ndarray:
+    """A word sibling's cells as one uint64 column, row-aligned with its payload's."""
+    return np.frombuffer(np.ascontiguousarray(cells.data).tobytes(), "<u8").astype(np.uint64)
 
 
 def leaf_level(shard_id: str, contents: dict, laws: dict[str, Law], p: int, c: int) -> Level:
@@ -72,7 +78,11 @@ def leaf_level(shard_id: str, contents: dict, laws: dict[str, Law], p: int, c: i
         cells = contents[name]
         words = shard_words(shard_id, p, c, cells.ranks)
         if law.kind == "ragged":
-            values = digests_of(cells, contents[law.locations] if law.locations else None)
+            values = digests_of(
+                cells,
+                contents[law.locations] if law.locations else None,
+                contents[law.times] if law.times else None,
+            )
         else:
             values = np.asarray(cells.values)
         out.fields[name] = FieldCells(words, values)
@@ -91,19 +101,21 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
                 out[name] = digest_rows(
                     np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.float32)
                 )
-                if law.locations:
-                    out[law.locations] = ragged_cells(
-                        np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
-                    )
+                for sibling in (law.locations, law.times):
+                    if sibling:
+                        out[sibling] = ragged_cells(
+                            np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
+                        )
                 continue
             ranks = G.cell_rank(fc.words, word, k, level.order)
             d = fc.values
             out[name] = digest_rows(ranks, d.offsets, d.means, d.weights)
-            if law.locations:
-                words = np.ascontiguousarray(d.locs, dtype="<u8")
-                out[law.locations] = ragged_cells(
-                    ranks, (d.offsets - d.offsets[0]) * 8, words.view(np.uint8)
-                )
+            for sibling, column in ((law.locations, d.locs), (law.times, d.times)):
+                if sibling:
+                    words = np.ascontiguousarray(column, dtype="<u8")
+                    out[sibling] = ragged_cells(
+                        ranks, (d.offsets - d.offsets[0]) * 8, words.view(np.uint8)
+                    )
         else:
             dtype = law.dtype.newbyteorder("<")
             if fc is None or not len(fc):
@@ -118,9 +130,10 @@ def node_contents(level: Level, node_id: str, laws: dict[str, Law]) -> dict:
 
 def artifact_specs(specs: Mapping[str, FieldSpec], laws: dict[str, Law]) -> dict[str, FieldSpec]:
     """The array specs of a pyramid artifact: the composable fields (and their located
-    siblings) as the leaf stores them."""
+    and timed siblings) as the leaf stores them."""
     names = [n for n in specs if n in laws]
     names += [law.locations for law in laws.values() if law.locations]
+    names += [law.times for law in laws.values() if law.times]
     return {n: specs[n] for n in sorted(names)}
 
 

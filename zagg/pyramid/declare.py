@@ -225,14 +225,15 @@ def overview_delta(value, where: str = "output.pyramid.overview_delta") -> int |
 
 def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[str, dict]:
     """The §4.5 composability map of a fields block (``{name: {function, params, dtype,
-    fill_value, ...}}``, located siblings included and skipped): each field's class from
-    its reducer's fold, with the method and array form an overview needs."""
+    fill_value, ...}}``, located and timed siblings included and skipped): each field's
+    class from its reducer's fold, with the method and array form an overview needs."""
     from zagg.reducers import records as reducers
 
     located = {f.get("locations_of") for f in fields.values() if f.get("locations_of")}
+    timed = {f.get("times_of") for f in fields.values() if f.get("times_of")}
     entries = {}
     for name, f in fields.items():
-        if f.get("locations_of"):
+        if f.get("locations_of") or f.get("times_of"):
             continue
         red = reducers.get(f["function"])
         law = red.pyramid_fold
@@ -257,6 +258,8 @@ def field_map(fields: Mapping[str, Mapping], delta: int | None = None) -> dict[s
                 entry["gain"] = dict(params.get("gain") or {})
             if name in located:  # the words are the points' order-29 words (spec §2.2)
                 entry["location"] = "coordinates"
+            if name in timed:  # a toc word per centroid at every level (spec §8.3)
+                entry["temporal"] = "per-centroid"
         else:
             entry = {"class": red.pyramid_class, "method": law.method}
             if red.pyramid_class == "exact":

@@ -60,6 +60,7 @@ class Law:
     opts: dict
     of: str | None = None  # the divisor digest of a packed field
     locations: str | None = None  # the location-word sibling of a located digest
+    times: str | None = None  # the time-word sibling of a timed digest (spec §8.3)
 
     @classmethod
     def of_entry(cls, name: str, entry: dict) -> Law | None:
@@ -79,10 +80,12 @@ class Law:
             return None
         if red.kind == "ragged":
             located = bool(entry.get("location"))
+            timed = entry.get("temporal") == "per-centroid"
             opts = {
                 "delta": int(entry.get("overview_delta") or entry["delta"]),
                 "weights": entry.get("weights", "counts"),
                 "located": located,
+                "timed": timed,
             }
             return cls(
                 name,
@@ -91,6 +94,7 @@ class Law:
                 np.dtype(object),
                 opts,
                 locations=f"{name}_locations" if located else None,
+                times=f"{name}_times" if timed else None,
             )
         return cls(name, fold, "dense", np.dtype(entry["dtype"]), {}, entry.get("of"))
 
@@ -139,7 +143,8 @@ def digests_concat(parts: list[Digests]) -> Digests:
     sizes = np.concatenate([np.diff(d.offsets) for d in parts])
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     locs = None if parts[0].locs is None else np.concatenate([d.locs for d in parts])
-    return Digests(means, weights, offsets, locs)
+    times = None if parts[0].times is None else np.concatenate([d.times for d in parts])
+    return Digests(means, weights, offsets, locs, times)
 
 
 def digests_take(d: Digests, index: np.ndarray) -> Digests:
@@ -151,9 +156,9 @@ def digests_take(d: Digests, index: np.ndarray) -> Digests:
     )
     weights = None if d.weights is None else d.weights[rows]
     locs = None if d.locs is None else d.locs[rows]
-    return Digests(
-        d.means[rows], weights, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64), locs
-    )
+    times = None if d.times is None else d.times[rows]
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return Digests(d.means[rows], weights, offsets, locs, times)
 
 
 def digest_weights(d: Digests) -> np.ndarray:

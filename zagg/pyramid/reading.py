@@ -26,9 +26,10 @@ def group_schema(root, rel: str, r: int) -> dict:
 
 def specs_of(fields: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
     """Array specs (kind, dtype, fill, attrs) of the composable fields of a group schema
-    (and their location siblings)."""
+    (and their location and time siblings)."""
     out = {}
     names = list(laws) + [law.locations for law in laws.values() if law.locations]
+    names += [law.times for law in laws.values() if law.times]
     for name in names:
         f = fields.get(name)
         if f is None:
@@ -40,21 +41,27 @@ def specs_of(fields: dict, laws: dict[str, Law]) -> dict[str, FieldSpec]:
     return out
 
 
-def payload_digests(payloads: np.ndarray, locations: np.ndarray | None = None) -> Digests:
+def payload_digests(
+    payloads: np.ndarray, locations: np.ndarray | None = None, times: np.ndarray | None = None
+) -> Digests:
     """t-digest payloads (``[mean, weight]`` float32 rows per cell) as centroid columns,
-    with each centroid's location word from the located sibling's cells."""
+    with each centroid's location word and time word from the located and timed siblings'
+    cells."""
     sizes = np.fromiter((len(p) // 8 for p in payloads), np.int64, count=payloads.size)
     data = b"".join(payloads.tolist())
     rows = np.frombuffer(data, "<f4").reshape(-1, 2)
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    if locations is None:
+    if locations is None and times is None:
         return Digests.of(rows[:, 0].copy(), rows[:, 1].copy(), offsets)
-    locs = (
-        np.concatenate([np.asarray(w, np.uint64) for w in locations])
-        if len(locations)
-        else np.zeros(0, np.uint64)
-    )
-    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), offsets, locs)
+    locs, words = (None if w is None else _words(w) for w in (locations, times))
+    return Digests(rows[:, 0].copy(), rows[:, 1].copy(), offsets, locs, words)
+
+
+def _words(cells: np.ndarray) -> np.ndarray:
+    """A word sibling's cells as one uint64 column."""
+    if not len(cells):
+        return np.zeros(0, np.uint64)
+    return np.concatenate([np.asarray(w, np.uint64) for w in cells])
 
 
 def group_level(root, rel: str, node_id: str, r: int, laws: dict[str, Law]) -> Level:
@@ -74,13 +81,16 @@ def group_level(root, rel: str, node_id: str, r: int, laws: dict[str, Law]) -> L
         ranks = np.flatnonzero(held(values, f.fill))
         words = shard_words(node_id, k, r, ranks)
         if f.ragged:
-            locs = None
-            if laws[name].locations:
-                sib = fields.get(laws[name].locations)
-                if sib is None:
-                    continue  # a payload without its words is not a located level
-                locs = load_field(root, rel, str(r), sib, ranks, where, None, None)
-            out.fields[name] = FieldCells(words, payload_digests(values[ranks], locs))
+            siblings = [laws[name].locations, laws[name].times]
+            if any(s is not None and s not in fields for s in siblings):
+                continue  # a payload without its words is not a located or timed level
+            locs, times = (
+                None
+                if s is None
+                else load_field(root, rel, str(r), fields[s], ranks, where, None, None)
+                for s in siblings
+            )
+            out.fields[name] = FieldCells(words, payload_digests(values[ranks], locs, times))
         else:
             out.fields[name] = FieldCells(words, np.asarray(values[ranks]))
     return out

@@ -218,6 +218,7 @@ def array_specs(root, decl, laws: dict, leaves: list[str], window: str | None = 
     column, and further ones only for a field the first lacks."""
     specs: dict = {}
     wanted = set(laws) | {law.locations for law in laws.values() if law.locations}
+    wanted |= {law.times for law in laws.values() if law.times}
     for sid in leaves:
         specs.update(
             {

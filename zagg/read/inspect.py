@@ -28,6 +28,7 @@ from zagg.hive import decode as hdecode
 from zagg.hive.hashes import array_digest, combined_digest
 from zagg.hive.manifest import path_grouping
 from zagg.hive.paths import CONFIG_KEY, MANIFEST_KEY, ROOT_COVERAGE_KEY, window_of
+from zagg.hive.schema import cell_rows, word_siblings
 from zagg.hive.stamp import data_prefix, read_stamp_or_debris
 from zagg.hive.storage import StoreRootError
 from zagg.hive.walk import walk_windows
@@ -136,12 +137,16 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
         keys = [k for k in keys if not k.startswith("run-")]
     store = root.zarr_store(data, read_only=True)
     actual = {}
+    ragged = {}
     for key in keys:
         try:
             values = _decoded(root, store, data, key)
             actual[key] = array_digest(values)
         except Exception as exc:  # corrupt chunks, bad metadata, no hash recipe
             unreadable[key] = _reason(exc)
+            continue
+        if values.dtype == object:
+            ragged[key] = values
     hidden = tuple(f"{k}/" for k in unreadable)  # below an unreadable group
     out = {
         "leaf": leaf,
@@ -154,6 +159,7 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
             if k not in unreadable and not k.startswith(hidden)
         ),
         "unreadable": dict(sorted(unreadable.items())),
+        "misaligned": misaligned_siblings(root, data, ragged),
     }
     combined_ok = bool(unreadable) or recorded.get("combined") in (
         None,
@@ -168,11 +174,33 @@ def verify_leaf(root: hive.StoreRoot, leaf: str) -> dict:
         if out["extra"]
         else "missing array"
         if out["missing"]
+        else "misaligned"
+        if out["misaligned"]
         else "ok"
         if combined_ok
         else "combined mismatch"
     )
     return out
+
+
+def misaligned_siblings(root: hive.StoreRoot, data: str, ragged: dict) -> list[str]:
+    """The word siblings (``*_locations``, ``*_times``) of a leaf or artifact whose rows do
+    not match, cell by cell, the payload rows they are bound to (one word per centroid)."""
+    out = []
+    for key, payload in ragged.items():
+        attrs = (root.read_json(f"{data}/{key}/zarr.json") or {}).get("attributes") or {}
+        group = key.rpartition("/")[0]
+        for name in word_siblings(attrs):
+            sibling = f"{group}/{name}" if group else name
+            words = ragged.get(sibling)
+            if words is None:
+                continue  # absent or unreadable: reported as such
+            meta = root.read_json(f"{data}/{sibling}/zarr.json") or {}
+            if not np.array_equal(
+                cell_rows(payload, attrs), cell_rows(words, meta.get("attributes") or {})
+            ):
+                out.append(sibling)
+    return sorted(out)
 
 
 def _detail(r: dict) -> str:
@@ -184,7 +212,7 @@ def _detail(r: dict) -> str:
                 "next run of this shard rewrites"
             )
         return "no commit stamp: an unfinished write, which the next run of this shard rewrites"
-    parts = [f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing") if r.get(k)]
+    parts = [f"{k}: {r[k]}" for k in ("mismatch", "extra", "missing", "misaligned") if r.get(k)]
     parts += [f"unreadable: {k} ({why})" for k, why in (r.get("unreadable") or {}).items()]
     if r.get("error"):
         parts.append(f"unreadable: {r['error']}")

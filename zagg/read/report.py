@@ -22,8 +22,8 @@ def _short(exc: BaseException) -> str:
 
 
 def has_temporal(root: StoreRoot, manifest: dict) -> bool:
-    """Whether a store can carry a temporal record: a windowed store (a timed field needs
-    the window clock), or a root coverage with a temporal section."""
+    """Whether a store can carry a temporal record: a windowed store, or a root coverage
+    with a temporal section (a store with a timed field, windowed or not)."""
     from zagg.hive.coverage import read_root_coverage
 
     return manifest.get("temporal") is not None or "temporal" in (read_root_coverage(root) or {})
@@ -34,7 +34,7 @@ def temporal_lines(root: StoreRoot, manifest: dict) -> list[str]:
     from zagg.read.temporal import open_temporal
 
     if not has_temporal(root, manifest):
-        return ["temporal record: none (the store is not windowed: no timed field)"]
+        return ["temporal record: none (no timed field, or no leaf wrote a record)"]
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

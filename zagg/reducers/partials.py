@@ -91,8 +91,8 @@ class Partial:
 
     cells: np.ndarray
     states: dict[str, object] = field(default_factory=dict)  # state key → value
-    #: a windowed unit's clocked observations (a zagg.windows.record.Clock), when the
-    #: run keeps its leaves' temporal records
+    #: a unit's clocked observations (a zagg.windows.record.Clock), when the run keeps
+    #: its leaves' temporal records
     clock: object = None
 
     def take(self, a: int, b: int) -> Partial:

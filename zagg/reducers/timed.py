@@ -42,11 +42,18 @@ def order_ties(means, weights, offsets, companions: list[np.ndarray]) -> list[np
     if new.all():
         return companions
     run = np.cumsum(new)
-    perm = np.lexsort([*reversed(companions), run])
+    tied = np.flatnonzero(np.bincount(run)[run] > 1)  # rows in a run of two or more: few
+    order = np.lexsort([*(c[tied] for c in reversed(companions)), run[tied]])
+    perm = np.arange(n)
+    perm[tied] = tied[order]  # each tie run's rows stay in its own positions
     return [c[perm] for c in companions]
 
 
-def _finish(result, times, locs):
+def with_times(result, times: np.ndarray, locs: np.ndarray | None = None):
+    """The :class:`~zagg.reducers.partials.Digests` of a digest kernel's ``result`` (means,
+    weights, offsets and each centroid's members, ``return_members=True``) with each
+    centroid's time word, the join of its members' ``times``, and (located) its location
+    word from ``locs``: how any merge that reports its partition keeps the companions."""
     means, weights, offsets, member_index, member_offsets = result
     out_times = centroid_times(times, member_index, member_offsets)
     comps = [out_times]
@@ -80,7 +87,7 @@ def timed_chunk(points, spec):
         weights = points.contiguous_values(opts["weight_source"]).astype(np.float64, copy=False)
     locs = points.contiguous_values(POINT_WORDS) if opts.get("located") else None
     result = tdigest.build(v, grp.offsets, int(opts["delta"]), weights=weights, return_members=True)
-    return _finish(result, words, locs)
+    return with_times(result, words, locs)
 
 
 def timed_combine(values, groups, spec):
@@ -105,4 +112,4 @@ def timed_combine(values, groups, spec):
     result = tdigest.merge(
         means, weights, offsets, int(opts["delta"]), declaration=declaration, return_members=True
     )
-    return _finish(result, times, locs)
+    return with_times(result, times, locs)

@@ -39,6 +39,9 @@ _KEYS = (
     "variables",
     "filters",
     "delta_time",
+    "epoch",  # the clock of delta_time (epoch, scale, units): zagg.windows.clock
+    "scale",
+    "units",
     "on_error",
     "storage_options",
     "read_plan",

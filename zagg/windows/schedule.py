@@ -186,32 +186,7 @@ def parse_windowing(raw, variables=(), shard_order: int | None = None) -> Window
             f"{did_you_mean(time_field, variables)}; windows filter on a column the run "
             f"reads, so declare it (declared: {', '.join(variables) or 'none'})",
         )
-    if "epoch" not in raw:
-        fail(
-            f"{PATH}.epoch",
-            "give the instant the time column counts from, as ISO 8601 "
-            "UTC (e.g. '2018-01-01T00:00:00Z' for ICESat-2 delta_time)",
-        )
-    epoch = parse_instant(raw["epoch"], f"{PATH}.epoch")
-    if epoch != whole_second(epoch):
-        fail(
-            f"{PATH}.epoch",
-            f"{raw['epoch']!r} is not a whole second; the epoch is the "
-            "time column's zero and must be exact",
-        )
-    scale = raw.get("scale", "utc")
-    if scale not in SCALES:
-        fail(
-            f"{PATH}.scale",
-            f"{scale!r} is not a time scale{did_you_mean(scale, SCALES)}; "
-            f"valid: {', '.join(SCALES)} (GPS and TAI run 18 s and 37 s ahead of UTC)",
-        )
-    units = raw.get("units", "seconds")
-    if units not in UNITS:
-        fail(
-            f"{PATH}.units",
-            f"{units!r} is not a unit{did_you_mean(units, UNITS)}; valid: {', '.join(UNITS)}",
-        )
+    epoch, scale, units = parse_clock_keys(raw, PATH)
     windows: tuple[Window, ...] = ()
     if schedule == "explicit":
         windows = parse_windows(raw.get("windows"))
@@ -221,10 +196,42 @@ def parse_windowing(raw, variables=(), shard_order: int | None = None) -> Window
             f"only schedule: explicit lists windows; the {schedule} "
             "schedule makes its own; remove the list or set schedule: explicit",
         )
-    out = Windowing(schedule, time_field, whole_second(epoch), scale, units, windows)
+    out = Windowing(schedule, time_field, epoch, scale, units, windows)
     if shard_order is not None:
         check_unit_room(out, shard_order)
     return out
+
+
+def parse_clock_keys(raw: Mapping, path: str) -> tuple[np.datetime64, str, str]:
+    """``epoch`` (required), ``scale`` and ``units`` of a block that declares how a time
+    variable counts (``output.windowing``, or the data source's clock at ``path``)."""
+    if "epoch" not in raw:
+        fail(
+            f"{path}.epoch",
+            "give the instant the time column counts from, as ISO 8601 "
+            "UTC (e.g. '2018-01-01T00:00:00Z' for ICESat-2 delta_time)",
+        )
+    epoch = parse_instant(raw["epoch"], f"{path}.epoch")
+    if epoch != whole_second(epoch):
+        fail(
+            f"{path}.epoch",
+            f"{raw['epoch']!r} is not a whole second; the epoch is the "
+            "time column's zero and must be exact",
+        )
+    scale = raw.get("scale", "utc")
+    if scale not in SCALES:
+        fail(
+            f"{path}.scale",
+            f"{scale!r} is not a time scale{did_you_mean(scale, SCALES)}; "
+            f"valid: {', '.join(SCALES)} (GPS and TAI run 18 s and 37 s ahead of UTC)",
+        )
+    units = raw.get("units", "seconds")
+    if units not in UNITS:
+        fail(
+            f"{path}.units",
+            f"{units!r} is not a unit{did_you_mean(units, UNITS)}; valid: {', '.join(UNITS)}",
+        )
+    return whole_second(epoch), scale, units
 
 
 def parse_windows(raw) -> tuple[Window, ...]:
