@@ -48,7 +48,7 @@ _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
 
 @njit(cache=True, nogil=True)
-def _weight_limit(before, total, delta):
+def weight_limit(before, total, delta):
     """Largest cumulative weight a centroid starting at ``before`` may reach (k1 scale)."""
     k0 = delta / (2.0 * math.pi) * math.asin(2.0 * before / total - 1.0)
     arg = (k0 + 1.0) * (2.0 * math.pi / delta)
@@ -71,7 +71,7 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
     cur_s = m[0] * w[0]
     lo = m[0]
     hi = m[0]
-    limit = _weight_limit(before, total, delta)
+    limit = weight_limit(before, total, delta)
     if starts is not None:
         starts[pos] = base
     for i in range(1, n):
@@ -87,7 +87,7 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
             if starts is not None:
                 starts[pos] = base + i
             before += cur_w
-            limit = _weight_limit(before, total, delta)
+            limit = weight_limit(before, total, delta)
             cur_w = wi
             cur_s = m[i] * wi
             lo = m[i]
