@@ -130,10 +130,12 @@ def located_fold(
     loc_words)``."""
     means = np.asarray(means).reshape(-1)
     loc_words = _as_words(loc_words, means.size)
-    result = fold.fold_runs(
+    m, w, o, member_index, member_offsets = fold.fold_runs(
         means, weights, run_starts, run_sizes, cell_runs, delta, return_members=True
     )
-    return _located(result, loc_words)
+    # float64 rows, as build and merge return them: the tie ordering compiles once
+    m, w = m.astype(np.float64), w.astype(np.float64)
+    return _located((m, w, o, member_index, member_offsets), loc_words)
 
 
 def locations_to_payloads(loc_words, offsets):
