@@ -168,11 +168,11 @@ def _before(ex, ed, ep, er, i, j):
 
 
 @njit(cache=True, nogil=True)
-def _sort_events(ex, ed, ep, er, n, perm, tmp, bounds):
-    """``perm[:n]`` = the events in :func:`_before` order, by merging ascending runs (one
-    part's events arrive nearly sorted, so this costs about n log parts)."""
-    for i in range(n):
-        perm[i] = i
+def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, points):
+    """Sort the events ``[:n]`` in place into :func:`_before` order (``sx``.. are scratch),
+    by merging ascending runs: one part's events arrive nearly sorted, so this costs about
+    n log parts. ``points``: every event is a weight-1 point (equal ``ed``, ``ep``), whose
+    order is by position and row alone, so only those two move."""
     nb = 1
     bounds[0] = 0
     for i in range(1, n):
@@ -180,7 +180,8 @@ def _sort_events(ex, ed, ep, er, n, perm, tmp, bounds):
             bounds[nb] = i
             nb += 1
     bounds[nb] = n
-    src, dst = perm, tmp
+    ax, ad, ap, ar = ex, ed, ep, er
+    bx, bd, bp, br = sx, sd, sp, sr
     swapped = False
     while nb > 1:
         k = 0
@@ -189,118 +190,61 @@ def _sort_events(ex, ed, ep, er, n, perm, tmp, bounds):
             mid = bounds[r + 1]
             hi = bounds[r + 2] if r + 1 < nb else mid
             i, j, o = lo, mid, lo
-            while i < mid and j < hi:
-                si = src[i]
-                sj = src[j]
-                xi = ex[si]
-                xj = ex[sj]
-                right = xj < xi or (xj == xi and _before(ex, ed, ep, er, sj, si))
-                dst[o] = sj if right else si
+            while i < mid and j < hi:  # branch-free but for ties (rare)
+                xi = ax[i]
+                xj = ax[j]
+                right = xj < xi
+                if xj == xi:
+                    right = _before(ax, ad, ap, ar, j, i)
+                f = j if right else i
+                bx[o] = ax[f]
+                br[o] = ar[f]
+                if not points:
+                    bd[o] = ad[f]
+                    bp[o] = ap[f]
                 j += right
                 i += 1 - right
                 o += 1
-            while i < mid:
-                dst[o] = src[i]
-                i += 1
-                o += 1
-            while j < hi:
-                dst[o] = src[j]
-                j += 1
-                o += 1
+            f = i if i < mid else j
+            for t in range(o, hi):  # the rest of whichever side is left
+                bx[t] = ax[f]
+                br[t] = ar[f]
+                if not points:
+                    bd[t] = ad[f]
+                    bp[t] = ap[f]
+                f += 1
             bounds[k] = lo
             k += 1
         bounds[k] = n
         nb = k
-        src, dst = dst, src
+        ax, ad, ap, ar, bx, bd, bp, br = bx, bd, bp, br, ax, ad, ap, ar
         swapped = not swapped
     if swapped:
         for i in range(n):
-            perm[i] = tmp[i]
-
-
-@njit(cache=True, nogil=True)
-def _sort_keyed(keys, rows, n, tk, tr, bounds):
-    """Sort ``keys[:n]`` ascending in place, stably, carrying ``rows`` along (``tk``/``tr``
-    scratch), by merging ascending runs: a cell's parts arrive sorted."""
-    nb = 1
-    bounds[0] = 0
-    for i in range(1, n):
-        if keys[i] < keys[i - 1]:
-            bounds[nb] = i
-            nb += 1
-    bounds[nb] = n
-    sk, sr, dk, dr = keys, rows, tk, tr
-    swapped = False
-    while nb > 1:
-        k = 0
-        for r in range(0, nb, 2):
-            lo = bounds[r]
-            mid = bounds[r + 1]
-            hi = bounds[r + 2] if r + 1 < nb else mid
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:  # branch-free: which side is smaller is a coin toss
-                x = sk[i]
-                y = sk[j]
-                right = y < x
-                dk[o] = y if right else x
-                dr[o] = sr[j] if right else sr[i]
-                j += right
-                i += 1 - right
-                o += 1
-            while i < mid:
-                dk[o] = sk[i]
-                dr[o] = sr[i]
-                i += 1
-                o += 1
-            while j < hi:
-                dk[o] = sk[j]
-                dr[o] = sr[j]
-                j += 1
-                o += 1
-            bounds[k] = lo
-            k += 1
-        bounds[k] = n
-        nb = k
-        sk, sr, dk, dr = dk, dr, sk, sr
-        swapped = not swapped
-    if swapped:
-        for i in range(n):
-            keys[i] = tk[i]
-            rows[i] = tr[i]
-
-
-@njit(cache=True, nogil=True)
-def _order_weight_ties(keys, rows, weights, n):
-    """Within runs of equal ``keys[:n]`` (sorted), order ``rows`` by their ``weights``
-    (insertion sort: linear while ties are rare), so kept rows do not depend on the order
-    the parts arrive in."""
-    for k in range(1, n):
-        r = rows[k]
-        i = k
-        while i > 0 and keys[i - 1] == keys[k] and weights[rows[i - 1]] > weights[r]:
-            rows[i] = rows[i - 1]
-            i -= 1
-        rows[i] = r
+            ex[i] = sx[i]
+            er[i] = sr[i]
+            if not points:
+                ed[i] = sd[i]
+                ep[i] = sp[i]
 
 
 # -- the fold ------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _sweep(ex, ed, ep, er, perm, ne, edges, k, eps, out_m, out_w, pos, flo, fhi):
+def _sweep(ex, ed, ep, er, ne, edges, k, eps, out_m, out_w, pos, flo, fhi):
     """Walk the sorted events, cutting the parts' mass at the bin edges: writes the
     ``k - 1`` centroids at ``out[pos:]``, and for each row the cumulative weight where its
     mass starts (``flo``, preset negative) and ends (``fhi``). Returns the new position."""
     last = k - 2  # the last bin takes whatever remains
     f = 0.0  # weight so far
     dens = 0.0  # density of the spread rows at the current position
-    x0 = ex[perm[0]]
+    x0 = ex[0]
     b = 0
     edge = edges[1]
     cm = 0.0  # the current bin's mass, moment and value span
     cs = 0.0
     lo = x0
     hi = x0
-    for q in range(ne):
-        e = perm[q]
+    for e in range(ne):
         x = ex[e]
         d = max(dens, 0.0)
         if d > 0.0 and x > x0:  # the spread mass between the previous event and this one
@@ -358,10 +302,25 @@ def _sweep(ex, ed, ep, er, perm, ne, edges, k, eps, out_m, out_w, pos, flo, fhi)
 
 @njit(cache=True, nogil=True)
 def _reach(edges, k, lo, hi, eps):
-    """The first and last bin (of ``k - 1``) whose rank interval overlaps ``(lo, hi)``."""
-    first = min(np.searchsorted(edges[1:k], lo + eps, side="right"), k - 2)
-    last = np.searchsorted(edges[:k], hi - eps, side="left") - 1
-    return first, min(max(last, first), k - 2)
+    """The first and last bin (of ``k - 1``) whose rank interval overlaps ``(lo, hi)``: bin
+    b spans ``edges[b]:edges[b + 1]``. (A hand-written bisection: numpy's searchsorted costs
+    seconds of compile.)"""
+    a, b = 0, k - 2  # first: the lowest bin whose upper edge exceeds lo
+    while a < b:
+        mid = (a + b) // 2
+        if edges[mid + 1] > lo + eps:
+            b = mid
+        else:
+            a = mid + 1
+    first = a
+    a, b = first, k - 2  # last: the highest bin whose lower edge is below hi
+    while a < b:
+        mid = (a + b + 1) // 2
+        if edges[mid] < hi - eps:
+            a = mid
+        else:
+            b = mid - 1
+    return first, a
 
 
 @njit(cache=True, nogil=True)
@@ -395,8 +354,10 @@ def _fold_runs(
     ed = np.empty(cap, np.float64)
     ep = np.empty(cap, np.float64)
     er = np.empty(cap, np.int64)
-    perm = np.empty(cap, np.int64)
-    tmp = np.empty(cap, np.int64)
+    sx = np.empty(cap, np.float64)
+    sd = np.empty(cap, np.float64)
+    sp = np.empty(cap, np.float64)
+    sr = np.empty(cap, np.int64)
     bounds = np.empty(cap + 1, np.int64)
     tk = np.empty(longest, np.float64)
     flo = np.empty(longest, np.float64)
@@ -422,20 +383,19 @@ def _fold_runs(
                 n += 1
         k = _bins(total, delta, edges, n - 1) if total > delta else 0
         if k == 0 or unit:  # rows kept, or single observations: the rows sorted by mean
-            o = _ZERO
+            o = _ZERO  # (then weight, so that kept rows do not depend on the parts' order)
             for r in range(r0, r1):
                 a = run_starts[r]
                 for i in range(run_sizes[r]):
                     ex[o] = np.float64(means[a + i]) + 0.0
+                    ed[o] = 0.0
                     er[o] = o
                     o += 1
-            _sort_keyed(ex, er, n, tk, tmp, bounds)
-            if not unit:
-                _order_weight_ties(ex, er, ep, n)
+            _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, unit)
         if k == 0:  # each row kept as it is
             for o in range(n):
                 out_m[pos + o] = ex[o]
-                out_w[pos + o] = ep[er[o]]
+                out_w[pos + o] = ep[o]
                 if track:
                     first[row0 + er[o]] = pos + o
                     last[row0 + er[o]] = pos + o
@@ -462,12 +422,12 @@ def _fold_runs(
                     means, weights, run_starts[r], run_sizes[r], local, tk, ex, ed, ep, er, e
                 )
                 local += run_sizes[r]
-            _sort_events(ex, ed, ep, er, e, perm, tmp, bounds)
+            _sort_events(ex, ed, ep, er, e, sx, sd, sp, sr, bounds, unit)
             for i in range(n):
                 flo[i] = -1.0
             eps = _EPS * total
             start = pos
-            pos = _sweep(ex, ed, ep, er, perm, e, edges, k, eps, out_m, out_w, pos, flo, fhi)
+            pos = _sweep(ex, ed, ep, er, e, edges, k, eps, out_m, out_w, pos, flo, fhi)
             if track:
                 for i in range(n):
                     f0, f1 = _reach(edges, k, flo[i], fhi[i], eps)
