@@ -164,6 +164,26 @@ def test_every_row_is_a_member_of_the_centroids_that_took_its_mass(cells):
     assert np.all(member_weight >= out_w)
 
 
+def test_a_located_fold_of_single_observations_is_their_located_build():
+    """Heights on a coarse grid (many ties across parts): the fold's rows and words are
+    those of a located digest built from the observations at once."""
+    rng = np.random.default_rng(10)
+    lat = rng.uniform(-75.6, -75.4, 6000)
+    lon = rng.uniform(-100.2, -99.8, 6000)
+    words = mortie.geo2mort(lat, lon, order=29)
+    values = (np.round(rng.normal(0, 4, words.size)) / 2).astype(np.float32)
+    sizes = np.full(60, 100)  # 60 parts of 100 observations, 6 cells of 10 parts
+    parts = _offsets(sizes)
+    order = np.argsort(np.repeat(np.arange(60), 100) * 100.0 + values, kind="stable")
+    values, words = values[order], words[order]  # each part sorted, ties in input order
+    ones = np.ones(values.size, np.float32)
+    got = lc.located_fold(values, ones, words, parts[:-1], sizes, np.arange(0, 61, 10), DELTA)
+    want = lc.located_build(values, words, _offsets(np.full(6, 1000)), DELTA)
+    for a, b in zip(got, want, strict=True):  # rows as stored (float32), words exactly
+        kind = np.float32 if b.dtype.kind == "f" else b.dtype
+        np.testing.assert_array_equal(np.asarray(a, kind), np.asarray(b, kind))
+
+
 def test_located_folds_carry_a_word_containing_every_member():
     rng = np.random.default_rng(9)
     lat = rng.uniform(-75.6, -75.4, 40_000)

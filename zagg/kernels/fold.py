@@ -194,8 +194,8 @@ def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, points):
                 xi = ax[i]
                 xj = ax[j]
                 right = xj < xi
-                if xj == xi:
-                    right = _before(ax, ad, ap, ar, j, i)
+                if xj == xi:  # (points: their other keys were never moved, and tie)
+                    right = ar[j] < ar[i] if points else _before(ax, ad, ap, ar, j, i)
                 f = j if right else i
                 bx[o] = ax[f]
                 br[o] = ar[f]

@@ -245,13 +245,15 @@ def digest_fold(values, groups, spec):
     """The pyramid's fold of stored digests per coarser cell (:mod:`zagg.kernels.fold`):
     the parts' mixture re-quantized into the bins a digest of the cell's raw points at the
     fold's delta has, located centroids carrying the common ancestor of every row they took
-    mass from. Flux digests merge as the state combines them: a flux weight does not say
-    whether a row is one observation or many, which the fold's reading of a part needs."""
+    mass from (a companion word of the parts' rows folds the same way, over the members
+    :func:`zagg.kernels.fold.fold_runs` reports). Flux digests merge as the state combines
+    them: a flux weight does not say whether a row is one observation or many, which the
+    fold's reading of a part needs."""
     from zagg.kernels import fold, located
     from zagg.reducers.partials import Digests
 
     opts = spec.opts
-    if opts.get("weights") == "flux" or opts.get("timed"):
+    if opts.get("weights") == "flux":
         return digest_combine(values, groups, spec)
     delta = int(opts["delta"])
     means, weights, run_starts, run_sizes = _runs(values, groups)
