@@ -168,11 +168,10 @@ def _before(ex, ed, ep, er, i, j):
 
 
 @njit(cache=True, nogil=True)
-def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, points):
+def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds):
     """Sort the events ``[:n]`` in place into :func:`_before` order (``sx``.. are scratch),
     by merging ascending runs: one part's events arrive nearly sorted, so this costs about
-    n log parts. ``points``: every event is a weight-1 point (equal ``ed``, ``ep``), whose
-    order is by position and row alone, so only those two move."""
+    n log parts."""
     nb = 1
     bounds[0] = 0
     for i in range(1, n):
@@ -189,30 +188,16 @@ def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, points):
             lo = bounds[r]
             mid = bounds[r + 1]
             hi = bounds[r + 2] if r + 1 < nb else mid
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:  # branch-free but for ties (rare)
-                xi = ax[i]
-                xj = ax[j]
-                right = xj < xi
-                if xj == xi:  # (points: their other keys were never moved, and tie)
-                    right = ar[j] < ar[i] if points else _before(ax, ad, ap, ar, j, i)
+            i, j = lo, mid
+            for o in range(lo, hi):
+                right = j < hi and (i >= mid or _before(ax, ad, ap, ar, j, i))
                 f = j if right else i
                 bx[o] = ax[f]
+                bd[o] = ad[f]
+                bp[o] = ap[f]
                 br[o] = ar[f]
-                if not points:
-                    bd[o] = ad[f]
-                    bp[o] = ap[f]
                 j += right
                 i += 1 - right
-                o += 1
-            f = i if i < mid else j
-            for t in range(o, hi):  # the rest of whichever side is left
-                bx[t] = ax[f]
-                br[t] = ar[f]
-                if not points:
-                    bd[t] = ad[f]
-                    bp[t] = ap[f]
-                f += 1
             bounds[k] = lo
             k += 1
         bounds[k] = n
@@ -222,10 +207,68 @@ def _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, points):
     if swapped:
         for i in range(n):
             ex[i] = sx[i]
+            ed[i] = sd[i]
+            ep[i] = sp[i]
             er[i] = sr[i]
-            if not points:
-                ed[i] = sd[i]
-                ep[i] = sp[i]
+
+
+@njit(cache=True, nogil=True)
+def _merge_points(means, run_starts, run_sizes, r0, r1, keys, rows, tk, tr, bounds, carry):
+    """A cell's single observations (runs ``r0:r1`` of ``means``, each sorted) merged into
+    ``keys`` ascending (-0.0 as 0.0; ties in run order), with their row numbers in ``rows``
+    when ``carry`` (``tk``/``tr`` scratch): rounds of branch-free pairwise merges, as cheap
+    as a merge of whole centroids. Returns the count."""
+    n = _ZERO
+    nb = 0
+    for r in range(r0, r1):
+        size = run_sizes[r]
+        if size == 0:
+            continue
+        bounds[nb] = n
+        nb += 1
+        a = run_starts[r]
+        for i in range(size):
+            keys[n] = np.float64(means[a + i]) + 0.0
+            rows[n] = n
+            n += 1
+    bounds[nb] = n
+    sk, sr, dk, dr = keys, rows, tk, tr
+    swapped = False
+    while nb > 1:
+        k = 0
+        for r in range(0, nb, 2):
+            lo = bounds[r]
+            mid = bounds[r + 1]
+            hi = bounds[r + 2] if r + 1 < nb else mid
+            i, j, o = lo, mid, lo
+            while i < mid and j < hi:  # which side is smaller is a coin toss: no branch
+                x = sk[i]
+                y = sk[j]
+                right = y < x
+                dk[o] = y if right else x
+                if carry:
+                    dr[o] = sr[j] if right else sr[i]
+                j += right
+                i += 1 - right
+                o += 1
+            f = i if i < mid else j
+            for t in range(o, hi):  # the rest of whichever side is left
+                dk[t] = sk[f]
+                if carry:
+                    dr[t] = sr[f]
+                f += 1
+            bounds[k] = lo
+            k += 1
+        bounds[k] = n
+        nb = k
+        sk, sr, dk, dr = dk, dr, sk, sr
+        swapped = not swapped
+    if swapped:
+        for i in range(n):
+            keys[i] = tk[i]
+            if carry:
+                rows[i] = tr[i]
+    return n
 
 
 # -- the fold ------------------------------------------------------------------------------
@@ -327,6 +370,7 @@ def _reach(edges, k, lo, hi, eps):
 def _fold_runs(
     means,
     weights,
+    ones,
     run_starts,
     run_sizes,
     cell_runs,
@@ -339,7 +383,8 @@ def _fold_runs(
     first,
     last,
 ):
-    """Kernel of :func:`fold_runs`. With ``track``, ``ids``/``first``/``last`` receive, per
+    """Kernel of :func:`fold_runs` (``ones``: every row weighs 1, ``weights`` unread). With
+    ``track``, ``ids``/``first``/``last`` receive, per
     input row (numbered in cell, then run order), its index into ``means`` and the range of
     output centroids it reaches. Returns the centroid count."""
     out_off[0] = 0
@@ -374,7 +419,7 @@ def _fold_runs(
         for r in range(r0, r1):
             a = run_starts[r]
             for i in range(run_sizes[r]):
-                wi = np.float64(weights[a + i])
+                wi = 1.0 if ones else np.float64(weights[a + i])
                 total += wi
                 unit &= wi == 1.0
                 ep[n] = wi
@@ -382,8 +427,10 @@ def _fold_runs(
                     ids[row0 + n] = a + i
                 n += 1
         k = _bins(total, delta, edges, n - 1) if total > delta else 0
-        if k == 0 or unit:  # rows kept, or single observations: the rows sorted by mean
-            o = _ZERO  # (then weight, so that kept rows do not depend on the parts' order)
+        if unit:  # single observations: their values, sorted
+            _merge_points(means, run_starts, run_sizes, r0, r1, ex, er, tk, sr, bounds, track)
+        elif k == 0:  # rows kept: sorted by mean, then weight (whatever the parts' order)
+            o = _ZERO
             for r in range(r0, r1):
                 a = run_starts[r]
                 for i in range(run_sizes[r]):
@@ -391,11 +438,11 @@ def _fold_runs(
                     ed[o] = 0.0
                     er[o] = o
                     o += 1
-            _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds, unit)
+            _sort_events(ex, ed, ep, er, n, sx, sd, sp, sr, bounds)
         if k == 0:  # each row kept as it is
             for o in range(n):
                 out_m[pos + o] = ex[o]
-                out_w[pos + o] = ep[o]
+                out_w[pos + o] = 1.0 if unit else ep[o]
                 if track:
                     first[row0 + er[o]] = pos + o
                     last[row0 + er[o]] = pos + o
@@ -422,7 +469,7 @@ def _fold_runs(
                     means, weights, run_starts[r], run_sizes[r], local, tk, ex, ed, ep, er, e
                 )
                 local += run_sizes[r]
-            _sort_events(ex, ed, ep, er, e, sx, sd, sp, sr, bounds, unit)
+            _sort_events(ex, ed, ep, er, e, sx, sd, sp, sr, bounds)
             for i in range(n):
                 flo[i] = -1.0
             eps = _EPS * total
@@ -472,10 +519,9 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
     mass from the input rows ``member_index[member_offsets[c]:member_offsets[c + 1]]``
     (indices into ``means``), and a row cut at a bin edge is a member of both sides."""
     means = np.ascontiguousarray(means, dtype=np.float32).reshape(-1)
-    if weights is None:
-        weights = np.ones(means.size, np.float32)
-    weights = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
-    if weights.size != means.size:
+    ones = weights is None
+    weights = np.ascontiguousarray(np.empty(0) if ones else weights, dtype=np.float32).reshape(-1)
+    if not ones and weights.size != means.size:
         raise ValueError("means and weights must have the same length")
     run_starts = np.ascontiguousarray(run_starts, dtype=np.int64)
     run_sizes = np.ascontiguousarray(run_sizes, dtype=np.int64)
@@ -494,6 +540,7 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
     k = _fold_runs(
         means,
         weights,
+        ones,
         run_starts,
         run_sizes,
         cell_runs,
