@@ -123,7 +123,7 @@ def test_a_fold_keeps_rows_it_cannot_reduce():
     small = [np.sort(rng.normal(size=k).astype(np.float32)) for k in (10, 30)]
     m, w, o = fold.fold_runs(np.concatenate(small), None, [0, 10], [10, 30], [0, 2], DELTA)
     np.testing.assert_array_equal(m, np.sort(np.concatenate(small)))
-    assert np.all(w == 1) and list(o) == [0, 40]
+    assert w is None and list(o) == [0, 40]  # unit weights stay implicit, as given
     # one part already at the budget is kept as it is: folding it again changes nothing
     digest = _digests([rng.normal(size=5000).astype(np.float32)])
     again = fold.fold_runs(digest[0], digest[1], [0], [digest[0].size], [0, 1], DELTA)

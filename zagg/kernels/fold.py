@@ -388,6 +388,7 @@ def _fold_runs(
     input row (numbered in cell, then run order), its index into ``means`` and the range of
     output centroids it reaches. Returns the centroid count."""
     out_off[0] = 0
+    write_w = out_w.size > 0  # (empty: every cell keeps its single observations)
     longest = _ZERO
     for j in range(cell_runs.size - 1):
         n = _ZERO
@@ -442,7 +443,8 @@ def _fold_runs(
         if k == 0:  # each row kept as it is
             for o in range(n):
                 out_m[pos + o] = ex[o]
-                out_w[pos + o] = 1.0 if unit else ep[o]
+                if write_w:
+                    out_w[pos + o] = 1.0 if unit else ep[o]
                 if track:
                     first[row0 + er[o]] = pos + o
                     last[row0 + er[o]] = pos + o
@@ -517,7 +519,9 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
     None: every row weighs 1). Returns float32 ``(means, weights, offsets)``; with
     ``return_members`` also ``(member_index, member_offsets)``: output centroid c took
     mass from the input rows ``member_index[member_offsets[c]:member_offsets[c + 1]]``
-    (indices into ``means``), and a row cut at a bin edge is a member of both sides."""
+    (indices into ``means``), and a row cut at a bin edge is a member of both sides. Like
+    :func:`zagg.kernels.tdigest.merge_runs`, implicit unit weights come back None when no
+    cell compresses."""
     means = np.ascontiguousarray(means, dtype=np.float32).reshape(-1)
     ones = weights is None
     weights = np.ascontiguousarray(np.empty(0) if ones else weights, dtype=np.float32).reshape(-1)
@@ -531,9 +535,12 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
         raise ValueError(f"delta must be >= 1, got {delta}")
     if cell_runs.size < 1 or np.any(np.diff(cell_runs) < 0):
         raise ValueError("cell_runs must be non-decreasing run bounds")
-    rows = int(run_sizes[cell_runs[0] : cell_runs[-1]].sum())
+    cum = np.concatenate(([0], np.cumsum(run_sizes)))
+    per_cell = cum[cell_runs[1:]] - cum[cell_runs[:-1]]  # rows, the weight of unit rows
+    rows = int(per_cell.sum())
+    loss_free = ones and (per_cell.size == 0 or per_cell.max() <= delta)
     out_m = np.empty(rows, np.float32)
-    out_w = np.empty(rows, np.float32)
+    out_w = np.empty(0 if loss_free else rows, np.float32)
     out_off = np.empty(cell_runs.size, np.int64)
     tracked = rows if return_members else 0
     ids, first, last = (np.empty(tracked, np.int64) for _ in range(3))
@@ -553,7 +560,10 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
         first,
         last,
     )
-    result = (out_m[:k].copy(), out_w[:k].copy(), out_off)
+    copy = 2 * k < rows  # (drop unused capacity when it is most of it)
+    out_m = out_m[:k].copy() if copy else out_m[:k]
+    out_w = None if loss_free else out_w[:k].copy() if copy else out_w[:k]
+    result = (out_m, out_w, out_off)
     if not return_members:
         return result
     member_offsets = np.empty(k + 1, np.int64)

@@ -134,7 +134,8 @@ def located_fold(
         means, weights, run_starts, run_sizes, cell_runs, delta, return_members=True
     )
     # float64 rows, as build and merge return them: the tie ordering compiles once
-    m, w = m.astype(np.float64), w.astype(np.float64)
+    m = m.astype(np.float64)
+    w = np.ones(m.size) if w is None else w.astype(np.float64)
     return _located((m, w, o, member_index, member_offsets), loc_words)
 
 
