@@ -8,7 +8,12 @@ a fresh environment, or a new worker of an image that was not warmed, pays once.
 compile is single-threaded, so its CPU seconds (printed beside) are what the wall time
 would be on an idle machine: read those when the machine is shared.
 
-    python benchmarks/bench_compile.py [--configs atl03_synthetic atl03_strata]
+``warm`` reduces its points in one chunk, so it never merges partials across chunks.
+``--chunks N`` (N > 1) runs instead the same points split in N chunks, plus as many again
+packed into a few cells (cells past their digest's delta), written and read back the same
+way: a run's cross-chunk merges, compressed ones included, compile too.
+
+    python benchmarks/bench_compile.py [--configs atl03_synthetic atl03_strata] [--chunks 4]
 """
 
 from __future__ import annotations
@@ -36,10 +41,38 @@ print(json.dumps({"cold": cold, "seconds": seconds[sys.argv[1]],
 """
 
 
-def timed(name: str, cache: str, points: int) -> dict:
+CHUNKED = """
+import json, sys, tempfile, time
+t0 = time.perf_counter()
+import dask, xarray as xr
+import zagg
+import zagg.pipeline.warm as w
+from zagg.sources.synthetic import synthetic_photons
+cold = w.is_cold()
+c0 = time.process_time()
+name, points, chunks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t1 = time.perf_counter()
+spread = synthetic_photons(points, seed=0, chunk_size=points)
+packed = synthetic_photons(points, (-100.0002, -75.50002, -100.0, -75.5), seed=1,
+                           chunk_size=points)
+ds = xr.concat([spread, packed], dim="photon").chunk({"photon": -(-2 * points // chunks)})
+with tempfile.TemporaryDirectory() as tmp, dask.config.set(scheduler="synchronous"):
+    cfg = zagg.load_config(name)
+    zagg.to_hive(zagg.aggregate(ds, cfg), tmp + "/s")
+    back = zagg.open_hive(tmp + "/s").load()
+    for field, spec in cfg.raw["aggregation"]["variables"].items():
+        if spec.get("function") == "tdigest":
+            zagg.quantile(back, field, [0.1, 0.5, 0.9]).values
+print(json.dumps({"cold": cold, "seconds": time.perf_counter() - t1,
+                  "cpu": time.process_time() - c0, "process": time.perf_counter() - t0}))
+"""
+
+
+def timed(name: str, cache: str, points: int, chunks: int = 1) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+    probe = [PROBE, name, str(points)] if chunks <= 1 else [CHUNKED, name, str(points), str(chunks)]
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, name, str(points)],
+        [sys.executable, "-c", *probe],
         env=env,
         capture_output=True,
         text=True,
@@ -52,11 +85,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", nargs="+", default=list(LABELS))
     ap.add_argument("--points", type=int, default=20_000)
+    ap.add_argument(
+        "--chunks",
+        type=int,
+        default=1,
+        help="reduce the points in this many chunks (with as many again in a few dense "
+        "cells), so that the cross-chunk merges compile too; 1: zagg warm's one chunk",
+    )
     args = ap.parse_args(argv)
     for name in args.configs:
         with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
-            cold = timed(name, cache, args.points)
-            warm = timed(name, cache, args.points)
+            cold = timed(name, cache, args.points, args.chunks)
+            warm = timed(name, cache, args.points, args.chunks)
         assert cold["cold"] and not warm["cold"], (cold, warm)
         label = LABELS.get(name, name)
         line = (

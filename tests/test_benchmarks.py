@@ -109,7 +109,11 @@ def test_bench_read_counts_both_readers_and_prints_the_ratios(expected_counts):
 def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
     from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
-    text = _run("bench_pyramid.py", "--size", str(N), "--region", *map(str, DEFAULT_REGION))
+    text = _run(
+        "bench_pyramid.py",
+        *("--size", str(N), "--accuracy-size", "160000"),
+        *("--region", *map(str, DEFAULT_REGION)),
+    )
     assert _counts(text) == expected_counts
     ds = synthetic_photons(N, tuple(DEFAULT_REGION), chunk_size=1 << 20, seed=1).compute()
     lat, lon = ds["lat_ph"].values, ds["lon_ph"].values
@@ -121,6 +125,19 @@ def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios(expected_counts):
     assert re.search(r"ladder / leaf write +\d+\.\d\d +\((meets|misses) the target 0\.30\)", text)
     assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 4
     assert "re-sweep of the unchanged store: 0 nodes folded" in text
+    # the digests' budget and accuracy: one row per level holding compressed cells, the
+    # columns' groups folded from raw equal to the direct digests
+    rows = {
+        int(m.group(1)): m
+        for m in re.finditer(
+            r"^ +(\d+) +\d+ +(\d+) +(\d+) +(\d\.\d\d) .* (meets|misses) +\d+\.\d\d +[\d.]+-[\d.]+$",
+            text,
+            re.M,
+        )
+    }
+    assert set(rows) >= {13, 12, 11, 10, 9}
+    for r in (13, 12, 11):
+        assert rows[r].group(2) == rows[r].group(3) and rows[r].group(4) == "1.00"
 
 
 def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):

@@ -149,6 +149,44 @@ def test_digest_levels_hold_exact_weights_and_close_quantiles(store, points, r):
     assert np.median(err / np.maximum(spread, 1e-3)) <= 0.002
 
 
+@pytest.mark.parametrize("r", [8, 7, 5])  # a column group folded from raw, two fold levels
+def test_digest_levels_hold_the_direct_digests_budget_and_accuracy(store, points, r):
+    """Every cell whose digest compresses (at least twice overview_delta points) holds
+    exactly the centroids a digest built from its raw points at overview_delta 128 holds,
+    and over 99 quantiles its median error (relative to each cell's range) is within 1.5x
+    that direct digest's (the stated tolerance for a fold of folds)."""
+    from zagg.kernels import tdigest
+
+    q = np.linspace(0.01, 0.99, 99)
+    ours = open_level(store, r).compute()
+    cells, raw = _raw_values(points, r)
+    np.testing.assert_array_equal(cells, ours["morton"].values)
+    big = [i for i, values in enumerate(raw) if values.size >= 256]
+    assert len(big) >= 5
+    errors = {"fold": [], "direct": []}
+    for i in big:
+        rows = np.frombuffer(ours["h_tdigest"].values[i], "<f4").reshape(-1, 2)
+        direct = tdigest.build(raw[i], [0, raw[i].size], 128)
+        assert len(rows) == direct[0].size  # the delta's budget, no more and no less
+        exact = np.quantile(raw[i], q, method="hazen")
+        for name, digest in (("fold", rows), ("direct", np.c_[direct[0], direct[1]])):
+            errors[name].append(np.abs(tdigest.quantile(digest, q) - exact) / np.ptp(raw[i]))
+    fold, direct = (np.median(np.concatenate(errors[k])) for k in ("fold", "direct"))
+    assert fold <= 1.5 * direct
+
+
+def _raw_values(points, r):
+    """The cells at order ``r`` holding finite heights, and each one's heights."""
+    from zagg import grid
+
+    lat, lon, h = (np.asarray(points[v].values) for v in ("lat_ph", "lon_ph", "h_ph"))
+    ok = np.isfinite(lat) & np.isfinite(h)
+    words, _ = grid.cell_words(lat[ok], lon[ok], r)
+    order = np.argsort(words, kind="stable")
+    cells, start = np.unique(words[order], return_index=True)
+    return cells, np.split(h[ok][order].astype(np.float64), start[1:])
+
+
 @pytest.mark.parametrize("r", [8, 6, 4, 2])
 def test_composition_presence_is_exact_and_lanes_within_the_kway_bound(store, points, r):
     ours, ref = open_level(store, r).compute(), direct(points, r)

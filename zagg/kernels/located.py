@@ -10,7 +10,9 @@ which that call requires.
 Row order: the digest kernels sort rows by mean (then weight, for flux). Rows that tie on
 both are ordered here by location word, so a loss-free located digest does not depend on
 the order its observations or pieces arrived in. Means and weights are exactly those of
-:func:`zagg.kernels.tdigest.build` / :func:`~zagg.kernels.tdigest.merge`.
+:func:`zagg.kernels.tdigest.build` / :func:`~zagg.kernels.tdigest.merge`, and of
+:func:`zagg.kernels.fold.fold_runs` for the pyramid's folds, whose centroids' members are
+every row they took mass from (a row cut between two centroids is a member of both).
 
 Location payload: one cell's words are the raw bytes of a little-endian uint64 array,
 row-aligned with that cell's digest payload; an empty cell is ``b""``.
@@ -22,7 +24,7 @@ import mortie
 import numpy as np
 from numba import njit
 
-from zagg.kernels import tdigest
+from zagg.kernels import fold, tdigest
 
 _WORD_DTYPE = np.dtype("<u8")
 
@@ -116,6 +118,25 @@ def located_merge(
         means, weights, offsets, delta, declaration=declaration, return_members=True
     )
     return _located(result, loc_words)
+
+
+def located_fold(
+    means, weights, loc_words, run_starts, run_sizes, cell_runs, delta=tdigest.DEFAULT_DELTA
+):
+    """:func:`zagg.kernels.fold.fold_runs` of located "counts" digests, carrying location
+    words: each folded centroid carries the deepest common ancestor of the words of every
+    input row it took mass from (a row cut at a bin edge counts on both sides), so it
+    contains every observation beneath it. Returns ``(means, weights, out_offsets,
+    loc_words)``."""
+    means = np.asarray(means).reshape(-1)
+    loc_words = _as_words(loc_words, means.size)
+    m, w, o, member_index, member_offsets = fold.fold_runs(
+        means, weights, run_starts, run_sizes, cell_runs, delta, return_members=True
+    )
+    # float64 rows, as build and merge return them: the tie ordering compiles once
+    m = m.astype(np.float64)
+    w = np.ones(m.size) if w is None else w.astype(np.float64)
+    return _located((m, w, o, member_index, member_offsets), loc_words)
 
 
 def locations_to_payloads(loc_words, offsets):

@@ -48,7 +48,7 @@ _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
 
 @njit(cache=True, nogil=True)
-def _weight_limit(before, total, delta):
+def weight_limit(before, total, delta):
     """Largest cumulative weight a centroid starting at ``before`` may reach (k1 scale)."""
     k0 = delta / (2.0 * math.pi) * math.asin(2.0 * before / total - 1.0)
     arg = (k0 + 1.0) * (2.0 * math.pi / delta)
@@ -71,7 +71,7 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
     cur_s = m[0] * w[0]
     lo = m[0]
     hi = m[0]
-    limit = _weight_limit(before, total, delta)
+    limit = weight_limit(before, total, delta)
     if starts is not None:
         starts[pos] = base
     for i in range(1, n):
@@ -87,7 +87,7 @@ def _compress(m, w, n, total, delta, out_m, out_w, pos, starts, base):
             if starts is not None:
                 starts[pos] = base + i
             before += cur_w
-            limit = _weight_limit(before, total, delta)
+            limit = weight_limit(before, total, delta)
             cur_w = wi
             cur_s = m[i] * wi
             lo = m[i]
@@ -180,13 +180,13 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
 
 
 @njit(cache=True, nogil=True)
-def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
+def _sort_runs(m, w, n, tm, tw, bounds, idx, ti, track):
     """Stable sort of rows ``(m, w)[:n]`` by mean, in place, by merging ascending runs.
 
     A merge input is a few concatenated sorted digests, so this costs O(n log runs).
-    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1). ``w`` (and
-    ``tw``) may be None to sort means alone. Unless ``idx`` is None, it is permuted along
-    with the rows (``ti`` is its scratch).
+    ``tm``/``tw``/``bounds`` are scratch of length >= n (bounds >= n + 1). With ``track``,
+    ``idx`` is permuted along with the rows (``ti`` is its scratch); both are arrays either
+    way, so the kernel compiles once.
     """
     nb = 1
     bounds[0] = 0
@@ -208,16 +208,14 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
             for o in range(lo, hi):
                 if j >= hi or (i < mid and src_m[i] <= src_m[j]):
                     dst_m[o] = src_m[i]
-                    if w is not None:
-                        dst_w[o] = src_w[i]
-                    if idx is not None:
+                    dst_w[o] = src_w[i]
+                    if track:
                         dst_i[o] = src_i[i]
                     i += 1
                 else:
                     dst_m[o] = src_m[j]
-                    if w is not None:
-                        dst_w[o] = src_w[j]
-                    if idx is not None:
+                    dst_w[o] = src_w[j]
+                    if track:
                         dst_i[o] = src_i[j]
                     j += 1
             bounds[k] = lo
@@ -230,9 +228,8 @@ def _sort_runs(m, w, n, tm, tw, bounds, idx, ti):
     if swapped:
         for i in range(n):
             m[i] = tm[i]
-            if w is not None:
-                w[i] = tw[i]
-            if idx is not None:
+            w[i] = tw[i]
+            if track:
                 idx[i] = ti[i]
 
 
@@ -267,8 +264,9 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
     bounds = np.empty(longest + 1, np.int64)
-    bi = np.empty(longest, np.int64) if members is not None else None
-    ti = np.empty(longest, np.int64) if members is not None else None
+    bi = np.empty(longest if members is not None else 0, np.int64)
+    ti = np.empty(bi.size, np.int64)
+    track = bi.size > 0
     pos = _ZERO
     kept = _ZERO
     for s in range(offsets.size - 1):
@@ -279,11 +277,11 @@ def _merge(means, weights, offsets, delta, flux, out_m, out_w, out_off, members,
             bm[i] = means[a + i] + 0.0
             bw[i] = weights[a + i]
             total += bw[i]
-            if members is not None:
+            if track:
                 bi[i] = a + i
-        _sort_runs(bm, bw, n, tm, tw, bounds, bi, ti)
+        _sort_runs(bm, bw, n, tm, tw, bounds, bi, ti, track)
         if flux:
-            _order_weight_ties(bm, bw, bi, n)
+            _order_weight_ties(bm, bw, bi, track, n)
         if members is not None:
             for i in range(n):
                 members[kept + i] = bi[i]
@@ -325,30 +323,32 @@ def _merge_pair(src, a, na, b, nb, dst, o):
 def _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, dst, base):
     """Merge the sorted runs ``r0:r1`` of ``means`` into ``dst[base:]`` by rounds of
     pairwise merges (ping-ponging through ``ta``/``tb``, typed like ``means``; ``rs``/``rn``
-    hold at least ``r1 - r0`` run bounds). The last round writes ``dst`` directly."""
+    hold at least ``r1 - r0`` run bounds). The last round writes ``dst`` directly. Every
+    position is an int64 (never a literal 0), so :func:`_merge_pair` compiles once per
+    pair of array types."""
     k = r1 - r0
     if k == 1:
-        return _merge_pair(means, run_starts[r0], run_sizes[r0], 0, 0, dst, base)
+        return _merge_pair(means, run_starts[r0], run_sizes[r0], _ZERO, _ZERO, dst, base)
     if k == 2:
         return _merge_pair(
             means, run_starts[r0], run_sizes[r0], run_starts[r0 + 1], run_sizes[r0 + 1], dst, base
         )
-    o = 0
+    o = _ZERO
     m = 0
     for r in range(r0, r1, 2):
-        nb = run_sizes[r + 1] if r + 1 < r1 else 0
-        sb = run_starts[r + 1] if r + 1 < r1 else 0
+        nb = run_sizes[r + 1] if r + 1 < r1 else _ZERO
+        sb = run_starts[r + 1] if r + 1 < r1 else _ZERO
         rs[m] = o
         o = _merge_pair(means, run_starts[r], run_sizes[r], sb, nb, ta, o)
         rn[m] = o - rs[m]
         m += 1
     src, other = ta, tb
     while m > 2:
-        o = 0
+        o = _ZERO
         k = 0
         for r in range(0, m, 2):
-            nb = rn[r + 1] if r + 1 < m else 0
-            sb = rs[r + 1] if r + 1 < m else 0
+            nb = rn[r + 1] if r + 1 < m else _ZERO
+            sb = rs[r + 1] if r + 1 < m else _ZERO
             start = o
             o = _merge_pair(src, rs[r], rn[r], sb, nb, other, o)
             rs[k] = start
@@ -361,12 +361,15 @@ def _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, dst, 
 
 @njit(cache=True, nogil=True)
 def _merge_runs(
-    means, weights, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w, out_off
+    means, weights, unit, run_starts, run_sizes, cell_runs, delta, flux, out_m, out_w, out_off
 ):
     """Kernel of :func:`merge_runs`: cell j's centroids are the runs
-    ``cell_runs[j]:cell_runs[j + 1]`` of ``(means, weights)``, each sorted by mean. A cell
-    made of one loss-free counts run is copied straight to the output; the others are gathered,
-    merged and compressed as in :func:`_merge`. Returns the number of centroids."""
+    ``cell_runs[j]:cell_runs[j + 1]`` of ``(means, weights)``, each sorted by mean (``unit``:
+    every weight is 1 and ``weights`` is not read). A cell made of one loss-free counts run
+    is copied straight to the output; the others are gathered, merged and compressed as in
+    :func:`_merge`. An empty ``out_w`` promises that no cell compresses (its weights are all
+    1 and are not written). Returns the number of centroids. Its arrays have one type
+    whatever the weights, so it compiles once."""
     out_off[0] = 0
     longest = 0
     most_runs = 0
@@ -384,7 +387,11 @@ def _merge_runs(
     bw = np.empty(longest, np.float64)
     tm = np.empty(longest, np.float64)
     tw = np.empty(longest, np.float64)
+    tc = np.empty(longest, out_m.dtype)  # a unit merge's means before they are compressed
     bounds = np.empty(longest + 1, np.int64)
+    no_rows = np.empty(0, np.int64)
+    track = no_rows.size > 0  # (never: a typed False)
+    write_w = out_w.size > 0
     pos = _ZERO
     for j in range(cell_runs.size - 1):
         r0 = cell_runs[j]
@@ -393,47 +400,49 @@ def _merge_runs(
             a = run_starts[r0]
             n = run_sizes[r0]
             total = float(n)
-            if weights is not None:
+            if not unit:
                 total = 0.0
                 for i in range(n):
                     total += weights[a + i]
             if total <= delta:
                 for i in range(n):
                     out_m[pos + i] = means[a + i]
-                    if out_w is not None:
-                        out_w[pos + i] = 1.0 if weights is None else weights[a + i]
+                    if write_w:
+                        out_w[pos + i] = 1.0 if unit else weights[a + i]
                 pos += n
                 out_off[j + 1] = pos
                 continue
         n = _ZERO
         total = 0.0
-        if weights is None and not flux:  # unit weights: merge the means alone
+        if unit and not flux:  # unit weights: merge the means alone
             for r in range(r0, r1):
                 n += run_sizes[r]
             if n <= delta:
                 _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, out_m, pos)
-                if out_w is not None:
+                if write_w:
                     for i in range(n):
                         out_w[pos + i] = 1.0
                 pos += n
-            elif out_w is not None:  # (a None out_w promises no cell compresses)
-                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, bm, _ZERO)
+            elif write_w:  # (an empty out_w promises no cell compresses)
+                _merge_unit_runs(means, run_starts, run_sizes, r0, r1, ta, tb, rs, rn, tc, _ZERO)
+                for i in range(n):
+                    bm[i] = tc[i]
                 bw[:n] = 1.0
                 pos = _compress(bm, bw, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
             out_off[j + 1] = pos
             continue
-        if out_w is None:  # unreachable: weighted or flux merges always get out_w
+        if not write_w:  # unreachable: weighted or flux merges always get out_w
             continue
         for r in range(r0, r1):
             a = run_starts[r]
             for i in range(run_sizes[r]):
                 bm[n] = means[a + i] + 0.0
-                bw[n] = 1.0 if weights is None else weights[a + i]
+                bw[n] = 1.0 if unit else weights[a + i]
                 total += bw[n]
                 n += 1
-        _sort_runs(bm, bw, n, tm, tw, bounds, None, None)
+        _sort_runs(bm, bw, n, tm, tw, bounds, no_rows, no_rows, track)
         if flux:
-            _order_weight_ties(bm, bw, None, n)
+            _order_weight_ties(bm, bw, no_rows, track, n)
         loss_free = (n <= delta) if flux else (total <= delta)
         pos = _emit(bm, bw, n, total, loss_free, delta, out_m, out_w, pos, None, _ZERO)
         out_off[j + 1] = pos
@@ -441,28 +450,28 @@ def _merge_runs(
 
 
 @njit(cache=True, nogil=True)
-def _order_weight_ties(m, w, idx, n):
+def _order_weight_ties(m, w, idx, track, n):
     """Order rows ``(m, w)[:n]``, already sorted by mean, by weight within runs of equal mean.
 
     Insertion sort: linear when ties are rare. Makes a flux digest independent of the order
-    its rows arrived in. ``idx`` (or None) is permuted along.
+    its rows arrived in. With ``track``, ``idx`` is permuted along.
     """
     for k in range(1, n):
         mk = m[k]
         wk = w[k]
         if not (m[k - 1] == mk and w[k - 1] > wk):
             continue
-        ik = idx[k] if idx is not None else 0
+        ik = idx[k] if track else 0
         i = k
         while i > 0 and m[i - 1] == mk and w[i - 1] > wk:
             m[i] = m[i - 1]
             w[i] = w[i - 1]
-            if idx is not None:
+            if track:
                 idx[i] = idx[i - 1]
             i -= 1
         m[i] = mk
         w[i] = wk
-        if idx is not None:
+        if track:
             idx[i] = ik
 
 
@@ -530,7 +539,7 @@ def _build_tracked(values, weights, rows, offsets, delta, out_m, out_w, out_off,
             sw[i] = bw[p]
             perm[i] = si[p]
             total += sw[i]
-        _order_weight_ties(sm, sw, perm, n)
+        _order_weight_ties(sm, sw, perm, perm.size > 0, n)
         if members is not None:
             for i in range(n):
                 members[kept + i] = perm[i]
@@ -877,8 +886,11 @@ def merge_runs(
     """
     flux = check_weights_declaration(declaration) == "flux"
     means = np.ascontiguousarray(means, dtype=_kernel_float(means)).reshape(-1)
-    if weights is not None:
+    given = weights is not None
+    if given:
         weights = np.ascontiguousarray(weights, dtype=_kernel_float(weights)).reshape(-1)
+    else:
+        weights = np.empty(0, means.dtype)
     run_starts = np.asarray(run_starts, dtype=np.int64)
     run_sizes = np.asarray(run_sizes, dtype=np.int64)
     cell_runs = np.asarray(cell_runs, dtype=np.int64)
@@ -886,16 +898,16 @@ def merge_runs(
     delta = _check_delta(delta)
     # unit weights that stay loss-free in every cell give unit weights back (None)
     unit = (
-        weights is None
+        not given
         and not flux
         and (cell_runs.size < 2 or np.add.reduceat(run_sizes, cell_runs[:-1]).max() <= delta)
     )
     out = (
         np.empty(rows, out_dtype),
-        None if unit else np.empty(rows, out_dtype),
+        np.empty(0 if unit else rows, out_dtype),
         np.empty(cell_runs.size, np.int64),
     )
-    k = _merge_runs(means, weights, run_starts, run_sizes, cell_runs, delta, flux, *out)
+    k = _merge_runs(means, weights, not given, run_starts, run_sizes, cell_runs, delta, flux, *out)
     if unit:
         return out[0][:k], None, out[2]
     return _trimmed(*out, k)

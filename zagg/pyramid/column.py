@@ -145,11 +145,12 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
     """Every column group ``r`` → ``(level, demotions)``: from the leaf's cells at or above
     the boundary, flat from the boundary group below it.
 
-    A digest group folded from the leaf's cells is the merge of all their centroids under
-    each group cell, compressed once. The finest such group's cells' sorted unions (the
-    digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw
-    group folds those few sorted runs per cell instead of the leaf's many: the merge is
-    stable, so the bytes are those of the direct fold, for about half the work. The leaf
+    A digest group folded from the leaf's cells is the fold of all their centroids under
+    each group cell, compressed once. Where the leaf's centroids are single observations,
+    the finest such group's cells' sorted unions (the digest fold at
+    :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw group folds those
+    few sorted runs per cell instead of the leaf's many: the sort is stable, so the bytes
+    are those of the direct fold, for about half the work. The leaf
     is folded in blocks of whole cells of the coarsest raw group (about
     :data:`BLOCK_ROWS` centroids each), so the extra memory is a block's, not the leaf's."""
     raw = [r for r in decl.column_groups() if decl.group_source(r) == decl.cell_order]
@@ -172,17 +173,29 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
 def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, tuple]:
     """The groups folded from (a block of) the leaf's cells, finest first."""
-    digests = {n: law for n, law in laws.items() if law.kind == "ragged"}
-    others = {n: law for n, law in laws.items() if law.kind != "ragged"}
-    union = coarsen([leaf], raw[0], lossless(digests))[0] if digests else None
+    unions = {n: law for n, law in laws.items() if _unionable(law, leaf.fields.get(n))}
+    others = {n: law for n, law in laws.items() if n not in unions}
+    union = coarsen([leaf], raw[0], lossless(unions))[0] if unions else None
     out = {}
     for r in raw:
         level, demotions = coarsen([leaf], r, others)
         if union is not None:
-            level.fields.update(coarsen([union], r, digests)[0].fields)
+            level.fields.update(coarsen([union], r, unions)[0].fields)
             level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)
     return out
+
+
+def _unionable(law: Law, cells: FieldCells | None) -> bool:
+    """Whether a digest field's raw groups may fold the finest group's sorted unions and
+    keep the direct fold's bytes: its fold merges whole centroids (flux), or every centroid
+    is one observation (a heavier one is read against its own digest's neighbours)."""
+    if law.kind != "ragged":
+        return False
+    if law.opts.get("weights") == "flux" or cells is None:
+        return True
+    weights = cells.values.weights
+    return weights is None or bool(np.all(weights == 1))
 
 
 def materialized(decl: Declaration, laws: dict[str, Law]) -> dict:

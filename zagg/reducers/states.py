@@ -190,6 +190,18 @@ def digest_reads(spec, declared) -> set[str]:
     return names | ({POINT_WORDS} if opts.get("located") else set())
 
 
+def _runs(values, groups):
+    """The pieces' centroids back to back, and each merged cell's rows as sorted runs (one
+    per piece): ``(means, weights or None, run_starts, run_sizes)``, runs in cell order."""
+    means = np.concatenate([d.means for d in values])
+    unit = all(d.weights is None for d in values)
+    weights = None if unit else np.concatenate([d.weights_or_ones() for d in values])
+    sizes = np.concatenate([np.diff(d.offsets) for d in values])
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    # the rows of row group perm[i], in merged cell order
+    return means, weights, starts[groups.perm], sizes[groups.perm]
+
+
 def digest_combine(values, groups, spec):
     """The k-way merge of the pieces' digests per cell (loss-free while a cell's total
     weight stays within delta; located centroids keep their common ancestor word)."""
@@ -203,14 +215,7 @@ def digest_combine(values, groups, spec):
         return timed_combine(values, groups, spec)
     delta = int(opts["delta"])
     declaration = "flux" if opts.get("weights") == "flux" else "counts"
-    means = np.concatenate([d.means for d in values])
-    unit = all(d.weights is None for d in values)
-    weights = None if unit else np.concatenate([d.weights_or_ones() for d in values])
-    sizes = np.concatenate([np.diff(d.offsets) for d in values])
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    # the rows of row group perm[i], in merged cell order
-    run_sizes = sizes[groups.perm]
-    run_starts = starts[groups.perm]
+    means, weights, run_starts, run_sizes = _runs(values, groups)
     if not opts.get("located"):
         m, w, o = tdigest.merge_runs(
             means,
@@ -232,6 +237,32 @@ def digest_combine(values, groups, spec):
     locs = segments.gather_runs(np.concatenate([d.locs for d in values]), run_starts, run_sizes)
     m, w, o, loc = located.located_merge(
         means, weights, locs, offsets, delta, declaration=declaration
+    )
+    return Digests.of(m, w, o, loc)
+
+
+def digest_fold(values, groups, spec):
+    """The pyramid's fold of stored digests per coarser cell (:mod:`zagg.kernels.fold`):
+    the parts' mixture re-quantized into the bins a digest of the cell's raw points at the
+    fold's delta has, located centroids carrying the common ancestor of every row they took
+    mass from (a companion word of the parts' rows folds the same way, over the members
+    :func:`zagg.kernels.fold.fold_runs` reports). Flux digests merge as the state combines
+    them: a flux weight does not say whether a row is one observation or many, which the
+    fold's reading of a part needs."""
+    from zagg.kernels import fold, located
+    from zagg.reducers.partials import Digests
+
+    opts = spec.opts
+    if opts.get("weights") == "flux":
+        return digest_combine(values, groups, spec)
+    delta = int(opts["delta"])
+    means, weights, run_starts, run_sizes = _runs(values, groups)
+    if not opts.get("located"):
+        m, w, o = fold.fold_runs(means, weights, run_starts, run_sizes, groups.offsets, delta)
+        return Digests.of(m, w, o)
+    locs = np.concatenate([d.locs for d in values])
+    m, w, o, loc = located.located_fold(
+        means, weights, locs, run_starts, run_sizes, groups.offsets, delta
     )
     return Digests.of(m, w, o, loc)
 
@@ -319,8 +350,9 @@ def fold_max(values, groups, opts, divisor=None) -> np.ndarray:
 
 
 def fold_digest(values, groups, opts, divisor=None):
-    """Digests fold by the digest state's k-way merge, at the fold's own delta."""
-    return digest_combine(list(values), groups, FoldSpec(None, opts))
+    """Digests fold by the pyramid's k-way fold (:func:`digest_fold`), at the fold's own
+    delta."""
+    return digest_fold(list(values), groups, FoldSpec(None, opts))
 
 
 def fold_composition(values, groups, opts, divisor=None) -> np.ndarray:
