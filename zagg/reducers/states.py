@@ -245,7 +245,7 @@ def digest_fold(values, groups, spec):
     """The pyramid's fold of stored digests per coarser cell (:mod:`zagg.kernels.fold`):
     the parts' mixture re-quantized into the bins a digest of the cell's raw points at the
     fold's delta has, located centroids carrying the common ancestor of every row they took
-    mass from (a companion word of the parts' rows folds the same way, over the members
+    mass from, timed centroids the join of their time words (both over the members
     :func:`zagg.kernels.fold.fold_runs` reports). Flux digests merge as the state combines
     them: a flux weight does not say whether a row is one observation or many, which the
     fold's reading of a part needs."""
@@ -257,6 +257,16 @@ def digest_fold(values, groups, spec):
         return digest_combine(values, groups, spec)
     delta = int(opts["delta"])
     means, weights, run_starts, run_sizes = _runs(values, groups)
+    if opts.get("timed"):
+        from zagg.reducers.timed import with_times
+
+        m, w, o, members, member_offsets = fold.fold_runs(
+            means, weights, run_starts, run_sizes, groups.offsets, delta, return_members=True
+        )
+        w = np.ones(m.size) if w is None else w.astype(np.float64)
+        locs = np.concatenate([d.locs for d in values]) if opts.get("located") else None
+        times = np.concatenate([d.times for d in values])
+        return with_times((m.astype(np.float64), w, o, members, member_offsets), times, locs)
     if not opts.get("located"):
         m, w, o = fold.fold_runs(means, weights, run_starts, run_sizes, groups.offsets, delta)
         return Digests.of(m, w, o)
