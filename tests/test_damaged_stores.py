@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 import yaml
+from builders import IN_PROCESS_CLI
 
 from zagg import hive
 from zagg.cli.main import main
@@ -40,7 +41,7 @@ CONFIG = {
         "grid": {"parent_order": 8, "child_order": 12},
     },
 }
-CLI = ["--workers", "1", "--threads", "1", "--quiet"]
+CLI = [*IN_PROCESS_CLI, "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,9 @@ def built(tmp_path_factory):
     store = base / "store"
     assert main(["run", str(cfg), "--store", str(store), *CLI]) == 0
     assert len(hive.walk_leaves(store)) == 2 and (store / "coverage.moc").exists()
+    # the intact store verifies; this first check in the process also pays the readers'
+    # one-time set-up, so no later check runs long enough to print its progress lines
+    assert main(["verify", str(store), "--quiet"]) == 0
     return cfg, store
 
 

@@ -135,7 +135,7 @@ def test_catalog_and_region_restrict_the_run(tmp_path, granules):
     assert summary.points == sum(truth.values())
 
 
-def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
+def test_failed_granule_is_skipped_and_recorded(tmp_path, granules, worker_process):
     d = tmp_path / "g"
     d.mkdir()
     for p in granules:
@@ -143,7 +143,7 @@ def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
     bad = d / granules[1].name
     bad.write_bytes(bad.read_bytes()[:5000])  # truncated file
     with pytest.raises(Exception, match=granules[1].name):
-        run(atl03_config(d, tmp_path / "fail"), workers=1, threads=1, progress=False)
+        run(atl03_config(d, tmp_path / "fail"), scheduler=worker_process, progress=False)
     assert not (tmp_path / "fail").exists() or not hive.walk_leaves(tmp_path / "fail")
     store = tmp_path / "skip"
     summary = run(atl03_config(d, store, on_error="skip"), workers=1, threads=2, progress=False)
@@ -194,14 +194,16 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
     assert int(mz["count"].values.sum()) == sum(truth.values())
 
 
-def test_cli_verifies_and_inspects_an_s3_store(tmp_path, granules, s3, monkeypatch, capsys):
+def test_cli_verifies_and_inspects_an_s3_store(
+    tmp_path, granules, s3, monkeypatch, capsys, worker_process
+):
     """Credentials from the AWS_* environment, the endpoint as a --storage-option."""
     from zagg.cli.main import main
 
     options, fs = s3
     cfg = atl03_config("s3://granules-in/atl03/", "s3://zagg-out/cli", storage_options=options)
     cfg["output"]["storage_options"] = options
-    run(cfg, workers=1, threads=1, progress=False)
+    run(cfg, scheduler=worker_process, progress=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
     endpoint = f"endpoint_url={options['endpoint_url']}"

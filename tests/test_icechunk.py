@@ -192,17 +192,19 @@ def test_a_rewrite_commits_only_what_changed_and_old_snapshots_keep_reading(tmp_
     np.testing.assert_array_equal(got, old_leaves["count"].values)
 
 
-def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path, photons):
+def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
+    tmp_path, photons, worker_process
+):
     store = tmp_path / "store"
     cfg = raw_config(store=str(store), sweep="stages")
     photons = photons.assign_attrs(granules=["granule-1"])  # an identity the gate compares
-    one = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    one = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     assert one.icechunk["commits"] == ["init", "leaf"], one.icechunk
     assert one.sweep.icechunk["commits"][-1] == "node"  # after any new level groups
     assert_levels_equal(str(store))
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
     n = len(list(repo.ancestry(branch="main")))
-    two = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    two = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     # every shard is current: no leaf is written and no overview refolded; only the leaf
     # columns, whose trees the lifecycle touch re-stamps (moving their checksums), are
     # referenced afresh, and the sweep commits nothing
@@ -225,10 +227,12 @@ def test_a_lost_commit_is_caught_up_by_the_next_one(tmp_path, photons):
     assert_levels_equal(store)
 
 
-def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(tmp_path, photons):
+def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(
+    tmp_path, photons, worker_process
+):
     store = tmp_path / "off"
     cfg = raw_config(store=str(store), icechunk=False)
-    summary = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    summary = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     assert summary.icechunk is None and not (store / "icechunk").exists()
     with pytest.raises(ConfigError, match="output.icechunk"):
         load_config(raw_config(icechunk="yes"))

@@ -56,13 +56,15 @@ def _hashes(root):
     }
 
 
-def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points):
+def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points, worker_process):
     assert (points / "points4.nc").read_bytes()[:4] == b"\x89HDF"
     assert (points / "points3.nc").read_bytes()[:3] == b"CDF"
     hashes, counts = {}, {}
     for name in ("points.zarr", "points4.nc", "points3.nc"):
         store = tmp_path / name.replace(".", "_")
-        summary = run(config(points / name), store=str(store), workers=1, threads=1, progress=False)
+        summary = run(
+            config(points / name), store=str(store), scheduler=worker_process, progress=False
+        )
         hashes[name], counts[name] = _hashes(store), summary.points
     assert counts["points.zarr"] > 3_000 and len(set(counts.values())) == 1
     assert hashes["points.zarr"] and hashes["points4.nc"] == hashes["points.zarr"]
@@ -108,7 +110,9 @@ def test_damaged_or_foreign_files_are_refused_naming_the_key(tmp_path, points, n
     assert isinstance(err.value.__cause__, Exception)
 
 
-def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(tmp_path, points):
+def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(
+    tmp_path, points, worker_process
+):
     data = (points / "points3.nc").read_bytes()
     (tmp_path / "cut.nc").write_bytes(data[: len(data) - 1000])
     with pytest.raises(
@@ -119,8 +123,7 @@ def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(tmp_path, po
         run(
             config(tmp_path / "cut.nc"),
             store=str(tmp_path / "s"),
-            workers=1,
-            threads=1,
+            scheduler=worker_process,
             progress=False,
         )
     assert not (tmp_path / "s").exists() or not hive.walk_leaves(tmp_path / "s")

@@ -45,10 +45,10 @@ def photons():
     return synthetic_photons(20_000, REGION, chunk_size=500, seed=7).compute()
 
 
-def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons):
+def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons, worker_process):
     store = tmp_path / "store"
     summary = run(
-        config(store, sweep="stages"), source=photons, workers=1, threads=1, progress=False
+        config(store, sweep="stages"), source=photons, scheduler=worker_process, progress=False
     )
     assert summary.sweep is not None and summary.sweep.folded == summary.sweep.nodes > 0
     assert any(line.startswith("pyramid sweep:") for line in summary.lines())

@@ -310,15 +310,16 @@ def test_dense_window_read_derives_the_coordinate(stores, photons):
     assert int(dense["count"].sum()) == int(sparse["count"].sum()) > 0
 
 
-def test_run_on_a_cluster_writes_the_same_windowed_leaves(tmp_path, photons, stores):
+def test_run_on_a_cluster_writes_the_same_windowed_leaves(
+    tmp_path, photons, stores, worker_process
+):
     _, yearly, _ = stores
     cfg = config().raw
     summary = zagg.run(
         cfg,
         store=str(tmp_path / "r"),
         source=photons.chunk({"photon": 25_000}),
-        workers=1,
-        threads=1,
+        scheduler=worker_process,
         progress=False,
     )
     mine = {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}

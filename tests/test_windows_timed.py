@@ -383,7 +383,7 @@ def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last
         load_config(raw)
 
 
-def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photons):
+def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photons, worker_process):
     import json
 
     cfg = config(delta=100_000)
@@ -392,8 +392,7 @@ def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photon
         cfg.raw,
         store=str(tmp_path / "run"),
         source=photons.chunk({"photon": 25_000}),
-        workers=1,
-        threads=1,
+        scheduler=worker_process,
         progress=False,
     )
     key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in direct.records}
