@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from zagg.sources.write_granules import BEAMS
+
 #: ``zagg.run`` keywords of a local cluster that runs inside the test's own process: one
 #: worker whose threads take every core (zagg's default on a 2-core machine). It starts in
 #: a fraction of a second, where a worker process pays its imports and numba's set-up each
@@ -40,18 +42,17 @@ YEARLY = {
     "scale": "gps",
 }
 
-#: the groups (beams) of the granules ``write_granules`` writes
-BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
-
-def fields(*names: str, **declared: dict) -> dict:
-    """Aggregation variables: the named ones from ``FIELDS`` and any declared in full."""
-    out = {name: dict(FIELDS[name]) for name in names}
-    out.update(copy.deepcopy(declared))
+def fields(*names: str, **changes: dict) -> dict:
+    """Aggregation variables: the named ones from ``FIELDS`` in the order named, each with
+    ``changes[name]`` merged in (``h_mean={"dtype": "float64"}``); any other keyword
+    declares a field of its own in full, after them."""
+    out = {name: {**FIELDS[name], **copy.deepcopy(changes.get(name, {}))} for name in names}
+    out.update({k: copy.deepcopy(v) for k, v in changes.items() if k not in names})
     return out
 
 
-def grid(parent: int, child: int, inner: int | None = None, **more) -> dict:
+def grid_orders(parent: int, child: int, inner: int | None = None, **more) -> dict:
     """``output.grid``: shard (parent) order, cell (child) order, optional inner chunks."""
     out = {"parent_order": parent, "child_order": child}
     if inner is not None:
@@ -59,7 +60,7 @@ def grid(parent: int, child: int, inner: int | None = None, **more) -> dict:
     return {**out, **more}
 
 
-def config(
+def pipeline_config(
     source: dict, variables: dict, grid: dict, *, name="TEST", version="1", store=None, **output
 ) -> dict:
     """A whole pipeline config: ``source`` as ``data_source``, ``variables`` aggregated onto

@@ -9,6 +9,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from builders import BEAMS, atl03_source, fields, fill_as_nan, grid_orders, pipeline_config
 
 import zagg
 from zagg import hive
@@ -18,48 +19,15 @@ from zagg.sources.regions import region_shards
 from zagg.sources.write_granules import write_granules
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
-BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 P, C = 8, 13
 
 
 def atl03_config(granules, store=None, **extra):
-    src = {
-        "granules": str(granules),
-        "groups": list(BEAMS),
-        "coordinates": {
-            "latitude": "/{group}/heights/lat_ph",
-            "longitude": "/{group}/heights/lon_ph",
-        },
-        "variables": {
-            "h_ph": "/{group}/heights/h_ph",
-            "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
-        },
-        "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3}],
-        "delta_time": "/{group}/heights/delta_time",
-        **extra,
-    }
-    return {
-        "data_source": src,
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "store": str(store) if store else None,
-            "dataset": {"short_name": "ATL03", "version": "006"},
-            "grid": {"parent_order": P, "child_order": C},
-        },
-    }
-
-
-def _with_fill_as_nan(dset):
-    values = dset[:].astype(np.float64)
-    fill = dset.attrs.get("_FillValue")
-    if fill is not None:
-        values[values == np.asarray(fill).ravel()[0]] = np.nan
-    return values
+    """Count and t-digest the heights of the photons of land-ice confidence >= 3."""
+    source = atl03_source(granules, confidence=3, **extra)
+    variables = fields("count", "h_tdigest")
+    orders = grid_orders(P, C)
+    return pipeline_config(source, variables, orders, name="ATL03", version="006", store=store)
 
 
 def recount(paths, keep_shards=None):
@@ -70,8 +38,8 @@ def recount(paths, keep_shards=None):
             for beam in BEAMS:
                 if f"{beam}/heights/lat_ph" not in f:
                     continue
-                lat = _with_fill_as_nan(f[f"{beam}/heights/lat_ph"])
-                lon = _with_fill_as_nan(f[f"{beam}/heights/lon_ph"])
+                lat = fill_as_nan(f[f"{beam}/heights/lat_ph"])
+                lon = fill_as_nan(f[f"{beam}/heights/lon_ph"])
                 conf = f[f"{beam}/heights/signal_conf_ph"][:, 3]
                 ok = (conf >= 3) & np.isfinite(lat) & np.isfinite(lon)
                 w = mortie.geo2mort(lat[ok], lon[ok], order=C)

@@ -10,6 +10,7 @@ import shutil
 import dask
 import numpy as np
 import pytest
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 icechunk = pytest.importorskip("icechunk")
 xr = pytest.importorskip("xarray")
@@ -33,32 +34,16 @@ P, BASE, C = 8, 10, 13
 
 
 def raw_config(**output):
-    return {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "delta_time"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "ICE", "version": "1"},
-            "pyramid": {"overviews": BASE},
-            "grid": {"parent_order": P, "child_order": C, "chunk_inner": 10},
-            "windowing": {
-                "schedule": "yearly",
-                "time_field": "delta_time",
-                "epoch": "2018-01-01T00:00:00Z",
-                "scale": "gps",
-            },
-            **output,
-        },
-    }
+    """Yearly windows of counts, sums, maxima and digests, with overviews from order 10."""
+    return pipeline_config(
+        synthetic_source("h_ph", "delta_time"),
+        fields("count", "h_sum", "h_max", "h_tdigest"),
+        grid_orders(P, C, inner=10),
+        name="ICE",
+        pyramid={"overviews": BASE},
+        windowing=dict(YEARLY),
+        **output,
+    )
 
 
 @pytest.fixture(scope="module")

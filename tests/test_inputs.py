@@ -4,6 +4,7 @@ foreign files are refused with a ConfigError naming the key."""
 import sys
 
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import hive
@@ -15,26 +16,9 @@ REGION = (-100.2, -75.6, -99.8, -75.4)
 
 
 def config(path=None):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            "grid": {"parent_order": 6, "child_order": 12, "chunk_inner": 6},
-        },
-    }
-    if path is not None:
-        cfg["data_source"]["input"] = str(path)
-    return cfg
+    source = synthetic_source() if path is None else synthetic_source(input=str(path))
+    variables = fields("count", "h_mean", "h_tdigest", h_mean={"dtype": "float64"})
+    return pipeline_config(source, variables, grid_orders(6, 12, inner=6))
 
 
 @pytest.fixture(scope="module")

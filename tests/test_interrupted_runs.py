@@ -23,6 +23,7 @@ import moczarr
 import numpy as np
 import pytest
 import yaml
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import hive
@@ -33,29 +34,17 @@ from zagg.read.inspect import EXIT_INTACT, verify_status
 from zagg.read.leaves import IncompleteStoreWarning
 
 REGION = [-100.3, -75.7, -99.7, -75.3]
-EPOCH = "2018-01-01T00:00:00Z"
 
 
 def plain_config() -> dict:
     """Unwindowed, a pyramid declared and swept after the leaves."""
-    return {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-            "synthetic": {"points": 100_000, "seed": 4, "chunk_size": 6_000, "region": REGION},
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "SYN", "version": "1"},
-            "grid": {"parent_order": 9, "child_order": 14, "chunk_inner": 12},
-            "sweep": "stages",
-        },
-    }
+    return pipeline_config(
+        synthetic_source(points=100_000, seed=4, chunk_size=6_000, region=REGION),
+        fields("count", "h_mean"),
+        grid_orders(9, 14, inner=12),
+        name="SYN",
+        sweep="stages",
+    )
 
 
 def windowed_config() -> dict:
@@ -72,12 +61,7 @@ def windowed_config() -> dict:
     out = cfg["output"]
     out.pop("sweep")
     out["pyramid"] = False
-    out["windowing"] = {
-        "schedule": "yearly",
-        "time_field": "delta_time",
-        "epoch": EPOCH,
-        "scale": "gps",
-    }
+    out["windowing"] = dict(YEARLY)
     return cfg
 
 

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg.cli.main import main
@@ -16,28 +17,15 @@ from zagg.sources.synthetic import synthetic_photons
 REGION = (-101.0, -76.0, -99.0, -75.0)
 
 
-def config(store=None, **output):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 64}},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "PYR", "version": "1"},
-            "grid": {"parent_order": 5, "chunk_inner": 7, "child_order": 10},
-            **output,
-        },
-    }
-    if store:
-        cfg["output"]["store"] = str(store)
-    return cfg
+def config(store=None, grid=None, **output):
+    return pipeline_config(
+        synthetic_source(),
+        fields("count", "h_max", "h_tdigest", h_tdigest={"params": {"delta": 64}}),
+        grid or grid_orders(5, 10, inner=7),
+        name="PYR",
+        store=store or None,
+        **output,
+    )
 
 
 @pytest.fixture(scope="module")

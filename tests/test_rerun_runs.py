@@ -16,6 +16,7 @@ import moczarr
 import numpy as np
 import pytest
 import yaml
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 from test_granule_run import REGION, atl03_config, recount, store_counts
 
 import zagg
@@ -229,24 +230,13 @@ def test_overwrite_rewrites_every_shard_as_a_new_version(tmp_path, granules):
 
 
 def test_points_the_config_names_rerun_as_current(tmp_path):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-            "synthetic": {"points": 30_000, "seed": 2},
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "store": str(tmp_path / "s"),
-            "dataset": {"short_name": "SYN", "version": "1"},
-            "grid": {"parent_order": 8, "child_order": 13},
-        },
-    }
+    cfg = pipeline_config(
+        synthetic_source(points=30_000, seed=2),
+        fields("count", "h_mean"),
+        grid_orders(8, 13),
+        name="SYN",
+        store=tmp_path / "s",
+    )
     first = run(cfg, workers=1, threads=2, progress=False)
     assert all(ids == {"synthetic"} for ids in leaf_ids(tmp_path / "s").values())
     before = contents(snapshot(tmp_path / "s"))

@@ -9,7 +9,14 @@ from pathlib import Path
 import moczarr
 import numpy as np
 import pytest
-from builders import IN_PROCESS, IN_PROCESS_CLI
+from builders import (
+    IN_PROCESS,
+    IN_PROCESS_CLI,
+    fields,
+    grid_orders,
+    pipeline_config,
+    synthetic_source,
+)
 from leaves import data_dir
 
 import zagg
@@ -27,42 +34,16 @@ REGION = (-100.2, -75.6, -99.8, -75.4)  # a few order-8 shards
 
 
 def config(store=None, *, points=None, child=13, sharded=True):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "signal_conf_ph"],
-            "filters": [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            # these tests are about the leaves: the chained sweep is tested with the pyramid
-            "sweep": False,
-            "grid": {
-                "parent_order": 8,
-                "child_order": child,
-                "chunk_inner": 10,
-                "sharded": sharded,
-            },
-        },
-    }
-    if store:
-        cfg["output"]["store"] = str(store)
-    if points:
-        cfg["data_source"]["synthetic"] = {
-            "points": points,
-            "seed": 5,
-            "region": list(REGION),
-            "chunk_size": 40_000,
-        }
-    return cfg
+    synthetic = {"points": points, "seed": 5, "region": REGION, "chunk_size": 40_000}
+    kept = [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}]
+    return pipeline_config(
+        synthetic_source("h_ph", "signal_conf_ph", filters=kept, **(synthetic if points else {})),
+        fields("count", "h_mean", "h_max", "h_tdigest", h_mean={"dtype": "float64"}),
+        grid_orders(8, child, inner=10, sharded=sharded),
+        store=store or None,
+        # these tests are about the leaves: the chained sweep is tested with the pyramid
+        sweep=False,
+    )
 
 
 @pytest.fixture(scope="module")
