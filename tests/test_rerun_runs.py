@@ -252,17 +252,18 @@ def test_points_the_config_names_rerun_as_current(tmp_path):
 
 
 #: one racer: a process that, for each store in turn, waits until the other racer is
-#: ready too, then runs the config into it on its own cluster (every shard rewritten, so
-#: both write every leaf they share; the leaves' race, so no chained sweep) and prints the
-#: run id
+#: ready too, then runs the config into it on its own cluster (one worker inside the
+#: racer's process; every shard rewritten, so both write every leaf they share; the
+#: leaves' race, so no chained sweep) and prints the run id
 RACER = """
-import faulthandler, pathlib, sys, time
+import faulthandler, os, pathlib, sys, time
 faulthandler.dump_traceback_later(float(sys.argv[6]), exit=True)  # a hang shows its stacks
 import zagg
 from zagg.cluster.clients import cluster_for, connected
 cfg, stores, me, other, sync = sys.argv[1], sys.argv[2].split(","), *sys.argv[3:5], \\
     pathlib.Path(sys.argv[5])
-with cluster_for(None, workers=1, threads=1) as cluster, connected(cluster) as client:
+with cluster_for(None, workers=1, threads=os.cpu_count() or 1) as cluster, \\
+        connected(cluster) as client:
     for i, store in enumerate(stores):
         (sync / f"{me}-{i}").touch()
         while not (sync / f"{other}-{i}").exists():
