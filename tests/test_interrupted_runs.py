@@ -168,6 +168,20 @@ def cluster():
         yield c.scheduler_address
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, cluster) -> dict[str, tuple[Path, Path]]:
+    """kind → (config file, the store an uninterrupted run of it writes), for the plain and
+    the windowed config; tests that change a store change a copy of it."""
+    base = tmp_path_factory.mktemp("clean")
+    out = {}
+    for kind, raw in (("plain", plain_config()), ("windowed", windowed_config())):
+        config = base / f"{kind}.yaml"
+        config.write_text(yaml.safe_dump(raw))
+        rerun(config, base / kind, cluster)
+        out[kind] = (config, base / kind)
+    return out
+
+
 def _before_leaves(store: Path) -> bool:
     return (store / "morton_hive.json").exists()
 
@@ -186,20 +200,18 @@ def _all_leaves(total: int):
     return _all_leaves
 
 
-def test_a_killed_run_run_again_leaves_the_store_an_uninterrupted_run_leaves(tmp_path, cluster):
+def test_a_killed_run_run_again_leaves_the_store_an_uninterrupted_run_leaves(
+    tmp_path, cluster, clean
+):
     """An unwindowed run with a chained sweep killed before its leaves (SIGINT), during
     them (SIGKILL) and after them (SIGINT), and a windowed one with timed leaves killed
     during them (SIGKILL); then the same command again."""
     cases = {}
-    for kind, raw in (("plain", plain_config()), ("windowed", windowed_config())):
-        config = tmp_path / f"{kind}.yaml"
-        config.write_text(yaml.safe_dump(raw))
-        clean = tmp_path / kind / "clean"
-        rerun(config, clean, cluster)
-        total = len(stamps(clean))
-        want = cells(clean, kind == "windowed")
+    for kind, (config, store) in clean.items():
+        total = len(stamps(store))
+        want = cells(store, kind == "windowed")
         assert total >= 6 and sum(len(c) for c in want.values()) > 200
-        cases[kind] = (config, clean, total, want)
+        cases[kind] = (config, store, total, want)
     assert overviews(cases["plain"][1])
     kills, bounds = [], []
     for kind, (config, _, total, _) in cases.items():
@@ -216,13 +228,13 @@ def test_a_killed_run_run_again_leaves_the_store_an_uninterrupted_run_leaves(tmp
             bounds.append((kind, lo, hi))
     at_kill = killed_runs(kills)
     for (config, store, sig, cue), n, (kind, lo, hi) in zip(kills, at_kill, bounds, strict=True):
-        _, clean, total, want = cases[kind]
+        _, whole, total, want = cases[kind]
         what = f"{kind}, {signal.Signals(sig).name} at {cue.__name__}: {n} of {total} leaves"
         assert lo <= n <= hi, what
         rerun(config, store, cluster)
         assert cells(store, kind == "windowed") == want, what
-        assert root_objects(store) == root_objects(clean), what
-        assert overviews(store) == overviews(clean), what
+        assert root_objects(store) == root_objects(whole), what
+        assert overviews(store) == overviews(whole), what
         report, status = verify_status(store)
         assert status == EXIT_INTACT, f"{what}\n{report}"
 
@@ -240,13 +252,11 @@ def test_an_unchanged_rerun_reports_the_cells_the_store_holds(tmp_path, cluster)
     assert f"cells with data {held:,} (0 in the 0 leaves written)" in again.lines()
 
 
-def test_open_hive_warns_of_an_incomplete_store(tmp_path, cluster):
-    plain, windowed = tmp_path / "plain.yaml", tmp_path / "windowed.yaml"
-    plain.write_text(yaml.safe_dump(plain_config()))
-    windowed.write_text(yaml.safe_dump(windowed_config()))
+def test_open_hive_warns_of_an_incomplete_store(tmp_path, cluster, clean):
+    (plain, whole_a), (windowed, whole_b) = clean["plain"], clean["windowed"]
     a, b = tmp_path / "a", tmp_path / "b"
-    rerun(plain, a, cluster)
-    rerun(windowed, b, cluster)
+    shutil.copytree(whole_a, a)  # two stores of uninterrupted runs
+    shutil.copytree(whole_b, b)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a complete store opens without a word
         whole = zagg.open_hive(a)
@@ -316,16 +326,14 @@ def same_but_times_and_runs(a, b) -> bool:
     return a == b
 
 
-def test_a_sweep_killed_before_its_finisher_is_completed_by_the_next_run(tmp_path, cluster):
+def test_a_sweep_killed_before_its_finisher_is_completed_by_the_next_run(tmp_path, cluster, clean):
     """The leaves done and some of the ladder folded, but the manifest's actuals never
     written and the coarsest overview missing: the same run again (every leaf current)
     folds only what is missing and records every level's actuals as an uninterrupted run
     does."""
-    config = tmp_path / "plain.yaml"
-    config.write_text(yaml.safe_dump(plain_config()))
-    clean, store = tmp_path / "clean", tmp_path / "s"
-    rerun(config, clean, cluster)
-    rerun(config, store, cluster)
+    config, whole = clean["plain"]
+    store = tmp_path / "s"
+    shutil.copytree(whole, store)  # a store of an uninterrupted run
     manifest = json.loads((store / "morton_hive.json").read_text())
     for entry in manifest["pyramid"]["overviews"]:
         entry.pop("actuals", None)
@@ -334,5 +342,5 @@ def test_a_sweep_killed_before_its_finisher_is_completed_by_the_next_run(tmp_pat
         shutil.rmtree(top)
     again = zagg.run(config, store=str(store), scheduler=cluster, progress=False)
     assert again.leaves_written == 0 and again.sweep.folded == 1
-    assert root_objects(store) == root_objects(clean)
-    assert overviews(store) == overviews(clean)
+    assert root_objects(store) == root_objects(whole)
+    assert overviews(store) == overviews(whole)
