@@ -20,7 +20,7 @@ demo: $(READY)
 
 test: $(READY)
 	$(PY) -m ruff check zagg tests benchmarks notebooks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile  # both cores; a file's tests share one worker
 
 lint: $(READY)
 	$(PY) -m ruff check zagg tests benchmarks notebooks

@@ -8,6 +8,7 @@ import h5py
 import mortie
 import numpy as np
 import pytest
+from builders import atl03_source, fields, grid_orders, pipeline_config
 
 from zagg import grid as G
 from zagg.sources import catalog as C
@@ -26,17 +27,8 @@ ORDER = 9
 
 
 def block(location, **extra):
-    return {
-        "granules": str(location),
-        "groups": list(BEAMS),
-        "coordinates": {
-            "latitude": "/{group}/heights/lat_ph",
-            "longitude": "/{group}/heights/lon_ph",
-        },
-        "variables": {"h_ph": "/{group}/heights/h_ph"},
-        "delta_time": "/{group}/heights/delta_time",
-        **extra,
-    }
+    """Every photon of every beam, with its height."""
+    return atl03_source(location, variables={"h_ph": "/{group}/heights/h_ph"}, **extra)
 
 
 def h5_coords(path):
@@ -275,15 +267,14 @@ def test_catalog_on_s3(granules, tmp_path, moto_s3):
 
 def cli_config(tmp_path, location, **extra):
     """A whole pipeline config file (JSON is YAML) around ``block(location)``."""
-    cfg = {
-        "data_source": block(location, **extra),
-        "aggregation": {"variables": {"count": {"function": "count"}}},
-        "output": {
-            "store": str(tmp_path / "store"),
-            "dataset": {"short_name": "ATL03", "version": "006"},
-            "grid": {"parent_order": ORDER, "child_order": 13},
-        },
-    }
+    cfg = pipeline_config(
+        block(location, **extra),
+        fields("count"),
+        grid_orders(ORDER, 13),
+        name="ATL03",
+        version="006",
+        store=tmp_path / "store",
+    )
     path = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*.yaml')))}.yaml"
     path.write_text(json.dumps(cfg))
     return path

@@ -85,7 +85,7 @@ def test_output_storage_options_are_validated_without_showing_secrets():
     assert SECRET not in str(err.value)
 
 
-def test_an_s3_zarr_input_is_read_with_its_storage_options(tmp_path, moto_s3):
+def test_an_s3_zarr_input_is_read_with_its_storage_options(tmp_path, moto_s3, worker_process):
     from zagg.engine.write import to_hive
     from zagg.pipeline.run import run
 
@@ -96,7 +96,7 @@ def test_an_s3_zarr_input_is_read_with_its_storage_options(tmp_path, moto_s3):
     raw = _config(source={"input": "s3://points-in/p.zarr", "storage_options": options})
     raw["output"] = {**raw["output"], "store": str(tmp_path / "s")}
     del raw["output"]["storage_options"]
-    summary = run(raw, workers=1, threads=1, progress=False)
+    summary = run(raw, scheduler=worker_process, progress=False)
     local = to_hive(zagg.aggregate(points, raw), tmp_path / "local")
     assert summary.points == local.points == 500
     got, want = zagg.open_hive(tmp_path / "s").load(), zagg.open_hive(tmp_path / "local").load()
@@ -105,5 +105,5 @@ def test_an_s3_zarr_input_is_read_with_its_storage_options(tmp_path, moto_s3):
     bad["data_source"]["storage_options"] = {**options, "secret": SECRET}
     bad["data_source"]["input"] = "s3://no-such-bucket/p.zarr"
     with pytest.raises(zagg.ConfigError, match="data_source.input") as err:
-        run(bad, store=str(tmp_path / "t"), workers=1, threads=1, progress=False)
+        run(bad, store=str(tmp_path / "t"), scheduler=worker_process, progress=False)
     assert SECRET not in str(err.value)

@@ -12,36 +12,19 @@ import shutil
 
 import pytest
 import yaml
+from builders import IN_PROCESS_CLI, fields, grid_orders, pipeline_config, synthetic_source
 
 from zagg import hive
 from zagg.cli.main import main
 from zagg.hive.coverage import root_envelope
 
-CONFIG = {
-    "data_source": {
-        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-        "variables": ["h_ph"],
-        # four chunks = four short tracks, which land in two order-8 shards
-        "synthetic": {
-            "points": 20_000,
-            "seed": 1,
-            "chunk_size": 4_000,
-            "region": [-100.2, -75.6, -99.8, -75.4],
-        },
-    },
-    "aggregation": {
-        "variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }
-    },
-    "output": {
-        "dataset": {"short_name": "TEST", "version": "1"},
-        "grid": {"parent_order": 8, "child_order": 12},
-    },
-}
-CLI = ["--workers", "1", "--threads", "1", "--quiet"]
+CONFIG = pipeline_config(
+    # four chunks = four short tracks, which land in two order-8 shards
+    synthetic_source(points=20_000, seed=1, chunk_size=4_000, region=(-100.2, -75.6, -99.8, -75.4)),
+    fields("count", "h_mean", "h_tdigest"),
+    grid_orders(8, 12),
+)
+CLI = [*IN_PROCESS_CLI, "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +36,9 @@ def built(tmp_path_factory):
     store = base / "store"
     assert main(["run", str(cfg), "--store", str(store), *CLI]) == 0
     assert len(hive.walk_leaves(store)) == 2 and (store / "coverage.moc").exists()
+    # the intact store verifies; this first check in the process also pays the readers'
+    # one-time set-up, so no later check runs long enough to print its progress lines
+    assert main(["verify", str(store), "--quiet"]) == 0
     return cfg, store
 
 

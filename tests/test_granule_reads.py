@@ -12,6 +12,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from builders import atl03_source, fields, fill_as_nan, grid_orders, pipeline_config
 
 import zagg
 from zagg.config.model import ConfigError, load_config
@@ -32,43 +33,17 @@ BBOX = "-100.2,-75.65,-99.8,-75.62"  # a band across the tracks: cuts them mid-t
 
 
 def block(location, **extra):
-    return {
-        "granules": str(location),
-        "groups": list(BEAMS),
-        "coordinates": {
-            "latitude": "/{group}/heights/lat_ph",
-            "longitude": "/{group}/heights/lon_ph",
-        },
-        "variables": {
-            "h_ph": "/{group}/heights/h_ph",
-            "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
-        },
-        "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 2}],
-        "delta_time": "/{group}/heights/delta_time",
-        **extra,
-    }
+    """The photons of land-ice confidence >= 2."""
+    return atl03_source(location, confidence=2, **extra)
 
 
 def config(location, store=None, **extra):
-    return {
-        "data_source": block(location, **extra),
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                # a delta this large keeps every height as its own centroid
-                "h_tdigest": {
-                    "function": "tdigest",
-                    "source": "h_ph",
-                    "params": {"delta": 100_000},
-                },
-            }
-        },
-        "output": {
-            "store": None if store is None else str(store),
-            "dataset": {"short_name": "ATL03", "version": "006"},
-            "grid": {"parent_order": P, "child_order": C},
-        },
-    }
+    # a delta this large keeps every height as its own centroid
+    variables = fields("count", "h_tdigest", h_tdigest={"params": {"delta": 100_000}})
+    orders = grid_orders(P, C)
+    return pipeline_config(
+        block(location, **extra), variables, orders, name="ATL03", version="006", store=store
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,23 +58,15 @@ def shards():
     return region_shards(bbox=BBOX, order=P)
 
 
-def _fill_as_nan(dset):
-    values = dset[:].astype(np.float64)
-    fill = dset.attrs.get("_FillValue")
-    if fill is not None:
-        values[values == np.asarray(fill).ravel()[0]] = np.nan
-    return values
-
-
 def truth(paths, shards):
     """Per-cell counts and sorted heights of the kept photons in ``shards``, from h5py."""
     cells, heights = [], []
     for path in paths:
         with h5py.File(path, "r") as f:
             for beam in BEAMS:
-                lat = _fill_as_nan(f[f"{beam}/heights/lat_ph"])
-                lon = _fill_as_nan(f[f"{beam}/heights/lon_ph"])
-                h = _fill_as_nan(f[f"{beam}/heights/h_ph"])
+                lat = fill_as_nan(f[f"{beam}/heights/lat_ph"])
+                lon = fill_as_nan(f[f"{beam}/heights/lon_ph"])
+                h = fill_as_nan(f[f"{beam}/heights/h_ph"])
                 ok = (
                     (f[f"{beam}/heights/signal_conf_ph"][:, 3] >= 2)
                     & np.isfinite(lat)
@@ -501,12 +468,12 @@ def test_strata_granule_config_end_to_end_with_moczarr(granules, tmp_path):
     for path in granules:
         with h5py.File(path, "r") as f:
             for beam in BEAMS:
-                lat = _fill_as_nan(f[f"{beam}/heights/lat_ph"])
-                lon = _fill_as_nan(f[f"{beam}/heights/lon_ph"])
+                lat = fill_as_nan(f[f"{beam}/heights/lat_ph"])
+                lon = fill_as_nan(f[f"{beam}/heights/lon_ph"])
                 ok = np.isfinite(lat) & np.isfinite(lon)
                 cells.append(mortie.geo2mort(lat[ok], lon[ok], order=17))
                 confs.append(f[f"{beam}/heights/signal_conf_ph"][:][ok])
-                hs.append(_fill_as_nan(f[f"{beam}/heights/h_ph"])[ok])
+                hs.append(fill_as_nan(f[f"{beam}/heights/h_ph"])[ok])
     cells, conf, h = np.concatenate(cells), np.concatenate(confs), np.concatenate(hs)
     top = conf.max(axis=1)
     signal = (top >= 2) & np.isfinite(h)

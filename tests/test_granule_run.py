@@ -9,6 +9,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from builders import BEAMS, atl03_source, fields, fill_as_nan, grid_orders, pipeline_config
 
 import zagg
 from zagg import hive
@@ -18,48 +19,15 @@ from zagg.sources.regions import region_shards
 from zagg.sources.write_granules import write_granules
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
-BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 P, C = 8, 13
 
 
 def atl03_config(granules, store=None, **extra):
-    src = {
-        "granules": str(granules),
-        "groups": list(BEAMS),
-        "coordinates": {
-            "latitude": "/{group}/heights/lat_ph",
-            "longitude": "/{group}/heights/lon_ph",
-        },
-        "variables": {
-            "h_ph": "/{group}/heights/h_ph",
-            "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
-        },
-        "filters": [{"variable": "land_ice_conf", "op": "ge", "value": 3}],
-        "delta_time": "/{group}/heights/delta_time",
-        **extra,
-    }
-    return {
-        "data_source": src,
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "store": str(store) if store else None,
-            "dataset": {"short_name": "ATL03", "version": "006"},
-            "grid": {"parent_order": P, "child_order": C},
-        },
-    }
-
-
-def _with_fill_as_nan(dset):
-    values = dset[:].astype(np.float64)
-    fill = dset.attrs.get("_FillValue")
-    if fill is not None:
-        values[values == np.asarray(fill).ravel()[0]] = np.nan
-    return values
+    """Count and t-digest the heights of the photons of land-ice confidence >= 3."""
+    source = atl03_source(granules, confidence=3, **extra)
+    variables = fields("count", "h_tdigest")
+    orders = grid_orders(P, C)
+    return pipeline_config(source, variables, orders, name="ATL03", version="006", store=store)
 
 
 def recount(paths, keep_shards=None):
@@ -70,8 +38,8 @@ def recount(paths, keep_shards=None):
             for beam in BEAMS:
                 if f"{beam}/heights/lat_ph" not in f:
                     continue
-                lat = _with_fill_as_nan(f[f"{beam}/heights/lat_ph"])
-                lon = _with_fill_as_nan(f[f"{beam}/heights/lon_ph"])
+                lat = fill_as_nan(f[f"{beam}/heights/lat_ph"])
+                lon = fill_as_nan(f[f"{beam}/heights/lon_ph"])
                 conf = f[f"{beam}/heights/signal_conf_ph"][:, 3]
                 ok = (conf >= 3) & np.isfinite(lat) & np.isfinite(lon)
                 w = mortie.geo2mort(lat[ok], lon[ok], order=C)
@@ -135,7 +103,7 @@ def test_catalog_and_region_restrict_the_run(tmp_path, granules):
     assert summary.points == sum(truth.values())
 
 
-def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
+def test_failed_granule_is_skipped_and_recorded(tmp_path, granules, worker_process):
     d = tmp_path / "g"
     d.mkdir()
     for p in granules:
@@ -143,7 +111,7 @@ def test_failed_granule_is_skipped_and_recorded(tmp_path, granules):
     bad = d / granules[1].name
     bad.write_bytes(bad.read_bytes()[:5000])  # truncated file
     with pytest.raises(Exception, match=granules[1].name):
-        run(atl03_config(d, tmp_path / "fail"), workers=1, threads=1, progress=False)
+        run(atl03_config(d, tmp_path / "fail"), scheduler=worker_process, progress=False)
     assert not (tmp_path / "fail").exists() or not hive.walk_leaves(tmp_path / "fail")
     store = tmp_path / "skip"
     summary = run(atl03_config(d, store, on_error="skip"), workers=1, threads=2, progress=False)
@@ -194,14 +162,16 @@ def test_s3_to_s3_run_reads_back_with_zagg_and_moczarr(tmp_path, granules, s3):
     assert int(mz["count"].values.sum()) == sum(truth.values())
 
 
-def test_cli_verifies_and_inspects_an_s3_store(tmp_path, granules, s3, monkeypatch, capsys):
+def test_cli_verifies_and_inspects_an_s3_store(
+    tmp_path, granules, s3, monkeypatch, capsys, worker_process
+):
     """Credentials from the AWS_* environment, the endpoint as a --storage-option."""
     from zagg.cli.main import main
 
     options, fs = s3
     cfg = atl03_config("s3://granules-in/atl03/", "s3://zagg-out/cli", storage_options=options)
     cfg["output"]["storage_options"] = options
-    run(cfg, workers=1, threads=1, progress=False)
+    run(cfg, scheduler=worker_process, progress=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
     endpoint = f"endpoint_url={options['endpoint_url']}"

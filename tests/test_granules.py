@@ -10,6 +10,7 @@ import h5py
 import mortie
 import numpy as np
 import pytest
+from builders import atl03_source
 
 import zagg
 from zagg.config.model import ConfigError, load_config
@@ -21,24 +22,10 @@ from zagg.sources.granules import (
 )
 from zagg.sources.write_granules import BEAMS, FILL_F4, FILL_F8, write_granules
 
-ATL03_VARS = {
-    "h_ph": "/{group}/heights/h_ph",
-    "land_ice_conf": {"path": "/{group}/heights/signal_conf_ph", "column": 3},
-}
-
 
 def atl03_block(location, **extra):
-    return {
-        "granules": str(location),
-        "groups": list(BEAMS),
-        "coordinates": {
-            "latitude": "/{group}/heights/lat_ph",
-            "longitude": "/{group}/heights/lon_ph",
-        },
-        "variables": dict(ATL03_VARS),
-        "delta_time": "/{group}/heights/delta_time",
-        **extra,
-    }
+    """Every photon of every beam, with its height and land-ice confidence."""
+    return atl03_source(location, **extra)
 
 
 def atl06_block(location, **extra):

@@ -3,6 +3,7 @@ size, and clear refusals for malformed cells."""
 
 import numpy as np
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 from leaves import without_versions
 
 from zagg import hive
@@ -153,23 +154,9 @@ def test_every_shape_of_the_result_writes_the_same_leaves(tmp_path):
     from zagg.engine.write import to_hive
     from zagg.sources.synthetic import synthetic_photons
 
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "T", "version": "1"},
-            "grid": {"parent_order": 6, "child_order": 12},
-        },
-    }
+    cfg = pipeline_config(
+        synthetic_source(), fields("count", "h_mean", "h_tdigest"), grid_orders(6, 12), name="T"
+    )
     ds = synthetic_photons(60_000, chunk_size=20_000, seed=2)
     with dask.config.set(scheduler="sync"):
         lazy = zagg.aggregate(ds, cfg)

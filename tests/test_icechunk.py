@@ -9,6 +9,7 @@ import shutil
 import dask
 import numpy as np
 import pytest
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 icechunk = pytest.importorskip("icechunk")
 xr = pytest.importorskip("xarray")
@@ -33,32 +34,16 @@ P, BASE, C = 8, 10, 13
 
 
 def raw_config(**output):
-    return {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "delta_time"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "ICE", "version": "1"},
-            "pyramid": {"overviews": BASE},
-            "grid": {"parent_order": P, "child_order": C, "chunk_inner": 10},
-            "windowing": {
-                "schedule": "yearly",
-                "time_field": "delta_time",
-                "epoch": "2018-01-01T00:00:00Z",
-                "scale": "gps",
-            },
-            **output,
-        },
-    }
+    """Yearly windows of counts, sums, maxima and digests, with overviews from order 10."""
+    return pipeline_config(
+        synthetic_source("h_ph", "delta_time"),
+        fields("count", "h_sum", "h_max", "h_tdigest"),
+        grid_orders(P, C, inner=10),
+        name="ICE",
+        pyramid={"overviews": BASE},
+        windowing=dict(YEARLY),
+        **output,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -297,11 +282,13 @@ def test_the_manifest_split_is_recorded_used_and_only_ratchets_coarser(tmp_path,
     assert one.rows == ["2021", "2023", "all"]
 
 
-def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path, photons):
+def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
+    tmp_path, photons, worker_process
+):
     store = tmp_path / "store"
     cfg = raw_config(store=str(store), sweep="stages")
     photons = photons.assign_attrs(granules=["granule-1"])  # an identity the gate compares
-    one = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    one = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     assert one.icechunk["commits"] == ["init", "leaf"], one.icechunk
     assert one.sweep.icechunk["commits"][-1] == "node"  # after any new level groups
     closing = one.icechunk["finalize"]
@@ -313,7 +300,7 @@ def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(tmp_path,
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
     assert repo.lookup_tag(f"run-{one.run_id}") == repo.lookup_branch("main")
     n = len(list(repo.ancestry(branch="main")))
-    two = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    two = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     # every shard is current: no leaf is written and no overview refolded; only the leaf
     # columns, whose trees the lifecycle touch re-stamps (moving their checksums), are
     # referenced afresh, and the sweep commits nothing; the run is closed and tagged
@@ -338,10 +325,12 @@ def test_a_lost_commit_is_caught_up_by_the_next_one(tmp_path, photons):
     assert_levels_equal(store)
 
 
-def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(tmp_path, photons):
+def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(
+    tmp_path, photons, worker_process
+):
     store = tmp_path / "off"
     cfg = raw_config(store=str(store), icechunk={"enabled": False, "retain_runs": 3})
-    summary = zagg.run(cfg, source=photons, workers=1, threads=1, progress=False)
+    summary = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
     assert summary.icechunk is None and not (store / "icechunk").exists()
     assert not list(store.glob("**/icechunk_refs*.json"))  # nor any carrier
     on = load_config(raw_config(icechunk={"retain_runs": 2, "split_order": 7}))

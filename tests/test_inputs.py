@@ -4,6 +4,7 @@ foreign files are refused with a ConfigError naming the key."""
 import sys
 
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import hive
@@ -15,26 +16,9 @@ REGION = (-100.2, -75.6, -99.8, -75.4)
 
 
 def config(path=None):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            "grid": {"parent_order": 6, "child_order": 12, "chunk_inner": 6},
-        },
-    }
-    if path is not None:
-        cfg["data_source"]["input"] = str(path)
-    return cfg
+    source = synthetic_source() if path is None else synthetic_source(input=str(path))
+    variables = fields("count", "h_mean", "h_tdigest", h_mean={"dtype": "float64"})
+    return pipeline_config(source, variables, grid_orders(6, 12, inner=6))
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +40,15 @@ def _hashes(root):
     }
 
 
-def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points):
+def test_zarr_netcdf4_and_netcdf3_inputs_write_the_same_leaves(tmp_path, points, worker_process):
     assert (points / "points4.nc").read_bytes()[:4] == b"\x89HDF"
     assert (points / "points3.nc").read_bytes()[:3] == b"CDF"
     hashes, counts = {}, {}
     for name in ("points.zarr", "points4.nc", "points3.nc"):
         store = tmp_path / name.replace(".", "_")
-        summary = run(config(points / name), store=str(store), workers=1, threads=1, progress=False)
+        summary = run(
+            config(points / name), store=str(store), scheduler=worker_process, progress=False
+        )
         hashes[name], counts[name] = _hashes(store), summary.points
     assert counts["points.zarr"] > 3_000 and len(set(counts.values())) == 1
     assert hashes["points.zarr"] and hashes["points4.nc"] == hashes["points.zarr"]
@@ -108,7 +94,9 @@ def test_damaged_or_foreign_files_are_refused_naming_the_key(tmp_path, points, n
     assert isinstance(err.value.__cause__, Exception)
 
 
-def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(tmp_path, points):
+def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(
+    tmp_path, points, worker_process
+):
     data = (points / "points3.nc").read_bytes()
     (tmp_path / "cut.nc").write_bytes(data[: len(data) - 1000])
     with pytest.raises(
@@ -119,8 +107,7 @@ def test_a_truncated_netcdf_input_stops_the_run_with_a_config_error(tmp_path, po
         run(
             config(tmp_path / "cut.nc"),
             store=str(tmp_path / "s"),
-            workers=1,
-            threads=1,
+            scheduler=worker_process,
             progress=False,
         )
     assert not (tmp_path / "s").exists() or not hive.walk_leaves(tmp_path / "s")

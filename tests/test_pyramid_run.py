@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg.cli.main import main
@@ -16,28 +17,15 @@ from zagg.sources.synthetic import synthetic_photons
 REGION = (-101.0, -76.0, -99.0, -75.0)
 
 
-def config(store=None, **output):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph", "params": {"delta": 64}},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "PYR", "version": "1"},
-            "grid": {"parent_order": 5, "chunk_inner": 7, "child_order": 10},
-            **output,
-        },
-    }
-    if store:
-        cfg["output"]["store"] = str(store)
-    return cfg
+def config(store=None, grid=None, **output):
+    return pipeline_config(
+        synthetic_source(),
+        fields("count", "h_max", "h_tdigest", h_tdigest={"params": {"delta": 64}}),
+        grid or grid_orders(5, 10, inner=7),
+        name="PYR",
+        store=store or None,
+        **output,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +33,10 @@ def photons():
     return synthetic_photons(20_000, REGION, chunk_size=500, seed=7).compute()
 
 
-def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons):
+def test_output_sweep_chains_the_ladder_after_a_run(tmp_path, photons, worker_process):
     store = tmp_path / "store"
     summary = run(
-        config(store, sweep="stages"), source=photons, workers=1, threads=1, progress=False
+        config(store, sweep="stages"), source=photons, scheduler=worker_process, progress=False
     )
     assert summary.sweep is not None and summary.sweep.folded == summary.sweep.nodes > 0
     assert any(line.startswith("pyramid sweep:") for line in summary.lines())

@@ -10,6 +10,7 @@ from pathlib import Path
 import dask
 import numpy as np
 import pytest
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import grid as G
@@ -29,40 +30,20 @@ from zagg.sources.synthetic import synthetic_photons
 from zagg.windows import assign
 
 REGION = (-100.2, -75.6, -99.8, -75.4)  # three order-8 shards
-EPOCH = "2018-01-01T00:00:00Z"
 P, BASE, C = 8, 10, 13  # d = 2: gathers at cell orders 9 and 8, merges from 7 down to 2
 EXACT = ("count", "h_sum", "h_min", "h_max")
 
 
 def raw_config(windowed=True, pyramid=None):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "delta_time"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-                "h_min": {"function": "min", "source": "h_ph"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            "pyramid": {"overviews": BASE} if pyramid is None else pyramid,
-            "grid": {"parent_order": P, "child_order": C, "chunk_inner": 10},
-        },
-    }
+    output = {"pyramid": {"overviews": BASE} if pyramid is None else pyramid}
     if windowed:
-        cfg["output"]["windowing"] = {
-            "schedule": "yearly",
-            "time_field": "delta_time",
-            "epoch": EPOCH,
-            "scale": "gps",
-        }
-    return cfg
+        output["windowing"] = dict(YEARLY)
+    return pipeline_config(
+        synthetic_source("h_ph", "delta_time"),
+        fields("count", "h_sum", "h_min", "h_max", "h_tdigest"),
+        grid_orders(P, C, inner=10),
+        **output,
+    )
 
 
 def write(ds, cfg, store):

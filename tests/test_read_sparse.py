@@ -11,6 +11,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 from leaves import data_dir
 
 import zagg
@@ -23,23 +24,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificati
 
 BOX = (-100.1, -75.55, -99.9, -75.45)  # ~5 x 11 km: a handful of order-10 shards
 P, K, C = 10, 12, 15  # shard, inner chunk and cell orders
-CONFIG = {
-    "data_source": {
-        "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-        "variables": ["h_ph"],
-    },
-    "aggregation": {
-        "variables": {
-            "count": {"function": "count"},
-            "h_mean": {"function": "mean", "source": "h_ph"},
-            "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-        }
-    },
-    "output": {
-        "dataset": {"short_name": "SPARSE", "version": "1"},
-        "grid": {"parent_order": P, "chunk_inner": K, "child_order": C},
-    },
-}
+CONFIG = pipeline_config(
+    synthetic_source(),
+    fields("count", "h_mean", "h_tdigest"),
+    grid_orders(P, C, inner=K),
+    name="SPARSE",
+)
 
 
 @pytest.fixture(scope="module")

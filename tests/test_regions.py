@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 
 from zagg.sources.regions import RegionError, region_shards
 
@@ -67,17 +68,9 @@ def world(tmp_path_factory):
     ds = xr.Dataset(
         {"lat_ph": ("photon", lat), "lon_ph": ("photon", lon), "h_ph": ("photon", lat * 0 + 1)}
     ).chunk({"photon": 500})
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-        },
-        "aggregation": {"variables": {"count": {"function": "count"}}},
-        "output": {
-            "dataset": {"short_name": "WORLD", "version": "1"},
-            "grid": {"parent_order": 3, "chunk_inner": 5, "child_order": 8},
-        },
-    }
+    cfg = pipeline_config(
+        synthetic_source(), fields("count"), grid_orders(3, 8, inner=5), name="WORLD"
+    )
     store = str(tmp_path_factory.mktemp("world") / "store")
     zagg.to_hive(zagg.aggregate(ds, zagg.load_config(cfg)), store)
     zagg.sweep(store)

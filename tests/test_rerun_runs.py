@@ -16,6 +16,7 @@ import moczarr
 import numpy as np
 import pytest
 import yaml
+from builders import fields, grid_orders, pipeline_config, synthetic_source
 from test_granule_run import REGION, atl03_config, recount, store_counts
 
 import zagg
@@ -229,24 +230,13 @@ def test_overwrite_rewrites_every_shard_as_a_new_version(tmp_path, granules):
 
 
 def test_points_the_config_names_rerun_as_current(tmp_path):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph"],
-            "synthetic": {"points": 30_000, "seed": 2},
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "store": str(tmp_path / "s"),
-            "dataset": {"short_name": "SYN", "version": "1"},
-            "grid": {"parent_order": 8, "child_order": 13},
-        },
-    }
+    cfg = pipeline_config(
+        synthetic_source(points=30_000, seed=2),
+        fields("count", "h_mean"),
+        grid_orders(8, 13),
+        name="SYN",
+        store=tmp_path / "s",
+    )
     first = run(cfg, workers=1, threads=2, progress=False)
     assert all(ids == {"synthetic"} for ids in leaf_ids(tmp_path / "s").values())
     before = contents(snapshot(tmp_path / "s"))
@@ -262,17 +252,18 @@ def test_points_the_config_names_rerun_as_current(tmp_path):
 
 
 #: one racer: a process that, for each store in turn, waits until the other racer is
-#: ready too, then runs the config into it on its own cluster (every shard rewritten, so
-#: both write every leaf they share; the leaves' race, so no chained sweep) and prints the
-#: run id
+#: ready too, then runs the config into it on its own cluster (one worker inside the
+#: racer's process; every shard rewritten, so both write every leaf they share; the
+#: leaves' race, so no chained sweep) and prints the run id
 RACER = """
-import faulthandler, pathlib, sys, time
+import faulthandler, os, pathlib, sys, time
 faulthandler.dump_traceback_later(float(sys.argv[6]), exit=True)  # a hang shows its stacks
 import zagg
 from zagg.cluster.clients import cluster_for, connected
 cfg, stores, me, other, sync = sys.argv[1], sys.argv[2].split(","), *sys.argv[3:5], \\
     pathlib.Path(sys.argv[5])
-with cluster_for(None, workers=1, threads=1) as cluster, connected(cluster) as client:
+with cluster_for(None, workers=1, threads=os.cpu_count() or 1) as cluster, \\
+        connected(cluster) as client:
     for i, store in enumerate(stores):
         (sync / f"{me}-{i}").touch()
         while not (sync / f"{other}-{i}").exists():

@@ -9,6 +9,14 @@ from pathlib import Path
 import moczarr
 import numpy as np
 import pytest
+from builders import (
+    IN_PROCESS,
+    IN_PROCESS_CLI,
+    fields,
+    grid_orders,
+    pipeline_config,
+    synthetic_source,
+)
 from leaves import data_dir
 
 import zagg
@@ -26,42 +34,16 @@ REGION = (-100.2, -75.6, -99.8, -75.4)  # a few order-8 shards
 
 
 def config(store=None, *, points=None, child=13, sharded=True):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "signal_conf_ph"],
-            "filters": [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_mean": {"function": "mean", "source": "h_ph", "dtype": "float64"},
-                "h_max": {"function": "max", "source": "h_ph"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            # these tests are about the leaves: the chained sweep is tested with the pyramid
-            "sweep": False,
-            "grid": {
-                "parent_order": 8,
-                "child_order": child,
-                "chunk_inner": 10,
-                "sharded": sharded,
-            },
-        },
-    }
-    if store:
-        cfg["output"]["store"] = str(store)
-    if points:
-        cfg["data_source"]["synthetic"] = {
-            "points": points,
-            "seed": 5,
-            "region": list(REGION),
-            "chunk_size": 40_000,
-        }
-    return cfg
+    synthetic = {"points": points, "seed": 5, "region": REGION, "chunk_size": 40_000}
+    kept = [{"variable": "signal_conf_ph", "column": 3, "op": "ge", "value": 2}]
+    return pipeline_config(
+        synthetic_source("h_ph", "signal_conf_ph", filters=kept, **(synthetic if points else {})),
+        fields("count", "h_mean", "h_max", "h_tdigest", h_mean={"dtype": "float64"}),
+        grid_orders(8, child, inner=10, sharded=sharded),
+        store=store or None,
+        # these tests are about the leaves: the chained sweep is tested with the pyramid
+        sweep=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +104,18 @@ def test_moczarr_read_ragged_equals_our_digests(tmp_path, photons):
     assert seen == int((ours["count"].values > 0).sum())
 
 
+@pytest.fixture(scope="module")
+def two_workers():
+    """A local cluster of two worker processes of one thread each, shared by the module."""
+    from zagg.cluster.clients import cluster_for
+
+    with cluster_for(None, workers=2, threads=1) as cluster:
+        yield cluster.scheduler_address
+
+
 @pytest.mark.parametrize("fan_in", [64, 2])
 def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
-    tmp_path, photons, monkeypatch, fan_in
+    tmp_path, photons, monkeypatch, fan_in, two_workers
 ):
     from zagg.engine import combine as collection
 
@@ -133,15 +124,17 @@ def test_content_hashes_do_not_depend_on_workers_chunking_or_the_combine_tree(
     cfg["aggregation"]["variables"]["h_tdigest"]["params"] = {"delta": 100_000}
     monkeypatch.setattr(collection, "FAN_IN", fan_in)  # deep trees merge in many steps
     runs = {}
-    for label, chunk, workers in (("a", 30_000, 1), ("b", 17_000, 2), ("c", 7_000, 1)):
+    # one worker (in this process), two worker processes, one worker
+    clusters = (IN_PROCESS, {"scheduler": two_workers}, IN_PROCESS)
+    sizes = (("a", 30_000), ("b", 17_000), ("c", 7_000))
+    for (label, chunk), cluster in zip(sizes, clusters, strict=True):
         store = tmp_path / label
         run(
             cfg,
             store=str(store),
             source=photons.chunk({"photon": chunk}),
-            workers=workers,
-            threads=1,
             progress=False,
+            **cluster,
         )
         runs[label] = _hashes(store)
     assert runs["a"] == runs["b"] == runs["c"] and len(runs["a"]) >= 2
@@ -154,7 +147,7 @@ def test_run_reads_a_zarr_input_quietly_and_writes_the_same_leaves(tmp_path, pho
     cfg["data_source"]["input"] = str(points)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        summary = run(cfg, store=str(tmp_path / "a"), workers=1, threads=1, progress=False)
+        summary = run(cfg, store=str(tmp_path / "a"), progress=False, **IN_PROCESS)
     assert not [w for w in caught if "consolidated" in str(w.message)]
     direct = to_hive(zagg.aggregate(photons.chunk({"photon": 40_000}), config()), tmp_path / "b")
     assert summary.points == direct.points > 0
@@ -208,10 +201,7 @@ def test_the_readme_example_config_runs_from_the_shell(tmp_path):
                 str(path),
                 "--store",
                 str(tmp_path / "atl03-store"),
-                "--workers",
-                "1",
-                "--threads",
-                "1",
+                *IN_PROCESS_CLI,
                 "--quiet",
             ]
         )
@@ -239,10 +229,7 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
                     "--store",
                     str(tmp_path / store),
                     *flag,
-                    "--workers",
-                    "1",
-                    "--threads",
-                    "1",
+                    *IN_PROCESS_CLI,
                     "--quiet",
                 ]
             )
@@ -256,10 +243,7 @@ def test_cli_takes_a_western_southern_bbox_as_written(tmp_path):
                 str(path),
                 "--store",
                 str(everywhere),
-                "--workers",
-                "1",
-                "--threads",
-                "1",
+                *IN_PROCESS_CLI,
                 "--quiet",
             ]
         )
@@ -401,7 +385,7 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
     lat[:1000] = np.nan
     lat[1000:1500] = 120.0
     holed["lat_ph"] = ("photon", lat)
-    summary = run(config(tmp_path / "h"), source=holed, workers=1, threads=1, progress=False)
+    summary = run(config(tmp_path / "h"), source=holed, progress=False, **IN_PROCESS)
     lines = summary.lines()
     kept = holed["signal_conf_ph"].values[:, 3] >= 2  # the config's filter runs first
     lon = holed["lon_ph"].values
@@ -416,17 +400,14 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
     assert summary.points == summary.point_counts["keyed"] > 0
     assert not any(x.startswith("warning") for x in lines)
     swapped = photons.rename({"lat_ph": "lon_ph", "lon_ph": "lat_ph"})
-    lines = run(
-        config(tmp_path / "w"), source=swapped, workers=1, threads=1, progress=False
-    ).lines()
+    lines = run(config(tmp_path / "w"), source=swapped, progress=False, **IN_PROCESS).lines()
     assert any(x.startswith("warning: no point was aggregated") and "swapped?" in x for x in lines)
     elsewhere = run(
         config(tmp_path / "b"),
         source=photons,
         bbox="10,10,11,11",
-        workers=1,
-        threads=1,
         progress=False,
+        **IN_PROCESS,
     ).lines()
     assert any(
         "the region (--region, --bbox or --shards) holds none of these points" in x
@@ -435,9 +416,8 @@ def test_run_summary_accounts_for_points_it_did_not_aggregate(tmp_path, photons)
     nothing = run(
         config(tmp_path / "n"),
         source=photons.isel(photon=slice(0, 0)),
-        workers=1,
-        threads=1,
         progress=False,
+        **IN_PROCESS,
     ).lines()
     assert any(x.startswith("warning: no point was read") for x in nothing)
 
@@ -447,7 +427,7 @@ def test_cli_run_inspect_verify(tmp_path):
     import yaml
 
     cfg_path.write_text(yaml.safe_dump(config(tmp_path / "cli", points=60_000)))
-    assert main(["run", str(cfg_path), "--workers", "1", "--threads", "1", "--quiet"]) == 0
+    assert main(["run", str(cfg_path), *IN_PROCESS_CLI, "--quiet"]) == 0
     result = subprocess.run(
         [sys.executable, "-m", "zagg", "inspect", str(tmp_path / "cli")],
         capture_output=True,

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import xarray as xr
+from gateway_server import listening
 
 import zagg
 
@@ -110,27 +111,6 @@ def test_a_performance_report_must_be_an_html_file(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-def _listening(pid: int) -> set[tuple[str, int]]:
-    import psutil
-
-    found = set()
-    try:
-        top = psutil.Process(pid)
-        procs = [top, *top.children(recursive=True)]
-    except psutil.Error:
-        return found
-    for proc in procs:
-        try:
-            found |= {
-                (c.laddr.ip, c.laddr.port)
-                for c in proc.net_connections(kind="inet")
-                if c.status == "LISTEN"
-            }
-        except psutil.Error:
-            pass
-    return found
-
-
 @pytest.mark.parametrize(
     "flags", [[], ["--dashboard"], ["--dashboard", "--workers", "2", "--threads", "1"]]
 )
@@ -154,7 +134,7 @@ def test_a_cli_run_listens_on_loopback_only(tmp_path, flags):
     )
     seen: set = set()
     while proc.poll() is None:
-        seen |= _listening(proc.pid)
+        seen |= listening(proc.pid)
         time.sleep(0.05)
     out, err = proc.communicate()
     assert proc.returncode == 0, err

@@ -16,6 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+#: the fresh venv's processes see no source tree a PYTHONPATH names (pip would take the
+#: tree's egg-info for an installed zagg, and the probe would import the tree)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +44,17 @@ def installed(tmp_path_factory):
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
     subprocess.run(
-        [py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True
+        [py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        env=ENV,
     )
     site = subprocess.run(
         [py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         check=True,
         capture_output=True,
         text=True,
+        env=ENV,
     ).stdout.strip()
     ours = [p for p in sys.path if p.endswith("site-packages")]
     Path(site, "zagg-test-deps.pth").write_text("\n".join(ours) + "\n")
@@ -57,13 +64,12 @@ def installed(tmp_path_factory):
 
 
 def _run(bindir: Path, work: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
         [str(bindir / "zagg"), *args],
         cwd=work,
         capture_output=True,
         text=True,
-        env=env,
+        env=ENV,
         timeout=600,
     )
 
@@ -75,7 +81,12 @@ def test_the_wheel_is_the_package_and_ships_its_data(installed):
         "[zagg.__file__, p.names('config'), p.names('region'), d.PROFILE.is_file()]))"
     )
     out = subprocess.run(
-        [str(bindir / "python"), "-c", probe], cwd=work, capture_output=True, text=True, check=True
+        [str(bindir / "python"), "-c", probe],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ENV,
     )
     where, configs, regions, profile = json.loads(out.stdout)
     assert str(bindir.parent) in where  # not the source tree

@@ -10,6 +10,7 @@ import moczarr
 import numpy as np
 import pytest
 import xarray as xr
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import grid as G
@@ -23,37 +24,21 @@ from zagg.sources.synthetic import synthetic_photons
 from zagg.windows import assign
 
 REGION = (-100.2, -75.6, -99.8, -75.4)  # three order-8 shards
-EPOCH = "2018-01-01T00:00:00Z"
 YEAR_2018 = 365 * 86400
 
 
 def config(windowed=True, *, child=13, inner=10, schedule="yearly", scale="gps"):
-    cfg = {
-        "data_source": {
-            "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-            "variables": ["h_ph", "delta_time"],
-        },
-        "aggregation": {
-            "variables": {
-                "count": {"function": "count"},
-                "h_sum": {"function": "sum", "source": "h_ph", "dtype": "float64"},
-                "h_tdigest": {"function": "tdigest", "source": "h_ph"},
-            }
-        },
-        "output": {
-            "dataset": {"short_name": "TEST", "version": "1"},
-            "pyramid": False,
-            "grid": {"parent_order": 8, "child_order": child, "chunk_inner": inner},
-        },
-    }
+    output = {"pyramid": False}
     if windowed:
-        cfg["output"]["windowing"] = {
-            "schedule": schedule,
-            "time_field": "delta_time",
-            "epoch": EPOCH,
-            "scale": scale,
-        }
-    return load_config(cfg)
+        output["windowing"] = dict(YEARLY, schedule=schedule, scale=scale)
+    return load_config(
+        pipeline_config(
+            synthetic_source("h_ph", "delta_time"),
+            fields("count", "h_sum", "h_tdigest"),
+            grid_orders(8, child, inner=inner),
+            **output,
+        )
+    )
 
 
 def write(ds, cfg, store):
@@ -310,15 +295,16 @@ def test_dense_window_read_derives_the_coordinate(stores, photons):
     assert int(dense["count"].sum()) == int(sparse["count"].sum()) > 0
 
 
-def test_run_on_a_cluster_writes_the_same_windowed_leaves(tmp_path, photons, stores):
+def test_run_on_a_cluster_writes_the_same_windowed_leaves(
+    tmp_path, photons, stores, worker_process
+):
     _, yearly, _ = stores
     cfg = config().raw
     summary = zagg.run(
         cfg,
         store=str(tmp_path / "r"),
         source=photons.chunk({"photon": 25_000}),
-        workers=1,
-        threads=1,
+        scheduler=worker_process,
         progress=False,
     )
     mine = {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}

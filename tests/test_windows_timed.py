@@ -7,6 +7,7 @@ import moczarr
 import mortie
 import numpy as np
 import pytest
+from builders import YEARLY, fields, grid_orders, pipeline_config, synthetic_source
 
 import zagg
 from zagg import grid as G
@@ -19,40 +20,18 @@ from zagg.sources.synthetic import synthetic_photons
 from zagg.windows import assign, toc
 
 REGION = (-100.2, -75.6, -99.8, -75.4)
-WINDOWING = {
-    "schedule": "yearly",
-    "time_field": "delta_time",
-    "epoch": "2018-01-01T00:00:00Z",
-    "scale": "gps",
-}
 
 
 def config(delta=16, located=False):
+    digest = {"timed": True, "located": located, "params": {"delta": delta}}
     return load_config(
-        {
-            "data_source": {
-                "coordinates": {"latitude": "lat_ph", "longitude": "lon_ph"},
-                "variables": ["h_ph", "delta_time"],
-            },
-            "aggregation": {
-                "variables": {
-                    "count": {"function": "count"},
-                    "h_tdigest": {
-                        "function": "tdigest",
-                        "source": "h_ph",
-                        "timed": True,
-                        "located": located,
-                        "params": {"delta": delta},
-                    },
-                }
-            },
-            "output": {
-                "dataset": {"short_name": "TEST", "version": "1"},
-                "pyramid": False,
-                "grid": {"parent_order": 8, "child_order": 13, "chunk_inner": 10},
-                "windowing": dict(WINDOWING),
-            },
-        }
+        pipeline_config(
+            synthetic_source("h_ph", "delta_time"),
+            fields("count", "h_tdigest", h_tdigest=digest),
+            grid_orders(8, 13, inner=10),
+            pyramid=False,
+            windowing=dict(YEARLY),
+        )
     )
 
 
@@ -383,7 +362,7 @@ def test_time_range_fields_hold_each_cells_join_and_decode_to_its_first_and_last
         load_config(raw)
 
 
-def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photons):
+def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photons, worker_process):
     import json
 
     cfg = config(delta=100_000)
@@ -392,8 +371,7 @@ def test_a_cluster_run_writes_the_same_timed_leaves_and_records(tmp_path, photon
         cfg.raw,
         store=str(tmp_path / "run"),
         source=photons.chunk({"photon": 25_000}),
-        workers=1,
-        threads=1,
+        scheduler=worker_process,
         progress=False,
     )
     key = {(r["shard_id"], r["window"]): r["content_hashes"] for r in direct.records}
