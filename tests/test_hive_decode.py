@@ -119,7 +119,7 @@ def test_open_hive_values_are_zarrs(store):
             got_dense, got_sparse = dense[name].values[rows], sparse[name].values[in_sparse]
             if want.dtype == object:
                 want = [b"" if v is None else bytes(v) for v in want]
-                if name.endswith("_locations"):  # word siblings: one uint64 array per cell
+                if name.endswith(("_locations", "_times")):  # word siblings: uint64 per cell
                     want = [np.frombuffer(v, "<u8") for v in want]
                     assert all(np.array_equal(a, b) for a, b in zip(got_dense, want, strict=True))
                     assert all(np.array_equal(got_sparse[j], want[k]) for j, k in enumerate(at))

@@ -34,7 +34,7 @@ def photons():
 
 @pytest.fixture(scope="module")
 def aggregated(photons):
-    return zagg.aggregate(photons, strata_config(located=True)).compute()
+    return zagg.aggregate(photons, strata_config(located=True, timed=False)).compute()
 
 
 @pytest.fixture(scope="module")

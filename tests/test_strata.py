@@ -19,10 +19,11 @@ REGION = (-100.1, -75.55, -99.9, -75.45)
 STRATA = yaml.safe_load(open("configs/atl03_strata.yaml"))
 
 
-def strata_config(located=False, child=17):
+def strata_config(located=False, child=17, timed=True):
     cfg = copy.deepcopy(STRATA)
     for name in ("h_tdigest_signal", "h_tdigest_noise"):
         cfg["aggregation"]["variables"][name]["located"] = located
+        cfg["aggregation"]["variables"][name]["timed"] = timed
         cfg["aggregation"]["variables"][name]["params"] = {"delta": 100_000}
     cfg["output"]["grid"] = {"parent_order": 9, "child_order": child}
     return cfg
