@@ -538,23 +538,30 @@ def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     )
 
 
-def _morton_cells(shard_id: str, occupied: np.ndarray, grid: Grid) -> DenseCells:
+def _morton_encoded(shard_id: str, occupied: np.ndarray, grid: Grid) -> encode.EncodedArray:
     """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
-    cell (those chunks are written whole), nothing elsewhere."""
+    cell (those chunks are written whole), nothing elsewhere; each chunk's words are made
+    in place in the object's buffer."""
     per = grid.cells_per_chunk
-    chunks = np.unique(occupied // per)
-    ranks = (chunks[:, None] * per + np.arange(per, dtype=np.int64)).ravel()
+    k_of = occupied // per  # ascending: the touched chunks are where it changes
+    touched = k_of[np.concatenate(([True], k_of[1:] != k_of[:-1]))] if k_of.size else k_of
     word = _grid.from_decimal(shard_id)[0]
     p, c = grid.shard_order, grid.cell_order
-    if c > 27:
-        words = _grid.shard_cell_words(word, p, c)[ranks]
-    else:
-        words = (
-            np.uint64(word)
-            + np.uint64(c - p)
-            + ranks.astype(np.uint64) * np.uint64(_grid.stride(c))
+
+    def fill_rows(block: np.ndarray) -> None:
+        if c > 27:
+            block[:] = _grid.shard_cell_words(word, p, c).reshape(-1, per)[touched]
+            return
+        step = np.uint64(_grid.stride(c))
+        first = (
+            np.uint64(word) + np.uint64(c - p) + touched.astype(np.uint64) * (np.uint64(per) * step)
         )
-    return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
+        np.add(first[:, None], np.arange(per, dtype=np.uint64)[None, :] * step, out=block)
+
+    n = grid.cells_per_shard
+    return encode.encode_dense_chunks(
+        touched, fill_rows, np.dtype("<u8"), 0, n, grid.inner_chunks, grid.dense_sharded
+    )
 
 
 def _clear_previous(root: StoreRoot, rel: str) -> None:
@@ -615,13 +622,15 @@ def _write_chunks(out: _Unstamped, rel: str, spec: LeafSpec, leaf: ShardLeaf, oc
     n, k = grid.cells_per_shard, grid.inner_chunks
     arrays = []
     if leaf.window is None:
-        arrays.append((MORTON, _morton_cells(leaf.shard_id, occupied, grid), 0))
+        arrays.append((MORTON, None, 0))
     arrays += [(name, leaf.contents[name], sp.fill_value) for name, sp in spec.specs.items()]
     digests = {}
     total = count = 0
     io_s = 0.0
     for name, cells, fill in arrays:
-        if isinstance(cells, RaggedCells):
+        if cells is None:
+            enc = _morton_encoded(leaf.shard_id, occupied, grid)
+        elif isinstance(cells, RaggedCells):
             enc = encode.encode_ragged_cells(cells, n, k)
         else:
             enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k, grid.dense_sharded)
