@@ -42,6 +42,7 @@ class EncodedArray:
 
     objects: list[tuple[int, bytes]]
     digest: str
+    seconds: float = 0.0  # how long encoding it took, where it was timed
 
 
 class _Fill:
