@@ -141,7 +141,7 @@ def floor(paths: list[Path]) -> dict:
     import numpy as np
 
     cores = os.cpu_count() or 1
-    t_inflate = t_geo = 0.0
+    t_inflate = t_geo = cpu = 0.0  # wall seconds of each part; CPU seconds of both
     photons = 0
     mortie.geo2mort(np.zeros(1000), np.zeros(1000), order=C)  # start mortie's pool
     with ThreadPoolExecutor(cores) as pool:
@@ -149,9 +149,10 @@ def floor(paths: list[Path]) -> dict:
             datasets, fills = _chunks_of(path)
             fd = os.open(path, os.O_RDONLY)
             try:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = list(pool.map(functools.partial(_inflate, fd), [d[2] for d in datasets]))
                 t_inflate += time.perf_counter() - t0
+                cpu += time.process_time() - c0
             finally:
                 os.close(fd)
             coords = {}
@@ -165,11 +166,12 @@ def floor(paths: list[Path]) -> dict:
             del out
             lat = np.concatenate(coords["heights/lat_ph"])
             lon = np.concatenate(coords["heights/lon_ph"])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             mortie.geo2mort(lat, lon, order=C)
             t_geo += time.perf_counter() - t0
+            cpu += time.process_time() - c0
             photons += lat.size  # (chunks are whole: padding rows included, a few per beam)
-    return {"inflate": t_inflate, "geo2mort": t_geo, "photons": photons}
+    return {"inflate": t_inflate, "geo2mort": t_geo, "cpu": cpu, "photons": photons}
 
 
 # --------------------------------------------------------------------------- one run
@@ -402,7 +404,12 @@ def measure(n: int, args, tmp: Path) -> list[dict]:
     else:
         paths = pool_granules(count, args.per_granule, args.seed, where)
     disk = sum(p.stat().st_size for p in paths)
-    fl = floor(paths)
+    fl = (
+        floor(paths)
+        if not args.no_floor
+        else dict.fromkeys(("inflate", "geo2mort", "cpu"), math.nan)
+    )
+    fl.setdefault("photons", 0)
     store = str(tmp / "store")
     out = []
     for checkout in args.checkout:
@@ -444,14 +451,22 @@ def report(r: dict, label: str = "") -> None:
         f"{r['wall'] / floor_s:.2f} ({verdict(r['wall'] / floor_s, TARGETS['floor'], False)}); "
         f"leaves / floor {r['leaves_wall'] / floor_s:.2f}"
     )
+    cpu_s = r["cpu"] * r["wall"] / 100
+    print(
+        f"  CPU seconds: run {cpu_s:.1f}, floor {fl['cpu']:.1f}; run / floor "
+        f"{cpu_s / fl['cpu']:.2f} (the work, whatever the machine's load)"
+    )
     print(
         f"  CPU {r['cpu']:.0f} % of one core over the process wall "
         f"({verdict(r['cpu'], TARGETS['cpu'])}); peak RSS {r['rss'] / 2**30:.2f} GiB "
         f"({verdict(r['rss'] / 2**30, TARGETS['rss_gib'], False)})"
     )
-    print("  phases (seconds from the run's start, thread occupancy, CPU %):")
+    print("  phases (seconds from the run's start, thread occupancy, CPU %, CPU seconds):")
     for name, a, b, occ, cpu in r.get("phases", ()):
-        print(f"    {name:<16} {a:7.1f} - {b:7.1f} s  {occ:5.0%}  {cpu:5.0f} %")
+        print(
+            f"    {name:<16} {a:7.1f} - {b:7.1f} s  {occ:5.0%}  {cpu:5.0f} %  "
+            f"{cpu * (b - a) / 100:7.1f} s"
+        )
     busy = r.get("busy_threads")
     if busy:
         print(
@@ -486,6 +501,9 @@ def main(argv=None) -> int:
         default=[Path(__file__).resolve().parents[1]],
         help="run zagg from each of these source trees in turn (default: this one); "
         "their leaves' content hashes are compared",
+    )
+    ap.add_argument(
+        "--no-floor", action="store_true", help="leave the floor out (runs alone: no ratios)"
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
