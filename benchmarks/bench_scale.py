@@ -13,21 +13,26 @@ granules are written first, not timed). Then, in the same run:
   avoids. Chunk offsets are found (h5py) outside the timing.
 - run: ``zagg.run`` of the shipped ``atl03_tdigest`` config (count + t-digest of ``h_ph``
   where ``land_ice_conf >= 2``, order 19 cells in order 9 shards, its default pyramid and
-  chained sweep) on the machine's default cluster, in a fresh process, as ``zagg run``
-  runs it. Reported: the process's wall time (start to exit) and the run's own (config to
-  last leaf, then the sweep), CPU % (CPU seconds of the process tree ÷ wall), CPU % while
-  the leaves are written and while the sweep runs (the process tree sampled every
-  0.25 s), peak RSS (the process tree's, sampled), photons per second, the tasks' time per
-  stage (``summary.stages``) and the leaf write's split, and wall ÷ floor.
+  chained sweep, the Icechunk companion when installed) on the machine's default cluster,
+  in a fresh process, as ``zagg run`` runs it. Reported: the process's wall time (start to
+  exit) and the run's own (to the last leaf, then the sweep), CPU % and CPU seconds of the
+  process tree (beside the floor's CPU seconds: the work, whatever the machine's load),
+  peak RSS (the process tree's, sampled every 0.25 s), photons per second, wall ÷ floor,
+  the tasks' time per stage (``summary.stages``) with the leaf write's split, the run's
+  phases (read + reduce, combine + write, sweep: their spans, the share of the threads
+  busy in them and their CPU), and how long 0, 1, ... threads were computing.
 
 The machine's load is printed beside each row (load average, and the CPU % of everything
 else on the machine during the run): on a shared machine read the ratios, not the seconds.
-``--link`` builds the largest size from hard links to the pool's granules instead of
-writing more (``--link 1e9`` with a 40-granule pool streams every granule ten times under
-ten names: the same photons, honest for throughput and memory, not for the store's
-contents).
+``--link N`` builds larger sizes from hard links to the pool's first N granules instead
+of writing more (``--link 40 --sizes 1e9`` streams each of 40 granules ten times under ten
+names: the same photons, honest for throughput and memory, not for the store's contents).
+``--checkout`` runs other source trees' zagg on the same granules (``--rounds`` times,
+alternating) and compares their medians and their leaves' content hashes.
 
     python benchmarks/bench_scale.py --sizes 1e7 1e8 --keep /tmp/zagg-scale
+    python benchmarks/bench_scale.py --sizes 1e8 --keep /tmp/zagg-scale --rounds 3 \\
+        --checkout ../zagg-previous .                            # before / after
     python benchmarks/bench_scale.py --sizes 2e5 --per-granule 50000    # smoke
 """
 
@@ -394,7 +399,8 @@ def _peak_rss(proc, stop: threading.Event, peak: list) -> None:
 
 
 def measure(n: int, args, tmp: Path) -> list[dict]:
-    """The floor, then one run per checkout (in the order given) on the same granules."""
+    """The floor, then ``--rounds`` rounds of one run per checkout (in the order given)
+    on the same granules."""
     count = math.ceil(n / args.per_granule)
     where = args.keep or tmp
     linked = bool(args.link and count > args.link)
@@ -412,13 +418,46 @@ def measure(n: int, args, tmp: Path) -> list[dict]:
     fl.setdefault("photons", 0)
     store = str(tmp / "store")
     out = []
-    for checkout in args.checkout:
-        r = run({"config": config(paths), "store": store}, tmp, checkout)
-        r.update(n=n, granules=len(paths), disk=disk, floor=fl, linked=linked)
-        r["checkout"] = str(checkout)
-        out.append(r)
-        shutil.rmtree(store, ignore_errors=True)
+    for k in range(args.rounds):
+        for checkout in args.checkout:
+            r = run({"config": config(paths), "store": store}, tmp, checkout)
+            r.update(n=n, granules=len(paths), disk=disk, floor=fl, linked=linked, round=k)
+            r["checkout"] = str(checkout)
+            out.append(r)
+            shutil.rmtree(store, ignore_errors=True)
     return out
+
+
+def compare(runs: list[dict]) -> None:
+    """Per checkout beside the first: the median over rounds of wall, CPU seconds and
+    the two long phases' spans, as ratios; and whether every run wrote the same leaves."""
+    import statistics
+
+    first = runs[0]["checkout"]
+    by: dict = {}
+    for r in runs:
+        by.setdefault(r["checkout"], []).append(r)
+
+    def med(rs, f):
+        return statistics.median(f(r) for r in rs)
+
+    def phase(name):
+        return lambda r: next((b - a for n, a, b, *_ in r["phases"] if n == name), math.nan)
+
+    measures = {
+        "wall": lambda r: r["wall"],
+        "CPU seconds": lambda r: r["cpu"] * r["wall"] / 100,
+        "read + reduce span": phase("read + reduce"),
+        "combine + write span": phase("combine + write"),
+        "sweep span": phase("sweep"),
+    }
+    same = all(r["hashes"] == runs[0]["hashes"] for r in runs)
+    print(f"\n  every leaf's content hash equal in every run: {same}")
+    for checkout, rs in by.items():
+        if checkout == first:
+            continue
+        parts = ", ".join(f"{m} {med(rs, f) / med(by[first], f):.2f}" for m, f in measures.items())
+        print(f"  {checkout} ÷ {first} (medians of {len(rs)} rounds): {parts}")
 
 
 def verdict(value: float, target: float, higher: bool = True) -> str:
@@ -503,6 +542,9 @@ def main(argv=None) -> int:
         "their leaves' content hashes are compared",
     )
     ap.add_argument(
+        "--rounds", type=int, default=1, help="runs per checkout, the checkouts alternating"
+    )
+    ap.add_argument(
         "--no-floor", action="store_true", help="leave the floor out (runs alone: no ratios)"
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -521,17 +563,10 @@ def main(argv=None) -> int:
         for n in map(int, args.sizes):
             runs = measure(n, args, tmp)
             for r in runs:
-                report(r, f"[{r['checkout']}] " if len(runs) > 1 else "")
+                label = f"[{r['checkout']}, round {r['round'] + 1}] " if len(runs) > 1 else ""
+                report(r, label)
             if len(runs) > 1:
-                same = all(r["hashes"] == runs[0]["hashes"] for r in runs[1:])
-                ratios = ", ".join(
-                    f"wall {r['wall'] / runs[0]['wall']:.2f}, CPU % {r['cpu'] / runs[0]['cpu']:.2f}"
-                    for r in runs[1:]
-                )
-                print(
-                    f"  every leaf's content hash equal across the checkouts: {same}; "
-                    f"÷ the first checkout: {ratios}"
-                )
+                compare(runs)
             results += runs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
