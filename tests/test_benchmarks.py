@@ -347,3 +347,47 @@ def test_bench_icechunk_gathers_each_leaf_from_its_carrier(tmp_path):
     assert re.search(r"of the run \((meets|misses) the target 10%\)", text)
     share = float(re.search(r"repo / hive bytes\s+([\d.]+)%", text).group(1))
     assert 0 < share < 5
+
+
+def test_bench_scale_counts_photons_cells_leaves_and_compares_checkouts(tmp_path):
+    """bench_scale on two small granules, each read twice under two names (--link), by
+    this checkout twice: the photons, kept photons, cells and leaves it prints are what
+    h5py and mortie count, and both runs wrote the same leaves."""
+    import h5py
+
+    from zagg.sources.write_granules import BEAMS
+
+    root = str(BENCH.parent)
+    text = _run(
+        "bench_scale.py",
+        *("--sizes", "2e5", "--per-granule", "50000", "--link", "2", "--keep", str(tmp_path)),
+        *("--checkout", root, root),
+    )
+    paths = sorted(tmp_path.glob("atl03-pool-*/ATL03_*.h5"))
+    assert len(paths) == 2
+    lat, lon, conf = [], [], []
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            for b in BEAMS:
+                h = f[f"{b}/heights"]
+                for name, out in (("lat_ph", lat), ("lon_ph", lon)):
+                    v = h[name][:]
+                    out.append(np.where(v == h[name].attrs["_FillValue"][0], np.nan, v))
+                conf.append(h["signal_conf_ph"][:, 3])
+    lat, lon, conf = np.concatenate(lat), np.concatenate(lon), np.concatenate(conf)
+    keep = (conf >= 2) & np.isfinite(lat) & np.isfinite(lon)
+    cells = mortie.geo2mort(lat[keep], lon[keep], order=19)
+    heads = re.findall(
+        r"4 granules \(hard links\), ([\d,]+) photons read, .*; ([\d,]+) kept, ([\d,]+) "
+        r"cells with data, (\d+) leaves",
+        text,
+    )
+    assert len(heads) == 2, text
+    for head in heads:
+        got = [int(g.replace(",", "")) for g in head]
+        shards = np.unique(mortie.clip2order(9, cells)).size
+        assert got == [2 * lat.size, 2 * int(keep.sum()), np.unique(cells).size, shards]
+    assert "every leaf's content hash equal in every run: True" in text
+    assert len(re.findall(r"CPU seconds: run [\d.]+, floor [\d.]+", text)) == 2
+    for phase in ("read + reduce", "combine + write", "sweep"):
+        assert len(re.findall(rf"    {re.escape(phase)} +[\d.]+ - +[\d.]+ s", text)) == 2, text

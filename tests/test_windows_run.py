@@ -316,6 +316,27 @@ def test_run_on_a_cluster_writes_the_same_windowed_leaves(
     assert mine == theirs
 
 
+def test_windowed_leaves_encoded_array_by_array_are_the_same(
+    tmp_path, photons, stores, monkeypatch
+):
+    """Every windowed leaf's arrays (no stored morton) encoded in tasks of their own before
+    the task that writes it, as a big leaf's are: the same leaves and content hashes."""
+    import zagg.engine.write
+
+    _, yearly, _ = stores
+    monkeypatch.setattr(zagg.engine.write, "SPLIT_BYTES", 0)
+    summary = write(photons, config(), tmp_path / "split")
+    assert all(r["timings"]["encoded_s"] > 0 for r in summary.records)
+    mine = {(r["shard_id"], r["window"]): r["content_hashes"] for r in summary.records}
+    root = hive.StoreRoot(str(yearly))
+    theirs = {
+        (sid, label): hive.read_stamp(root, rel)["content_hashes"]
+        for label, leaves in walk_windows(str(yearly)).items()
+        for rel, sid in leaves
+    }
+    assert mine == theirs
+
+
 def test_inspect_lists_windows_and_their_time_ranges(stores, photons):
     from zagg.read.inspect import inspect_store
 

@@ -22,6 +22,9 @@ COMBINE = "combine"
 SHARD_CELLS = "shard-cells"
 #: one leaf written (its arrays, coverage, stamp, pointer, sidecars and column)
 WRITE_LEAF = "write-leaf"
+#: one array of a big leaf encoded (chunk objects and digest) beside the leaf's others,
+#: before the leaf's write-leaf task writes them
+ENCODE_LEAF = "encode-leaf"
 #: a user's sparse Dataset cut back into shards for writing
 DATASET_CELLS = "cells"
 #: one node of the pyramid sweep, folding its four children
@@ -36,6 +39,7 @@ STAGE_OF = {
     SHARD_CELLS: "combine",
     "merge-shard": "combine",
     WRITE_LEAF: "write",
+    ENCODE_LEAF: "write",
     FOLD_NODE: "pyramid",
     "summary": "other",
     "result": "other",

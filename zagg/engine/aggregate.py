@@ -270,14 +270,21 @@ class Discovery:
         cls, reductions: da.Array, progress: bool, granule_ids=None, unit_name=None
     ) -> Discovery:
         """Compute the chunk reductions (kept on the cluster) and gather their summaries;
-        ``unit_name(key)`` names a unit in ``shard_granules`` (default: the shard id)."""
-        (reductions,) = progress_.persist(
-            [reductions], progress=progress, label="keying and reducing input chunks"
-        )
+        ``unit_name(key)`` names a unit in ``shard_granules`` (default: the shard id).
+
+        Each chunk's summary is asked for as soon as the reductions are submitted, so it is
+        made right after its chunk is reduced: on a distributed cluster nothing waits for
+        the last reduction before the summaries start (a local scheduler persists them
+        first, then summarizes)."""
+        (reductions,) = dask.persist(reductions)  # a distributed client returns at once
         blocks = collection.block_tasks(reductions)
         take = dask.delayed(_result, pure=False)
         summarize = dask.delayed(_summary, pure=False)
-        summaries = progress_.compute([summarize(b) for b in blocks])
+        summaries = progress_.compute(
+            [summarize(b) for b in blocks],
+            progress=progress,
+            label="keying and reducing input chunks",
+        )
         words = np.unique(
             np.concatenate([s for s, _, _, _ in summaries] + [np.zeros(0, np.uint64)])
         )

@@ -33,7 +33,8 @@ from zagg.reducers.partials import Partial, combine
 from zagg.stages import COMBINE, PIECE, SHARD_CELLS, layer_name
 
 FAN_IN = 64  # partials merged per combine task: up to 64 chunks per shard merge once
-STAGES = ("piece", "combine", "finalize", "output")  # later stages run first within a shard
+#: a shard's task stages in order; later stages run first within a shard
+STAGES = ("piece", "combine", "finalize", "encode", "output")
 
 
 def block_tasks(array: da.Array, optimize: bool = False) -> list:
@@ -114,6 +115,7 @@ class Shards:
     priorities: list[int]
     sizes: list[int] | None = None  # occupied cells per shard, once known
     morton: np.ndarray | None = field(default=None, repr=False)  # their words, once known
+    rows: list[int] | None = None  # estimated rows per shard (cells + centroids), if known
 
     @property
     def arrays(self) -> dict:
@@ -171,7 +173,15 @@ class Shards:
         sizes = [w.size for w in words]
         morton = np.concatenate(words) if words else np.zeros(0, np.uint64)
         return Shards(
-            cells, self.words, self.spec, self.facts, self.attrs, self.priorities, sizes, morton
+            cells,
+            self.words,
+            self.spec,
+            self.facts,
+            self.attrs,
+            self.priorities,
+            sizes,
+            morton,
+            self.rows,
         )
 
     def to_dataset(self):
@@ -322,10 +332,10 @@ def build(
         deps += items
     if not layer:
         cells = da.zeros(0, dtype=object, chunks=((0,),))
-        return Shards(cells, words, spec, facts, attrs, prio)
+        return Shards(cells, words, spec, facts, attrs, prio, rows=weights)
     with dask.annotate(priority=lambda key: stage_priority(prio[key[-1]], "finalize")):
         graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
     cells = da.Array(
         graph, name, chunks=((1,) * len(words),), dtype=object, meta=np.empty(0, object)
     )
-    return Shards(cells, words, spec, facts, attrs, prio)
+    return Shards(cells, words, spec, facts, attrs, prio, rows=weights)

@@ -1,12 +1,14 @@
 """Aggregated shards → morton-hive store: one ``write-leaf`` task per shard writes one leaf.
 
-There is one write path: ``map_blocks`` of :meth:`LeafWriter.write` over the central
-collection (:class:`zagg.engine.combine.Shards`). :func:`zagg.run` hands it the collection it
-aggregated; :func:`to_hive` first rebuilds it from a Dataset (sparse or dense, lazy,
-persisted, computed or edited: whatever its arrays hold is what is written). The client
-checks and writes the manifest before any leaf, submits one task per shard (each returns a
-small record), then writes the sidecars and the root coverage. Tasks never share an
-object and only the client touches root objects.
+There is one write path: a layer of :meth:`LeafWriter.write` tasks over the central
+collection (:class:`zagg.engine.combine.Shards`), one per shard (:func:`leaf_layer`).
+:func:`zagg.run` hands it the collection it aggregated; :func:`to_hive` first rebuilds it
+from a Dataset (sparse or dense, lazy, persisted, computed or edited: whatever its arrays
+hold is what is written). The client checks and writes the manifest before any leaf,
+submits the tasks (each returns a small record), then writes the sidecars and the root
+coverage. A big leaf's arrays are encoded beside each other by ``encode-leaf`` tasks
+(CPU only, nothing written) before its write-leaf task writes them: tasks never share an
+object, and only the client touches root objects.
 """
 
 from __future__ import annotations
@@ -24,18 +26,20 @@ from zagg import hive
 from zagg.checks.arguments import require_dataset
 from zagg.config.store import StoreSpec
 from zagg.engine import progress as progress_
-from zagg.engine.combine import Shards, block_tasks, shard_priorities
+from zagg.engine.combine import Shards, block_tasks, shard_priorities, stage_priority
 from zagg.engine.facts import RunFacts
 from zagg.engine.manifest import ensure_store
 from zagg.engine.shards import ShardCells, from_sparse
 from zagg.engine.summary import RunSummary
 from zagg.engine.temporal import temporal_record, unit_window
 from zagg.hive.coverage import finish_root_coverage
-from zagg.hive.leaf import LeafSpec, ShardLeaf, write_shard_leaf
+from zagg.hive.encode import EncodedArray
+from zagg.hive.layout import MORTON
+from zagg.hive.leaf import LeafSpec, ShardLeaf, encode_leaf_array, write_shard_leaf
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
 from zagg.hive.versions import new_run_id
 from zagg.pyramid.icechunk import with_carriers
-from zagg.stages import DATASET_CELLS, WRITE_LEAF, layer_name
+from zagg.stages import DATASET_CELLS, ENCODE_LEAF, WRITE_LEAF, layer_name
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -83,10 +87,8 @@ class LeafWriter:
         """The store the leaves are written into."""
         return self.leaf.root
 
-    def write(self, sc: ShardCells) -> dict | None:
-        """Write one shard's leaf from its occupied cells, then (with its sidecars, while
-        its version is current) its pyramid column; None (nothing written) when no cell
-        holds a value."""
+    def shard_leaf(self, sc: ShardCells) -> ShardLeaf:
+        """A shard's leaf: its occupied cells and identity (id, window, granules)."""
         shard_id = G.to_decimal(np.uint64(sc.shard))[0]
         window, time_range = unit_window(self.windowing, sc)
         ids = (
@@ -94,7 +96,7 @@ class LeafWriter:
             if self.unit_granules is None
             else self.unit_granules.get(leaf_stem(shard_id, window))
         )
-        leaf = ShardLeaf(
+        return ShardLeaf(
             shard_id,
             sc.contents,
             granule_ids=ids,
@@ -102,9 +104,39 @@ class LeafWriter:
             time_range=time_range,
             temporal=temporal_record(self.timed, sc),
         )
+
+    @property
+    def arrays(self) -> list[str]:
+        """The arrays every leaf of the run stores (a windowed run's leaves no ``morton``)."""
+        return [MORTON] * (self.windowing is None) + list(self.leaf.specs)
+
+    def encode(self, sc: ShardCells, name: str) -> EncodedArray:
+        """One array of a shard's leaf encoded, nothing written (see :meth:`write`)."""
+        return encode_leaf_array(self.leaf, self.shard_leaf(sc), name)
+
+    def write(self, sc: ShardCells, encoded: dict | None = None) -> dict | None:
+        """Write one shard's leaf from its occupied cells, then (with its sidecars, while
+        its version is current) its pyramid column; None (nothing written) when no cell
+        holds a value. ``encoded``: arrays :meth:`encode` made beforehand, by name."""
+        leaf = self.shard_leaf(sc)
         return write_shard_leaf(
-            self.leaf, leaf, derived=lambda record: self.write_column(leaf, record)
+            self.leaf,
+            leaf,
+            derived=lambda record: self.write_column(leaf, record),
+            encoded=encoded,
         )
+
+    def hashed_bytes(self, rows: int) -> int:
+        """About how many bytes a leaf's §5 digests hash, for a shard of ``rows`` (cells +
+        centroids): each array over every cell of the shard, filled or not (the bulk of a
+        leaf's encoding), plus the payload rows."""
+        per_cell = sum(
+            8
+            if name == MORTON or self.leaf.specs[name].ragged
+            else self.leaf.specs[name].dtype.itemsize
+            for name in self.arrays
+        )
+        return self.leaf.grid.cells_per_shard * per_cell + 8 * int(rows)
 
     def write_column(self, leaf: ShardLeaf, record: dict | None) -> dict | None:
         """The leaf column (a windowed leaf's: its window's), after the leaf's stamp
@@ -114,10 +146,49 @@ class LeafWriter:
         return after_leaf(self.leaf, leaf, record, self.pyramid)
 
 
-def _write_block(block, writer: LeafWriter) -> np.ndarray:
+def _write_block(block, writer: LeafWriter, *encoded) -> np.ndarray:
     out = np.empty(1, dtype=object)
-    out[0] = writer.write(block[0])
+    by_name = dict(zip(writer.arrays, encoded, strict=True)) if encoded else None
+    out[0] = writer.write(block[0], by_name)
     return out
+
+
+def _encode_block(block, writer: LeafWriter, name: str) -> EncodedArray:
+    return writer.encode(block[0], name)
+
+
+#: a leaf whose digests hash at least this many bytes is encoded array by array in tasks
+#: of their own, beside each other, before its write-leaf task writes it: the CPU work of
+#: a big leaf is shared by every core, while one task stays the one writer of each object
+SPLIT_BYTES = 16 * 2**20
+
+
+def leaf_layer(shards: Shards, writer: LeafWriter, name: str) -> da.Array:
+    """One ``write-leaf`` task per shard (an object array of the leaves' records) over the
+    shards' cells; a big shard's arrays (:data:`SPLIT_BYTES`) are first encoded by
+    ``encode-leaf`` tasks of their own, which its write-leaf task waits for."""
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import Task, TaskRef
+
+    encode_name = layer_name(ENCODE_LEAF, name)
+    rows = shards.rows or [0] * len(shards.words)
+    layer = {}
+    for i in range(len(shards.words)):
+        cells = TaskRef((shards.cells.name, i))
+        encoded = []
+        if writer.hashed_bytes(rows[i]) >= SPLIT_BYTES:
+            for j, array in enumerate(writer.arrays):
+                key = (encode_name, i, j)
+                layer[key] = Task(key, _encode_block, cells, writer, array)
+                encoded.append(TaskRef(key))
+        layer[(name, i)] = Task((name, i), _write_block, cells, writer, *encoded)
+    prio = shards.priorities
+    stage = {name: "output", encode_name: "encode"}
+    with dask.annotate(priority=lambda key: stage_priority(prio[key[1]], stage[key[0]])):
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=[shards.cells])
+    return da.Array(
+        graph, name, chunks=((1,) * len(shards.words),), dtype=object, meta=np.empty(0, object)
+    )
 
 
 def to_hive(
@@ -265,15 +336,8 @@ def prepare_write(
     semantic = ensure_store(root, spec)["semantic_hash"]
     tasks = []
     if shards.words.size:
-        with dask.annotate(priority=shards.priority("output")):
-            records = shards.cells.map_blocks(
-                _write_block,
-                writer=writer,
-                dtype=object,
-                meta=np.empty(0, object),
-                name=layer_name(WRITE_LEAF, shards.cells.name, root.url, semantic, run_id),
-            )
-        tasks = block_tasks(records)
+        name = layer_name(WRITE_LEAF, shards.cells.name, root.url, semantic, run_id)
+        tasks = block_tasks(leaf_layer(shards, writer, name))
     info = {
         "points": (facts.points or {}).get("keyed"),
         "point_counts": facts.points,
@@ -339,7 +403,9 @@ def shards_from_dataset(ds: xr.Dataset) -> Shards:
     )
     prio = shard_priorities(sizes, len(words))
     facts.shards = G.to_decimal(np.asarray(words, np.uint64))
-    return Shards(cells, np.asarray(words, np.uint64), spec, facts, attrs, prio, sizes, morton)
+    return Shards(
+        cells, np.asarray(words, np.uint64), spec, facts, attrs, prio, sizes, morton, sizes
+    )
 
 
 def _check_array(var, name: str, kind: str, dtype: str, fill) -> None:

@@ -42,6 +42,7 @@ class EncodedArray:
 
     objects: list[tuple[int, bytes]]
     digest: str
+    seconds: float = 0.0  # how long encoding it took, where it was timed
 
 
 class _Fill:
@@ -134,16 +135,41 @@ def encode_dense(
     dtype = values.dtype
     per = n // n_inner
     touched, bounds = _chunk_runs(ranks, per)
-    nbytes = per * dtype.itemsize  # one inner chunk
-    # the chunks are filled in place: in the shard object's own buffer when sharded
-    # (chunks, then the index and its crc), so the leaf's bytes are never copied again
-    size = touched.size * nbytes + (16 * n_inner + 4 if sharded else 0)
-    buf = np.empty(size, np.uint8)
-    block = buf[: touched.size * nbytes].view(dtype).reshape(touched.size, per)
+    buf, block = _dense_block(touched.size, per, dtype, n_inner, sharded)
     block.fill(fill)
     if ranks.size:
         row = np.repeat(np.arange(touched.size), np.diff(bounds))
         block[row, ranks % per] = values
+    return _dense_objects(buf, block, touched, fill, n, n_inner, sharded)
+
+
+def encode_dense_chunks(
+    touched: np.ndarray, fill_rows, dtype: np.dtype, fill, n: int, n_inner: int, sharded: bool
+) -> EncodedArray:
+    """:func:`encode_dense` of an array whose ``touched`` inner chunks (ascending) are
+    written whole: ``fill_rows(block)`` writes chunk ``touched[t]``'s values into row t of
+    ``block`` (``(touched.size, n // n_inner)`` of ``dtype``), in the object's own buffer,
+    so values made chunk by chunk (the cell law's words) are never gathered from ranks."""
+    buf, block = _dense_block(touched.size, n // n_inner, np.dtype(dtype), n_inner, sharded)
+    fill_rows(block)
+    return _dense_objects(buf, block, touched, fill, n, n_inner, sharded)
+
+
+def _dense_block(count: int, per: int, dtype: np.dtype, n_inner: int, sharded: bool):
+    """The buffer of a dense array's object(s) and the view of its ``count`` chunks as
+    rows: the chunks are filled in place, in the shard object's own buffer when sharded
+    (chunks, then the index and its crc), so the leaf's bytes are never copied again."""
+    nbytes = per * dtype.itemsize  # one inner chunk
+    buf = np.empty(count * nbytes + (16 * n_inner + 4 if sharded else 0), np.uint8)
+    return buf, buf[: count * nbytes].view(dtype).reshape(count, per)
+
+
+def _dense_objects(buf, block, touched, fill, n: int, n_inner: int, sharded: bool):
+    """The objects and digest of a dense array whose ``touched`` chunks are ``block``'s
+    rows (filled), in ``buf`` (see :func:`_dense_block`)."""
+    dtype = block.dtype
+    per = n // n_inner
+    nbytes = per * dtype.itemsize
     digest = _stream_digest(touched, list(block), fill_of(dtype, fill, n, per))
     if not touched.size:
         return EncodedArray([], digest)

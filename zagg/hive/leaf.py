@@ -204,11 +204,20 @@ def write_leaf_cells(
 
 
 def write_shard_leaf(
-    spec: LeafSpec, leaf: ShardLeaf, *, derived: Callable[[dict], object] | None = None
+    spec: LeafSpec,
+    leaf: ShardLeaf,
+    *,
+    derived: Callable[[dict], object] | None = None,
+    encoded: Mapping[str, encode.EncodedArray] | None = None,
 ) -> dict | None:
     """Write one shard's leaf as :func:`write_leaf_cells` describes, from what every leaf
     of the run shares (``spec``) and the shard's own cells and identity (``leaf``); returns
-    its record, or None (writing nothing) when no cell is occupied."""
+    its record, or None (writing nothing) when no cell is occupied.
+
+    ``encoded`` holds arrays of the leaf already encoded by :func:`encode_leaf_array`
+    (elsewhere, beside each other: the CPU work of a big leaf split across tasks); the
+    others are encoded here. Either way this call is the one writer of every object of
+    the leaf, in the order above, stamp last."""
     t_start = time.perf_counter()
     grid, shard_id = spec.grid, leaf.shard_id
     rel = paths.leaf_path(shard_id, leaf.window)
@@ -239,6 +248,7 @@ def write_shard_leaf(
         ids,
         int(granule_count),
         (t_start, t_prepared),
+        dict(encoded or {}),
     )
     claim = None if version is not None else claims.claim_leaf(spec.root, rel, spec.run_id)
     try:
@@ -263,6 +273,7 @@ class _LeafWrite:
     ids: list[str] | None  # granule ids to record
     granule_count: int
     clock: tuple[float, float]  # when the write started and finished its checks
+    encoded: dict  # arrays encoded before this write (by encode_leaf_array), by name
 
     def run(self, clearing: _Clearing | None, derived) -> dict:
         """The writes, in the normative order: template, arrays and coverage under
@@ -277,7 +288,7 @@ class _LeafWrite:
             key: out.put(f"{self.data}/{key}", doc) for key, doc in self.template.items()
         }
         digests, chunk_bytes, chunk_objects, io_s = _write_chunks(
-            out, self.data, spec, leaf, self.occupied
+            out, self.data, spec, leaf, self.occupied, self.encoded
         )
         t_arrays = time.perf_counter()
 
@@ -346,6 +357,8 @@ class _LeafWrite:
                     "upload_s": t_uploaded - t_coverage,  # an object store's batch; 0 locally
                     "stamp_s": t_stamped - t_uploaded,  # the claim's wait included
                     "total_s": t_stamped - t_start,
+                    # arrays encoded in tasks of their own before this write
+                    "encoded_s": sum(e.seconds for e in self.encoded.values()),
                 },
             }
             self.siblings(record, derived)
@@ -538,23 +551,30 @@ def _payload(name: str, i: int, cell, spec: FieldSpec) -> bytes:
     )
 
 
-def _morton_cells(shard_id: str, occupied: np.ndarray, grid: Grid) -> DenseCells:
+def _morton_encoded(shard_id: str, occupied: np.ndarray, grid: Grid) -> encode.EncodedArray:
     """The stored ``morton``: the cell law's words in every inner chunk holding an occupied
-    cell (those chunks are written whole), nothing elsewhere."""
+    cell (those chunks are written whole), nothing elsewhere; each chunk's words are made
+    in place in the object's buffer."""
     per = grid.cells_per_chunk
-    chunks = np.unique(occupied // per)
-    ranks = (chunks[:, None] * per + np.arange(per, dtype=np.int64)).ravel()
+    k_of = occupied // per  # ascending: the touched chunks are where it changes
+    touched = k_of[np.concatenate(([True], k_of[1:] != k_of[:-1]))] if k_of.size else k_of
     word = _grid.from_decimal(shard_id)[0]
     p, c = grid.shard_order, grid.cell_order
-    if c > 27:
-        words = _grid.shard_cell_words(word, p, c)[ranks]
-    else:
-        words = (
-            np.uint64(word)
-            + np.uint64(c - p)
-            + ranks.astype(np.uint64) * np.uint64(_grid.stride(c))
+
+    def fill_rows(block: np.ndarray) -> None:
+        if c > 27:
+            block[:] = _grid.shard_cell_words(word, p, c).reshape(-1, per)[touched]
+            return
+        step = np.uint64(_grid.stride(c))
+        first = (
+            np.uint64(word) + np.uint64(c - p) + touched.astype(np.uint64) * (np.uint64(per) * step)
         )
-    return cells_.dense_cells(ranks, words, np.dtype("<u8"), 0)
+        np.add(first[:, None], np.arange(per, dtype=np.uint64)[None, :] * step, out=block)
+
+    n = grid.cells_per_shard
+    return encode.encode_dense_chunks(
+        touched, fill_rows, np.dtype("<u8"), 0, n, grid.inner_chunks, grid.dense_sharded
+    )
 
 
 def _clear_previous(root: StoreRoot, rel: str) -> None:
@@ -607,24 +627,52 @@ class _Unstamped:
         self.pending = {}
 
 
-def _write_chunks(out: _Unstamped, rel: str, spec: LeafSpec, leaf: ShardLeaf, occupied):
-    """Write every array's chunk objects under ``rel`` (the stored ``morton`` too, unless
-    the leaf is a window's); returns (digests by key, bytes, objects, seconds storing)."""
+def leaf_arrays(spec: LeafSpec, leaf: ShardLeaf) -> list[str]:
+    """The arrays ``leaf`` stores, in the order they are written: the cell coordinate
+    (not in a window's leaf, spec §1.5), then the fields."""
+    return ([MORTON] if leaf.window is None else []) + list(spec.specs)
+
+
+def encode_leaf_array(
+    spec: LeafSpec, leaf: ShardLeaf, name: str, occupied: np.ndarray | None = None
+) -> encode.EncodedArray:
+    """One stored array of ``leaf`` (a name of :func:`leaf_arrays`): its chunk objects and
+    §5.2 digest, with nothing written. The arrays of a leaf are independent of each other,
+    so a big leaf's can be encoded beside each other and handed to
+    :func:`write_shard_leaf`. ``occupied`` (the ranks any array occupies) is found from the
+    cells when not given."""
+    t0 = time.perf_counter()
     grid = spec.grid
-    group = str(grid.cell_order)
     n, k = grid.cells_per_shard, grid.inner_chunks
-    arrays = []
-    if leaf.window is None:
-        arrays.append((MORTON, _morton_cells(leaf.shard_id, occupied, grid), 0))
-    arrays += [(name, leaf.contents[name], sp.fill_value) for name, sp in spec.specs.items()]
-    digests = {}
-    total = count = 0
-    io_s = 0.0
-    for name, cells, fill in arrays:
+    if name == MORTON:
+        if occupied is None:
+            occupied = cells_.occupied_ranks(leaf.contents.values(), n)
+        enc = _morton_encoded(leaf.shard_id, occupied, grid)
+    else:
+        cells = leaf.contents[name]
         if isinstance(cells, RaggedCells):
             enc = encode.encode_ragged_cells(cells, n, k)
         else:
+            fill = spec.specs[name].fill_value
             enc = encode.encode_dense(cells.ranks, cells.values, fill, n, k, grid.dense_sharded)
+    enc.seconds = time.perf_counter() - t0
+    return enc
+
+
+def _write_chunks(
+    out: _Unstamped, rel: str, spec: LeafSpec, leaf: ShardLeaf, occupied, encoded: dict
+):
+    """Write every array's chunk objects under ``rel`` (the stored ``morton`` too, unless
+    the leaf is a window's), encoding those ``encoded`` does not hold; returns (digests by
+    key, bytes, objects, seconds storing)."""
+    group = str(spec.grid.cell_order)
+    digests = {}
+    total = count = 0
+    io_s = 0.0
+    for name in leaf_arrays(spec, leaf):
+        enc = encoded.get(name)
+        if enc is None:
+            enc = encode_leaf_array(spec, leaf, name, occupied)
         digests[f"{group}/{name}"] = enc.digest
         t0 = time.perf_counter()
         for idx, data in enc.objects:

@@ -9,9 +9,10 @@ them up by what the task does, from the key names the run gives its tasks:
   (input reads that dask fused into the same task are inside this figure);
 - ``combine``: cutting chunk partials by shard and merging them (``piece``, ``combine``,
   ``shard-cells``);
-- ``write``: ``write-leaf``; the leaf records' own timings split it into the leaf's
-  objects (arrays, coverage, stamp) and its pyramid column, the rest being the task's
-  set-up (the first tasks of a fresh environment compile numba kernels here);
+- ``write``: ``write-leaf`` (and the ``encode-leaf`` tasks of big leaves); the leaf
+  records' own timings split it into the leaf's objects (arrays, coverage, stamp) and its
+  pyramid column, the rest being the task's set-up (the first tasks of a fresh environment
+  compile numba kernels here);
 - ``pyramid``: the sweep's folds, when one is chained.
 
 Seconds are summed over tasks, so on several threads they add up to more than the wall
@@ -35,7 +36,7 @@ class StageTimes:
     counts: dict = field(default_factory=dict)  # tasks per stage
     transfer: float = 0.0
     tasks: int = 0
-    leaf_objects: float | None = None  # the write records' own total_s
+    leaf_objects: float | None = None  # the write records' own total_s and encoded_s
     leaf_columns: float | None = None  # ... and their column_s
     threads: int | None = None
 
@@ -89,7 +90,9 @@ def stages(
     out = StageTimes(dict(compute), dict(counts), transfer, len(task_stream), threads=threads)
     timed = [r["timings"] for r in records or () if r and r.get("timings")]
     if timed:
-        out.leaf_objects = sum(float(t.get("total_s") or 0.0) for t in timed)
+        out.leaf_objects = sum(
+            float(t.get("total_s") or 0.0) + float(t.get("encoded_s") or 0.0) for t in timed
+        )
         out.leaf_columns = sum(float(t.get("column_s") or 0.0) for t in timed)
     return out
 

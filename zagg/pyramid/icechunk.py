@@ -328,8 +328,22 @@ class CarrierWriter:
     geometry: dict
     columns: tuple[int, ...] = ()
 
-    def write(self, sc):
-        record = self.writer.write(sc)
+    @property
+    def root(self):
+        return self.writer.root
+
+    @property
+    def arrays(self) -> list[str]:
+        return self.writer.arrays
+
+    def hashed_bytes(self, rows: int) -> int:
+        return self.writer.hashed_bytes(rows)
+
+    def encode(self, sc, name: str):
+        return self.writer.encode(sc, name)
+
+    def write(self, sc, encoded: dict | None = None):
+        record = self.writer.write(sc, encoded)
         if record:
             try:
                 record["icechunk"] = write_carrier(
@@ -345,7 +359,7 @@ class CarrierWriter:
 
 
 def with_carriers(writer, spec):
-    """``writer`` (a leaf writer with ``root`` and ``write(shard_cells) -> record``) made to
+    """``writer`` (a :class:`~zagg.engine.write.LeafWriter`) made to
     write each leaf's ref carrier, when the store spec's ``output.icechunk`` is on (a
     :class:`~zagg.config.store.StoreSpec`); else ``writer`` itself."""
     output = (spec.record or {}).get("output") or {}

@@ -245,6 +245,9 @@ def _fold(ctx: Context, nodes: dict, width: int, held) -> list[dict]:
     them."""
     token = uuid.uuid4().hex[:8]
     p = ctx.decl.shard_order
+    # the context (every leaf column's attrs among it) is one key of the graph that every
+    # node task reads: passed as itself, dask would walk it once per task as it builds them
+    ctx = dask.delayed(ctx, name=f"fold-context-{token}", traverse=False)
     orders = list(range(p - 1, -1, -1))
     prev: dict = {}  # node id → delayed result of the previous wave's coarsest order
     records = []

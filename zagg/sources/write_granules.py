@@ -109,13 +109,17 @@ def write_granules(
     region=DEFAULT_REGION,
     seed: int = 0,
     noise_fraction: float = 0.2,
+    first: int = 0,
 ) -> list[Path]:
     """Write ``n_granules`` granules into ``directory`` and return their paths, in name order.
 
     ``points_per_granule`` is the number of photons of an ATL03 granule before its empty
     beam (if any) is dropped, and the approximate number of segment rows of an ATL06
     granule. Granule ``i`` uses generator chunk ``i`` of ``seed``, so growing ``n_granules``
-    keeps the earlier files unchanged.
+    keeps the earlier files unchanged; ``first`` writes granules ``first`` to
+    ``first + n_granules - 1`` alone (the same files a single call writes, unless two
+    granules' names collide: a call renames the later one a second on, and only within
+    itself).
     """
     if product not in PRODUCTS:
         raise ValueError(f"product must be one of {', '.join(PRODUCTS)}, got {product!r}")
@@ -145,7 +149,9 @@ def write_granules(
             )
         )
     paths, names = [], set()
-    for i in range(n_granules):
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise ValueError(f"first must be a non-negative integer, got {first!r}")
+    for i in range(first, first + n_granules):
         photons = photon_chunk(seed, i, n_photons, region, noise_fraction)
         beams = _split_beams(photons, n_photons, noise_fraction)
         meta = np.random.default_rng([seed, _META_STREAM, i])
