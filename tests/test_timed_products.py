@@ -415,3 +415,15 @@ def test_a_users_dataset_and_a_zarr_input_keep_the_same_times(tmp_path, client):
     assert check_times(leaf, "h", truth, everywhere, leaf=True)[0] == len(ds["morton"])
     for level in (11, 8, 2):
         assert check_times(zagg.open_level(b, level).load(), "h", truth, everywhere)[0] > 0
+
+
+def test_the_yearly_strata_stores_icechunk_companion_equals_every_level(yearly):
+    """The Icechunk companion of the yearly strata store: every declared order, at every
+    window and the all-time rows, reads through plain icechunk + xarray what open_level
+    reads from the hive (counts, composition words, digest payloads, location and time
+    words)."""
+    pytest.importorskip("icechunk")
+    from icechunk_checks import repo_matches_hive
+
+    manifest = json.loads(open(f"{yearly}/morton_hive.json").read())
+    assert repo_matches_hive(yearly) >= len(levels(manifest)) * len(walk_windows(yearly))
