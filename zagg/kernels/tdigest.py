@@ -38,6 +38,8 @@ _SHORT = 64
 # a zero typed int64 from the start: a literal 0 (a counter's first value, an argument)
 # would make numba compile a second specialization of every kernel it reaches
 _ZERO = np.int64(0)
+_EIGHT = np.int64(8)
+_SIXTEEN = np.int64(16)
 PAYLOAD_DTYPE = np.dtype("<f4")
 _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
@@ -134,6 +136,9 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
     ``out_off``; returns the number of centroids. ``out_w=None`` promises that no segment
     holds more than ``delta`` values: every weight is then 1 and none is written.
+    ``out_m`` holds 16 slots more than the values: a segment of up to 16 finite values (most
+    cells) is loaded, sorted and written whole by a network (+inf past its end, which the
+    next segment overwrites), with no branch on its length.
     """
     out_off[0] = 0
     longest = _max_segment(offsets)
@@ -141,12 +146,30 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     buf = np.empty(big, np.float64)
     ones = np.ones(big, np.float64)
     small = np.empty(_SHORT, np.float64)
+    nv = values.shape[0]
     pos = _ZERO
     for s in range(offsets.size - 1):
         a = starts[s]
         length = offsets[s + 1] - offsets[s]
         n = _ZERO
-        if length <= _SHORT:
+        bad = 1
+        if 0 < length <= min(16, delta) and a + 16 <= nv:
+            bad = 0
+            for j in range(16):
+                x = np.float64(values[a + j]) + 0.0
+                inside = j < length
+                small[j] = x if inside else np.inf
+                bad += inside & (not math.isfinite(x))
+        if bad == 0:
+            if length <= 8:
+                networks.sort8(small, out_m, pos, _EIGHT)
+            else:
+                networks.sort16(small, out_m, pos, _SIXTEEN)
+            if out_w is not None:
+                for i in range(length):
+                    out_w[pos + i] = 1.0
+            pos += length
+        elif length <= _SHORT:
             for j in range(a, a + length):  # branch-free filter; + 0.0 turns -0.0 into 0.0
                 x = np.float64(values[j]) + 0.0
                 small[n] = x
@@ -643,12 +666,13 @@ def _kernel_float(x):
     return np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64
 
 
-def _outputs(offsets, dtype=np.float64, with_weights=True):
+def _outputs(offsets, dtype=np.float64, with_weights=True, pad=0):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
-    large arrays several times cheaper than allocation inside numba."""
+    large arrays several times cheaper than allocation inside numba. ``pad`` more slots of
+    means (a kernel's scratch past the last centroid)."""
     cap = int(offsets[-1] - offsets[0])
     out_w = np.empty(cap, dtype) if with_weights else None
-    return np.empty(cap, dtype), out_w, np.empty(offsets.size, np.int64)
+    return np.empty(cap + pad, dtype), out_w, np.empty(offsets.size, np.int64)
 
 
 def _trimmed(out_m, out_w, out_off, k):
@@ -727,7 +751,7 @@ def build(
     for s in long.tolist():
         values[starts[s] : starts[s] + sizes[s]].sort()
     unit = drop_unit_weights and (sizes.size == 0 or sizes.max() <= delta)
-    out = _outputs(offsets, out_dtype, with_weights=not unit)
+    out = _outputs(offsets, out_dtype, with_weights=not unit, pad=16)
     return _trimmed(*out, _build(values, starts, offsets, delta, *out))
 
 
