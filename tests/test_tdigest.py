@@ -112,6 +112,18 @@ def test_cells_addressed_in_place_equal_a_sort_of_each_cell(order, delta):
     np.testing.assert_array_equal(one[0], np.sort(tail + np.float32(0.0)))
 
 
+def test_cells_above_16_values_sort_across_the_whole_float32_range():
+    """The ranks of a cell of 17 to 64 values, extremes, subnormals and both zeros among
+    them, with ties: sorted as numpy sorts them."""
+    edge = np.array([-3.4e38, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1e-38, 2.5, 3.4e38], np.float32)
+    rng = np.random.default_rng(9)
+    for size in (17, 33, 40, 64):
+        v = rng.choice(edge, size)
+        m, _, off = td.build(v, [0, size], out_dtype=np.float32)
+        np.testing.assert_array_equal(m, np.sort(v + np.float32(0.0)))
+        assert list(off) == [0, size] and not np.signbit(m[m == 0]).any()
+
+
 def test_float32_input_and_exact_boundary_values():
     v = np.array([np.float32(0.1), -0.0, 0.0, 1e-45, np.float32(3.4e38)], dtype=np.float32)
     rows = td.payload_to_array(td.to_payloads(*td.build(v, [0, 5]))[0])

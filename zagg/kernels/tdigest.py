@@ -109,24 +109,31 @@ def _max_segment(offsets):
 
 
 @njit(cache=True, nogil=True)
-def _small_sort(src, n, dst, base):
-    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0; ``src``
-    holds at least 16 slots and its tail past n is overwritten).
+def _small_sort(src, n, dst, base, keys):
+    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; float32 values held as
+    float64, no NaN, no -0.0; ``src`` holds at least 16 slots and its tail past n is
+    overwritten; ``keys`` is scratch of _SHORT int64).
 
     Up to 16 values (most cells) go through a branch-free sorting network padded with +inf;
-    larger ones scatter each value to its rank (count of smaller values, ties broken by
-    index), an O(n^2) loop that vectorises and avoids insertion sort's mispredictions, and
-    as fast as a 32-wide network at these sizes, which would cost seconds to compile.
+    larger ones scatter each value to its rank, an O(n^2) count that vectorises and avoids
+    insertion sort's mispredictions, as fast as a 32-wide network at these sizes, which
+    would cost seconds to compile. The count compares one int64 key per value: the float32
+    bits made monotone in the value, with the value's index below them, so keys are distinct
+    and ties rank in input order.
     """
     if n <= 16:
         networks.sort_up_to_16(src, dst, base, n, np.inf)
         return
     for k in range(n):
-        x = src[k]
+        b = np.int64(np.float32(src[k]).view(np.int32))
+        b ^= (b >> 31) & 0x7FFFFFFF  # negative floats: larger magnitude, smaller key
+        keys[k] = (b << 6) | k
+    for k in range(n):
+        x = keys[k]
         r = 0
         for j in range(n):
-            r += (src[j] < x) | ((src[j] == x) & (j < k))
-        dst[base + r] = x
+            r += keys[j] < x
+        dst[base + r] = src[k]
 
 
 @njit(cache=True, nogil=True)
@@ -146,6 +153,7 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     buf = np.empty(big, np.float64)
     ones = np.ones(big, np.float64)
     small = np.empty(_SHORT, np.float64)
+    keys = np.empty(_SHORT, np.int64)
     nv = values.shape[0]
     pos = _ZERO
     for s in range(offsets.size - 1):
@@ -175,13 +183,13 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
                 small[n] = x
                 n += math.isfinite(x)
             if n <= delta:  # loss-free: sort straight into the output
-                _small_sort(small, n, out_m, pos)
+                _small_sort(small, n, out_m, pos, keys)
                 if out_w is not None:
                     for i in range(n):
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:
-                _small_sort(small, n, buf, _ZERO)
+                _small_sort(small, n, buf, _ZERO, keys)
                 pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
         else:
             for j in range(a, a + length):
