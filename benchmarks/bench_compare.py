@@ -79,7 +79,11 @@ def child(points: str, chunk: int, runs: int, in_memory: bool, pyramid_off: bool
     import xarray as xr
 
     import zagg
-    from zagg.cluster.clients import client_for
+
+    try:
+        from zagg.cluster.clients import client_for
+    except ImportError:  # a checkout from before the packages by stage
+        from zagg.cluster import client_for
 
     out = {"zagg": str(Path(zagg.__file__).parent.parent)}
     cfg = config(points, pyramid_off)

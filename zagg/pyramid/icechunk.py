@@ -715,7 +715,8 @@ class _Staged:
     (Icechunk's per-call cost is paid once per array, not per reference)."""
 
     def __init__(self, root: StoreRoot, docs: RepoDocs):
-        self.root, self.docs = root, docs
+        self.docs = docs
+        self.prefix = ic.url_prefix(root)  # every reference's container prefix
         self.refs: dict[str, list] = {}
         self.gone: list[str] = []
 
@@ -726,7 +727,7 @@ class _Staged:
         self.refs.setdefault(path, []).append(
             icechunk.VirtualChunkSpec(
                 index=[*index] + [0] * (ndim - 1),
-                location=ic.location(self.root, ref.key),
+                location=ic.location(self.prefix, ref.key),
                 offset=ref.offset,
                 length=ref.length,
                 etag_checksum=None if local else ref.checksum,
