@@ -72,6 +72,58 @@ def test_loss_free_payload_is_sorted_float32_values():
         np.testing.assert_array_equal(rows[:, 1], 1.0)
 
 
+@pytest.mark.parametrize("delta", [6, 12, td.DEFAULT_DELTA])
+@pytest.mark.parametrize("order", ["track", "shuffled"])
+def test_cells_addressed_in_place_equal_a_sort_of_each_cell(order, delta):
+    """Cells read where they lie in the input (``starts``), as along-track chunks give
+    them, build the same digests as each cell's values gathered and sorted by numpy: sizes
+    0 to 70 (most up to 16), ties, NaN, infinities and -0.0, cells ending at the array's
+    end, segments above delta compressed alike."""
+    rng = np.random.default_rng(7)
+    sizes = np.concatenate([rng.integers(0, 17, 300), rng.integers(17, 71, 40), [0, 1, 16, 3]])
+    n = int(sizes.sum())
+    values = np.round(rng.normal(0.0, 3.0, n), 1).astype(np.float32)  # many ties
+    special = rng.choice(n, n // 20, replace=False)
+    values[special] = rng.choice(
+        np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32), special.size
+    )
+    offsets = _offsets(sizes)
+    starts = offsets[:-1].copy()
+    if order == "shuffled":  # the cells' runs lie in the input in another order than the cells
+        runs = rng.permutation(sizes.size)
+        runs = np.concatenate([runs[runs != sizes.size - 1], [sizes.size - 1]])  # last stays last
+        placed = np.concatenate([values[offsets[r] : offsets[r + 1]] for r in runs])
+        starts[runs] = np.concatenate([[0], np.cumsum(sizes[runs])[:-1]])
+        values = placed
+    gathered = np.concatenate([values[a : a + k] for a, k in zip(starts, sizes, strict=True)])
+    want = td.build(gathered, offsets, delta, out_dtype=np.float32)
+    got = td.build(values, offsets, delta, out_dtype=np.float32, starts=starts)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(g, w)
+    m, _, off = got
+    for j in np.flatnonzero(sizes <= delta):
+        seg = values[starts[j] : starts[j] + sizes[j]]
+        finite = np.sort(seg[np.isfinite(seg)] + np.float32(0.0))
+        np.testing.assert_array_equal(m[off[j] : off[j + 1]], finite)
+        cell = m[off[j] : off[j + 1]]
+        assert not np.signbit(cell[cell == 0]).any()  # -0.0 is stored as 0.0
+    one = td.build(values[-3:], [0, 3], delta, out_dtype=np.float32, starts=[0])
+    tail = values[-3:][np.isfinite(values[-3:])]
+    np.testing.assert_array_equal(one[0], np.sort(tail + np.float32(0.0)))
+
+
+def test_cells_above_16_values_sort_across_the_whole_float32_range():
+    """The ranks of a cell of 17 to 64 values, extremes, subnormals and both zeros among
+    them, with ties: sorted as numpy sorts them."""
+    edge = np.array([-3.4e38, -1.0, -1e-45, -0.0, 0.0, 1e-45, 1e-38, 2.5, 3.4e38], np.float32)
+    rng = np.random.default_rng(9)
+    for size in (17, 33, 40, 64):
+        v = rng.choice(edge, size)
+        m, _, off = td.build(v, [0, size], out_dtype=np.float32)
+        np.testing.assert_array_equal(m, np.sort(v + np.float32(0.0)))
+        assert list(off) == [0, size] and not np.signbit(m[m == 0]).any()
+
+
 def test_float32_input_and_exact_boundary_values():
     v = np.array([np.float32(0.1), -0.0, 0.0, 1e-45, np.float32(3.4e38)], dtype=np.float32)
     rows = td.payload_to_array(td.to_payloads(*td.build(v, [0, 5]))[0])

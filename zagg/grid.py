@@ -153,6 +153,23 @@ def cell_words(lat, lon, order: int) -> tuple[np.ndarray, np.ndarray]:
     return _keyed(lat, lon, order)
 
 
+def keyable_words(lat, lon, order: int | None) -> np.ndarray:
+    """:func:`cell_words` at ``order`` (:func:`point_words` for None) of coordinates known
+    to be keyable (finite, latitude within [-90, 90]): mortie's words alone, no mask, for
+    callers that already dropped the rest (:mod:`zagg.kernels.keep`)."""
+    import mortie
+
+    lat = np.asarray(lat, dtype=np.float64)
+    lon = np.asarray(lon, dtype=np.float64)
+    if order is None:
+        return mortie.geo2mort(lat, lon)
+    if not 0 <= order <= MAX_ORDER:
+        raise ValueError(f"order must be in 0..{MAX_ORDER}, got {order}")
+    if order > 27:
+        return ancestor(mortie.geo2mort(lat, lon), order)
+    return mortie.geo2mort(lat, lon, order=order)
+
+
 def keyed_ancestor(words, ok, order: int) -> np.ndarray:
     """:func:`ancestor` of the keyed words (``ok``); unkeyed entries stay the null word 0,
     which mortie's ``clip2order`` (orders 28 and 29) would refuse."""

@@ -15,6 +15,7 @@ import numpy as np
 from zagg import grid as G
 from zagg.checks import predicate
 from zagg.engine.plan import POINT_WORDS, Plan
+from zagg.kernels import keep as keep_rows
 from zagg.kernels import segments
 
 
@@ -22,11 +23,12 @@ class CellPoints:
     """The kept points of one chunk grouped by cell (``grouping``: sorted cell words and
     the kernels' addressing, see :class:`zagg.kernels.segments.Grouping`)."""
 
-    def __init__(self, plan: Plan, cell_words: np.ndarray, select, point_words=None):
+    def __init__(self, plan: Plan, cell_words: np.ndarray, select, point_words=None, runs=None):
         self.plan = plan
         self.cell_words = cell_words
         self.grouping = segments.group_cells(cell_words, plan.grid.cell_order)
         self._select = select
+        self._runs = runs
         self._point_words = point_words
         self._cache: dict = {}
 
@@ -41,6 +43,22 @@ class CellPoints:
         if name == POINT_WORDS:
             return self._point_words
         return self._memo(("values", name), lambda: self._select(name))
+
+    def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A declared variable's runs along the kept points (input order): the first point
+        of each and its value, ``(at, values)``. A run may end where the value does not
+        change (a dropped row between two equal values), never span a change; enough for
+        variables that change rarely, such as a granule index, read without gathering
+        every point's value."""
+
+        def make():
+            if self._runs is not None:
+                return self._runs(name)
+            v = self.values(name)
+            at = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1]))) if v.size else v[:0]
+            return at.astype(np.int64), v[at]
+
+        return self._memo(("runs", name), make)
 
     def selected(self, where: str) -> np.ndarray:
         """Mask (input order) of the kept points the predicate ``where`` selects."""
@@ -90,49 +108,62 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
     for f in plan.filters:
         m = f.mask(np.asarray(arrs[f.variable]))
         keep = m if keep is None else keep & m
-    lat = np.asarray(arrs[plan.lat], dtype=np.float64)
-    lon = np.asarray(arrs[plan.lon], dtype=np.float64)
-    # the kept input rows as indices, made once: every array is gathered through them in
-    # one pass (``take`` beats a boolean mask per array, and drops are folded in, not
-    # applied as a second mask)
-    rows = None if keep is None else np.flatnonzero(keep)
-    if rows is not None:
-        lat, lon = lat.take(rows), lon.take(rows)
-    n_filtered = n_in - len(lat)
+    # the rows the filters keep whose coordinates can be keyed, and their coordinates,
+    # in one pass; every other array is gathered through ``rows`` once, when read
+    rows, lat, lon, n_kept = keep_rows.keyable_rows(keep, arrs[plan.lat], arrs[plan.lon])
+    n_filtered = n_in - n_kept
+    n_invalid = n_kept - rows.size
+    if rows.size == n_in:
+        rows = None  # every row is kept: arrays are read as they are
     if plan.needs_point_words:
-        words, ok = G.point_words(lat, lon)
-        cell_words = G.keyed_ancestor(words, ok, plan.grid.cell_order)
+        words = G.keyable_words(lat, lon, None)
+        cell_words = G.ancestor(words, plan.grid.cell_order)
     else:
         words = None
-        cell_words, ok = G.cell_words(lat, lon, plan.grid.cell_order)
-    n_invalid = int(len(ok) - np.count_nonzero(ok))
-    sel = ok
+        cell_words = G.keyable_words(lat, lon, plan.grid.cell_order)
     n_outside = 0
     if plan.shard_set is not None:
         inside = np.isin(
             G.ancestor(cell_words, plan.grid.shard_order),
             np.asarray(plan.shard_set, dtype=np.uint64),
         )
-        n_outside = int(np.count_nonzero(ok & ~inside))
-        sel = ok & inside
-    if not bool(sel.all()):
-        drop = np.flatnonzero(~sel)
-        cell_words = _without(cell_words, sel, drop)
-        if words is not None:
-            words = _without(words, sel, drop)
-        rows = np.flatnonzero(sel) if rows is None else _without(rows, sel, drop)
+        if not bool(inside.all()):
+            drop = np.flatnonzero(~inside)
+            n_outside = int(drop.size)
+            cell_words = _without(cell_words, inside, drop)
+            if words is not None:
+                words = _without(words, inside, drop)
+            rows = np.flatnonzero(inside) if rows is None else _without(rows, inside, drop)
     columns = {n: (var, col) for n, var, col in plan.columns}
 
-    def select(name):
+    def raw(name):  # every input row's values
         var, col = columns.get(name, (name, None))
         v = np.asarray(arrs[var])
-        if col is not None:
-            v = v[:, col]
+        return v if col is None else v[:, col]
+
+    def select(name):
+        v = raw(name)
         if rows is not None:
             v = v.take(rows, axis=0)
         if v.dtype == np.bool_:  # flags aggregate as 0/1 (a mean is the fraction set)
             v = v.view(np.uint8)
         return v
+
+    def runs(name):
+        # cut where the input rows change; a kept point starts a run where a cut falls
+        # between it and the kept point before
+        v = raw(name)
+        n = n_in if rows is None else rows.size
+        if n == 0:
+            return np.zeros(0, np.int64), select(name)[:0]
+        at = np.flatnonzero(v[1:] != v[:-1]) + 1
+        if rows is not None:
+            at = np.searchsorted(rows, at)
+            at = np.unique(at[at < n])
+        at = np.concatenate(([0], at[at > 0])).astype(np.int64)
+        first = at if rows is None else rows[at]
+        values = v[first]
+        return at, values.view(np.uint8) if values.dtype == np.bool_ else values
 
     counts = {
         "points_in": n_in,
@@ -141,12 +172,12 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         "outside_shards": n_outside,
         "keyed": int(cell_words.size),
     }
-    return CellPoints(plan, cell_words, select, words), counts
+    return CellPoints(plan, cell_words, select, words, runs), counts
 
 
 def _without(x: np.ndarray, sel: np.ndarray, drop: np.ndarray) -> np.ndarray:
-    """``x[sel]``, where ``drop`` lists the rows ``sel`` leaves out: a few (unkeyable
-    coordinates are rare) are cut out by copying the spans between them, at memory speed."""
+    """``x[sel]``, where ``drop`` lists the rows ``sel`` leaves out: a few are cut out by
+    copying the spans between them, at memory speed."""
     if drop.size > 64:
         return x[sel]
     edges = np.concatenate(([-1], drop, [x.size]))

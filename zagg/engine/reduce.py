@@ -74,9 +74,7 @@ def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
     partial = Partial(cells, states).compact(plan.state_specs)
     granules = None
     if plan.granule_var is not None and cells.size:
-        granules = _shard_granules(
-            G.ancestor(points.cell_words, plan.grid.shard_order), points.values(plan.granule_var)
-        )
+        granules = _shard_granules(points, plan.granule_var, plan.grid.shard_order)
     shard_of_cell = G.ancestor(cells, plan.grid.shard_order)
     if cells.size:
         starts = np.flatnonzero(np.concatenate(([True], shard_of_cell[1:] != shard_of_cell[:-1])))
@@ -89,17 +87,18 @@ def reduce_points(plan: Plan, points, counts: dict) -> ChunkResult:
     return ChunkResult(partial, shards, bounds, counts, granules, shard_clocks=clocks)
 
 
-def _shard_granules(shard_words: np.ndarray, granule: np.ndarray) -> dict[int, list[int]]:
+def _shard_granules(points, granule_var: str, shard_order: int) -> dict[int, list[int]]:
     """Shard word → the granule indices of its points (shards in order of their first
-    granule, each list ascending). Points arrive in runs of one granule and shard, so only
-    the runs' (shard, granule) pairs are sorted, never the points."""
-    granule = np.asarray(granule)
-    if granule.size == 0:
-        return {}
-    change = shard_words[1:] != shard_words[:-1]
-    change |= granule[1:] != granule[:-1]
-    first = np.flatnonzero(np.concatenate(([True], change)))
-    words, grans = shard_words[first], granule[first]
+    granule, each list ascending). Points arrive in runs of one cell and of one granule, so
+    only where a run of either starts is a (shard, granule) pair read, never every point."""
+    grp = points.grouping
+    shard = G.ancestor(grp.run_cells, shard_order)
+    new_shard = np.concatenate(([True], shard[1:] != shard[:-1]))
+    s_at, s_word = grp.runs[new_shard], shard[new_shard]
+    g_at, g_val = points.runs(granule_var)
+    at = np.union1d(s_at, g_at)
+    words = s_word[np.searchsorted(s_at, at, side="right") - 1]
+    grans = np.asarray(g_val)[np.searchsorted(g_at, at, side="right") - 1]
     by = np.lexsort((words, grans))  # granule, then shard
     words, grans = words[by], grans[by]
     new = np.concatenate(([True], (words[1:] != words[:-1]) | (grans[1:] != grans[:-1])))

@@ -82,13 +82,17 @@ class Grouping:
     ``addressed(x)``: when every cell's points form one contiguous run of the input (usual
     for along-track data) that is the input itself, with no permutation built or applied;
     otherwise ``order`` lists the points cell by cell (input order kept inside a cell) and
-    arrays are gathered through it.
+    arrays are gathered through it. ``runs`` and ``run_cells`` list the runs of equal cell
+    word in input order (first point, cell word), what the grouping was made of.
     """
 
     cells: np.ndarray
     offsets: np.ndarray
     starts: np.ndarray
     order: np.ndarray | None
+    #: the runs of equal cell in input order: each one's first point and its cell word
+    runs: np.ndarray = None
+    run_cells: np.ndarray = None
 
     @property
     def sizes(self) -> np.ndarray:
@@ -113,8 +117,8 @@ def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:
     """Group points by cell word (see :class:`Grouping`)."""
     cell_words = np.ascontiguousarray(cell_words, dtype=_U64)
     if cell_words.size == 0:
-        empty = np.zeros(0, np.int64)
-        return Grouping(np.zeros(0, _U64), np.zeros(1, np.int64), empty, None)
+        empty, words = np.zeros(0, np.int64), np.zeros(0, _U64)
+        return Grouping(words, np.zeros(1, np.int64), empty, None, empty, words)
     shift = 60 - 2 * cell_order  # word >> shift: the cell's rank, monotone in the word
     n = cell_words.shape[0]
     starts, keys = np.empty(n, np.int64), np.empty(n, _U64)  # only the first r get touched
@@ -122,19 +126,21 @@ def group_cells(cell_words: np.ndarray, cell_order: int) -> Grouping:
     run_start, run_keys = starts[:r].copy(), keys[:r].copy()
     del starts, keys
     run_len = np.diff(np.append(run_start, n))
+    run_cells = (run_keys << _U64(shift)) | _U64(cell_order)
     run_order = _sort_runs(run_keys, 4 + 2 * cell_order)
     ranks = run_keys[run_order]
     if ranks.size < 2 or bool(np.all(ranks[1:] != ranks[:-1])):  # one run per cell
         starts = run_start[run_order]
         offsets = np.zeros(ranks.size + 1, np.int64)
         np.cumsum(run_len[run_order], out=offsets[1:])
-        return Grouping((ranks << _U64(shift)) | _U64(cell_order), offsets, starts, None)
+        return Grouping(run_cells[run_order], offsets, starts, None, run_start, run_cells)
     order = np.empty(n, dtype=np.int64)
     ranks = np.empty(run_order.shape[0], dtype=_U64)
     offsets = np.empty(run_order.shape[0] + 1, dtype=np.int64)
     m = _order_from_runs(run_keys, run_start, run_len, run_order, order, ranks, offsets)
     offsets = offsets[: m + 1]
-    return Grouping((ranks[:m] << _U64(shift)) | _U64(cell_order), offsets, offsets[:-1], order)
+    cells = (ranks[:m] << _U64(shift)) | _U64(cell_order)
+    return Grouping(cells, offsets, offsets[:-1], order, run_start, run_cells)
 
 
 @nb.njit(cache=True, inline="always")

@@ -38,6 +38,8 @@ _SHORT = 64
 # a zero typed int64 from the start: a literal 0 (a counter's first value, an argument)
 # would make numba compile a second specialization of every kernel it reaches
 _ZERO = np.int64(0)
+_EIGHT = np.int64(8)
+_SIXTEEN = np.int64(16)
 PAYLOAD_DTYPE = np.dtype("<f4")
 _ROW_BYTES = 2 * PAYLOAD_DTYPE.itemsize
 
@@ -107,24 +109,31 @@ def _max_segment(offsets):
 
 
 @njit(cache=True, nogil=True)
-def _small_sort(src, n, dst, base):
-    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; no NaN, no -0.0; ``src``
-    holds at least 16 slots and its tail past n is overwritten).
+def _small_sort(src, n, dst, base, keys):
+    """Sort ``src[:n]`` into ``dst[base:base + n]`` (n <= _SHORT; float32 values held as
+    float64, no NaN, no -0.0; ``src`` holds at least 16 slots and its tail past n is
+    overwritten; ``keys`` is scratch of _SHORT int64).
 
     Up to 16 values (most cells) go through a branch-free sorting network padded with +inf;
-    larger ones scatter each value to its rank (count of smaller values, ties broken by
-    index), an O(n^2) loop that vectorises and avoids insertion sort's mispredictions, and
-    as fast as a 32-wide network at these sizes, which would cost seconds to compile.
+    larger ones scatter each value to its rank, an O(n^2) count that vectorises and avoids
+    insertion sort's mispredictions, as fast as a 32-wide network at these sizes, which
+    would cost seconds to compile. The count compares one int64 key per value: the float32
+    bits made monotone in the value, with the value's index below them, so keys are distinct
+    and ties rank in input order.
     """
     if n <= 16:
         networks.sort_up_to_16(src, dst, base, n, np.inf)
         return
     for k in range(n):
-        x = src[k]
+        b = np.int64(np.float32(src[k]).view(np.int32))
+        b ^= (b >> 31) & 0x7FFFFFFF  # negative floats: larger magnitude, smaller key
+        keys[k] = (b << 6) | k
+    for k in range(n):
+        x = keys[k]
         r = 0
         for j in range(n):
-            r += (src[j] < x) | ((src[j] == x) & (j < k))
-        dst[base + r] = x
+            r += keys[j] < x
+        dst[base + r] = src[k]
 
 
 @njit(cache=True, nogil=True)
@@ -134,6 +143,9 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     already sorted. Writes centroids to ``out_m``/``out_w`` and segment bounds to
     ``out_off``; returns the number of centroids. ``out_w=None`` promises that no segment
     holds more than ``delta`` values: every weight is then 1 and none is written.
+    ``out_m`` holds 16 slots more than the values: a segment of up to 16 finite values (most
+    cells) is loaded, sorted and written whole by a network (+inf past its end, which the
+    next segment overwrites), with no branch on its length.
     """
     out_off[0] = 0
     longest = _max_segment(offsets)
@@ -141,24 +153,43 @@ def _build(values, starts, offsets, delta, out_m, out_w, out_off):
     buf = np.empty(big, np.float64)
     ones = np.ones(big, np.float64)
     small = np.empty(_SHORT, np.float64)
+    keys = np.empty(_SHORT, np.int64)
+    nv = values.shape[0]
     pos = _ZERO
     for s in range(offsets.size - 1):
         a = starts[s]
         length = offsets[s + 1] - offsets[s]
         n = _ZERO
-        if length <= _SHORT:
+        bad = 1
+        if 0 < length <= min(16, delta) and a + 16 <= nv:
+            bad = 0
+            for j in range(16):
+                x = np.float64(values[a + j]) + 0.0
+                inside = j < length
+                small[j] = x if inside else np.inf
+                bad += inside & (not math.isfinite(x))
+        if bad == 0:
+            if length <= 8:
+                networks.sort8(small, out_m, pos, _EIGHT)
+            else:
+                networks.sort16(small, out_m, pos, _SIXTEEN)
+            if out_w is not None:
+                for i in range(length):
+                    out_w[pos + i] = 1.0
+            pos += length
+        elif length <= _SHORT:
             for j in range(a, a + length):  # branch-free filter; + 0.0 turns -0.0 into 0.0
                 x = np.float64(values[j]) + 0.0
                 small[n] = x
                 n += math.isfinite(x)
             if n <= delta:  # loss-free: sort straight into the output
-                _small_sort(small, n, out_m, pos)
+                _small_sort(small, n, out_m, pos, keys)
                 if out_w is not None:
                     for i in range(n):
                         out_w[pos + i] = 1.0
                 pos += n
             elif out_w is not None:
-                _small_sort(small, n, buf, _ZERO)
+                _small_sort(small, n, buf, _ZERO, keys)
                 pos = _compress(buf, ones, n, float(n), delta, out_m, out_w, pos, None, _ZERO)
         else:
             for j in range(a, a + length):
@@ -643,12 +674,13 @@ def _kernel_float(x):
     return np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64
 
 
-def _outputs(offsets, dtype=np.float64, with_weights=True):
+def _outputs(offsets, dtype=np.float64, with_weights=True, pad=0):
     """Output buffers, allocated by numpy: its huge-page-aware allocator makes first touch of
-    large arrays several times cheaper than allocation inside numba."""
+    large arrays several times cheaper than allocation inside numba. ``pad`` more slots of
+    means (a kernel's scratch past the last centroid)."""
     cap = int(offsets[-1] - offsets[0])
     out_w = np.empty(cap, dtype) if with_weights else None
-    return np.empty(cap, dtype), out_w, np.empty(offsets.size, np.int64)
+    return np.empty(cap + pad, dtype), out_w, np.empty(offsets.size, np.int64)
 
 
 def _trimmed(out_m, out_w, out_off, k):
@@ -727,7 +759,7 @@ def build(
     for s in long.tolist():
         values[starts[s] : starts[s] + sizes[s]].sort()
     unit = drop_unit_weights and (sizes.size == 0 or sizes.max() <= delta)
-    out = _outputs(offsets, out_dtype, with_weights=not unit)
+    out = _outputs(offsets, out_dtype, with_weights=not unit, pad=16)
     return _trimmed(*out, _build(values, starts, offsets, delta, *out))
 
 
