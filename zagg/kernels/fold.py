@@ -570,3 +570,16 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
     member_index = np.empty(int((last - first + 1).sum()), np.int64)
     _member_lists(ids, first, last, k, member_index, member_offsets)
     return (*result, member_index, member_offsets)
+
+
+def sort_points(means, offsets) -> np.ndarray:
+    """Single observations sorted by value within each cell (cell j holds rows
+    ``offsets[j]:offsets[j + 1]``): the values a fold's merge of the cells' sorted runs
+    reads (-0.0 as 0.0; ties are equal values), by one sort per cell instead of a merge of
+    every run. NaN has no place in that order: the caller keeps it out."""
+    out = np.asarray(means, np.float32) + np.float32(0.0)
+    offsets = np.asarray(offsets, np.int64)
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        if b - a > 1:
+            out[a:b].sort()
+    return out

@@ -34,6 +34,8 @@ from zagg.pyramid.levels import (
     concat,
     laws_of,
     lossless,
+    point_union,
+    single_observations,
     slice_level,
 )
 from zagg.reducers.partials import Digests
@@ -173,15 +175,21 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
 def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, tuple]:
     """The groups folded from (a block of) the leaf's cells, finest first."""
-    unions = {n: law for n, law in laws.items() if _unionable(law, leaf.fields.get(n))}
-    others = {n: law for n, law in laws.items() if n not in unions}
+    points = {n: law for n, law in laws.items() if single_observations(law, leaf.fields.get(n))}
+    unions = {
+        n: law for n, law in laws.items() if n not in points and _unionable(law, leaf.fields.get(n))
+    }
+    others = {n: law for n, law in laws.items() if n not in unions and n not in points}
     union = coarsen([leaf], raw[0], lossless(unions))[0] if unions else None
     out = {}
     for r in raw:
         level, demotions = coarsen([leaf], r, others)
         if union is not None:
             level.fields.update(coarsen([union], r, unions)[0].fields)
-            level.fields = {n: level.fields[n] for n in laws if n in level.fields}
+        for n, law in points.items():
+            sorted_ = Level(r, {n: point_union(leaf.fields[n], r)})
+            level.fields.update(coarsen([sorted_], r, {n: law})[0].fields)
+        level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)
     return out
 
