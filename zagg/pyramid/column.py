@@ -35,6 +35,7 @@ from zagg.pyramid.levels import (
     laws_of,
     lossless,
     point_union,
+    regroups_exactly,
     single_observations,
     slice_level,
 )
@@ -174,16 +175,22 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
 
 def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, tuple]:
-    """The groups folded from (a block of) the leaf's cells, finest first."""
+    """The groups folded from (a block of) the leaf's cells, finest first: a field whose
+    fold of folds is its fold (:func:`~zagg.pyramid.levels.regroups_exactly`) from the
+    group below, a digest of single observations from its values sorted per group cell,
+    the other digests from the finest group's sorted unions, the rest from the leaf."""
+    chained = {n: law for n, law in laws.items() if regroups_exactly(law)}
     points = {n: law for n, law in laws.items() if single_observations(law, leaf.fields.get(n))}
     unions = {
         n: law for n, law in laws.items() if n not in points and _unionable(law, leaf.fields.get(n))
     }
-    others = {n: law for n, law in laws.items() if n not in unions and n not in points}
+    others = {n: law for n, law in laws.items() if n not in {**chained, **points, **unions}}
     union = coarsen([leaf], raw[0], lossless(unions))[0] if unions else None
     out = {}
+    below = leaf
     for r in raw:
         level, demotions = coarsen([leaf], r, others)
+        level.fields.update(coarsen([below], r, chained)[0].fields)
         if union is not None:
             level.fields.update(coarsen([union], r, unions)[0].fields)
         for n, law in points.items():
@@ -191,6 +198,7 @@ def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, 
             level.fields.update(coarsen([sorted_], r, {n: law})[0].fields)
         level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)
+        below = level
     return out
 
 
