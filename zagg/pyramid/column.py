@@ -6,7 +6,8 @@ footprint and the one-cell node-order member — and writes them as ``all.pyrami
 beside the leaf (role ``column``, ``zagg_column`` provenance, stamp last; its
 ``all.pyramid.stats.json`` follows with the leaf's other sidecars). Groups at or above the
 raw-fold boundary fold from the leaf's cells, the coarser ones flat from the boundary
-group, each through the fields' reducer folds (:func:`zagg.pyramid.levels.coarsen`).
+group, each through the fields' reducer folds (:func:`zagg.pyramid.levels.coarsen`), touching
+only occupied cells.
 A run whose declaration has no composable field writes none and deletes a stale one.
 """
 
@@ -150,12 +151,14 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
     A digest group folded from the leaf's cells is the fold of all their centroids under
     each group cell, compressed once. Where the leaf's centroids are single observations,
-    the finest such group's cells' sorted unions (the digest fold at
-    :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw group folds those
-    few sorted runs per cell instead of the leaf's many: the sort is stable, so the bytes
-    are those of the direct fold, for about half the work. The leaf
-    is folded in blocks of whole cells of the coarsest raw group (about
-    :data:`BLOCK_ROWS` centroids each), so the extra memory is a block's, not the leaf's."""
+    that fold is the direct digest of the cell's values sorted: each raw group sorts its
+    cells' values once (:func:`~zagg.pyramid.levels.point_union`) and the fold bins them,
+    instead of merging every leaf cell's run. Other digests fold the finest raw group's
+    sorted unions (the digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`); counts,
+    minima and maxima fold each raw group from the one below, which is their fold to the
+    bit. Every way gives the direct fold's bytes. The leaf is folded in blocks of whole
+    cells of the coarsest raw group (about :data:`BLOCK_ROWS` centroids each), so the
+    extra memory is a block's, not the leaf's."""
     raw = [r for r in decl.column_groups() if decl.group_source(r) == decl.cell_order]
     parts: dict[int, list] = {r: [] for r in raw}
     demoted: dict = {}
