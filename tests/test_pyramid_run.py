@@ -236,6 +236,31 @@ def test_columns_equal_the_fold_of_their_leaves_with_compressed_digests(
     assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0
 
 
+@pytest.mark.parametrize("block_rows", [2_000_000, 300])
+def test_columns_equal_the_fold_of_their_leaves_with_single_observations(
+    tmp_path, photons, monkeypatch, block_rows
+):
+    """Leaf digests of single observations (every weight 1: the raw groups fold from each
+    group cell's values sorted) and counts, minima and maxima (folded group from group)
+    give the columns the direct fold of the leaf's cells gives."""
+    from zagg.pyramid import column
+
+    monkeypatch.setattr(column, "BLOCK_ROWS", block_rows)
+    raw = pipeline_config(
+        synthetic_source(),
+        fields("count", "h_min", "h_max", "h_tdigest", h_tdigest={"params": {"delta": 4096}}),
+        grid_orders(5, 10, inner=7),
+        name="PYR",
+    )
+    ds = zagg.aggregate(photons, zagg.load_config(raw))
+    payloads = [np.frombuffer(p, "<f4").reshape(-1, 2) for p in ds["h_tdigest"].values if p]
+    assert all((p[:, 1] == 1).all() for p in payloads)  # single observations only
+    assert max(len(p) for p in payloads) > 128  # some group cell compresses at 128
+    store = tmp_path / "store"
+    zagg.to_hive(ds, str(store))
+    assert assert_columns_are_the_direct_fold_of_their_leaves(store) > 0
+
+
 def test_columns_equal_the_fold_of_their_leaves_located_and_flux(tmp_path, photons, monkeypatch):
     from zagg.pyramid import column
 

@@ -117,6 +117,43 @@ def test_a_fold_of_single_observations_is_the_direct_digest():
     np.testing.assert_array_equal(o, want[2])
 
 
+def test_one_sorted_run_per_cell_folds_as_the_merge_of_its_pieces():
+    """A cell given as its values sorted (one run) folds to the bytes of the same values
+    given as several sorted runs, or with explicit unit weights; -0.0 reads as 0.0."""
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(0, 400, 30 * 4)
+    runs = [np.sort(rng.normal(size=k).astype(np.float32)) for k in sizes]
+    runs[3][: min(5, runs[3].size)] = -0.0  # signed zeros: read as 0.0 either way
+    runs[3].sort()
+    pieces = fold.fold_runs(
+        np.concatenate(runs), None, _offsets(sizes)[:-1], sizes, np.arange(0, 121, 4), DELTA
+    )
+    cells = [np.sort(np.concatenate(runs[i : i + 4]) + np.float32(0)) for i in range(0, 120, 4)]
+    whole = np.concatenate(cells)
+    counts = np.array([c.size for c in cells])
+    starts = _offsets(counts)[:-1]
+    one = fold.fold_runs(whole, None, starts, counts, np.arange(31), DELTA)
+    weighed = fold.fold_runs(whole, np.ones(whole.size), starts, counts, np.arange(31), DELTA)
+    for got in (one, weighed):
+        assert got[0].tobytes() == pieces[0].tobytes()
+        assert got[1].tobytes() == pieces[1].tobytes()
+        np.testing.assert_array_equal(got[2], pieces[2])
+    assert not (np.signbit(one[0]) & (one[0] == 0)).any()  # no -0.0 comes out
+
+
+def test_sort_points_sorts_each_cell_and_reads_negative_zero_as_zero():
+    rng = np.random.default_rng(12)
+    values = rng.normal(size=500).astype(np.float32)
+    values[::50] = -0.0
+    offsets = np.array([0, 0, 1, 120, 121, 400, 500])
+    got = fold.sort_points(values, offsets)
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        want = np.sort(values[a:b] + np.float32(0))
+        assert got[a:b].tobytes() == want.tobytes()
+    assert not np.signbit(got[got == 0]).any()
+    assert values[0] == 0 and np.signbit(values[0])  # the input is left as it was
+
+
 def test_a_fold_keeps_rows_it_cannot_reduce():
     rng = np.random.default_rng(8)
     # a loss-free cell (40 observations) comes out as its values, sorted

@@ -367,6 +367,31 @@ def _reach(edges, k, lo, hi, eps):
 
 
 @njit(cache=True, nogil=True)
+def _bin_run(means, a, n, delta, edges, out_m, out_w, pos):
+    """One cell of ``n`` single observations, ``means[a:a + n]`` sorted: the direct digest
+    (each bin the average of its observations; the rows themselves when they fit under
+    ``delta``) written at ``out[pos:]``, read where the run lies. Returns the new position."""
+    k = _bins(np.float64(n), delta, edges, n - 1) if n > delta else 0
+    if k == 0:
+        for o in range(n):
+            out_m[pos + o] = np.float64(means[a + o]) + 0.0
+            if out_w.size > 0:
+                out_w[pos + o] = 1.0
+        return pos + n
+    for b in range(k - 1):
+        lo = np.int64(edges[b])
+        hi = np.int64(edges[b + 1])
+        cs = 0.0
+        for o in range(a + lo, a + hi):
+            cs += np.float64(means[o]) + 0.0
+        first = np.float64(means[a + lo]) + 0.0
+        last = np.float64(means[a + hi - 1]) + 0.0
+        out_m[pos + b] = min(max(cs / (hi - lo), first), last)
+        out_w[pos + b] = hi - lo
+    return pos + k - 1
+
+
+@njit(cache=True, nogil=True)
 def _fold_runs(
     means,
     weights,
@@ -414,6 +439,10 @@ def _fold_runs(
     for j in range(cell_runs.size - 1):
         r0 = cell_runs[j]
         r1 = cell_runs[j + 1]
+        if ones and not track and r1 - r0 == 1:  # one sorted run of single observations
+            pos = _bin_run(means, run_starts[r0], run_sizes[r0], delta, edges, out_m, out_w, pos)
+            out_off[j + 1] = pos
+            continue
         n = _ZERO
         total = 0.0
         unit = True
@@ -570,3 +599,16 @@ def fold_runs(means, weights, run_starts, run_sizes, cell_runs, delta, *, return
     member_index = np.empty(int((last - first + 1).sum()), np.int64)
     _member_lists(ids, first, last, k, member_index, member_offsets)
     return (*result, member_index, member_offsets)
+
+
+def sort_points(means, offsets) -> np.ndarray:
+    """Single observations sorted by value within each cell (cell j holds rows
+    ``offsets[j]:offsets[j + 1]``): the values a fold's merge of the cells' sorted runs
+    reads (-0.0 as 0.0; ties are equal values), by one sort per cell instead of a merge of
+    every run. NaN has no place in that order: the caller keeps it out."""
+    out = np.asarray(means, np.float32) + np.float32(0.0)
+    offsets = np.asarray(offsets, np.int64)
+    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        if b - a > 1:
+            out[a:b].sort()
+    return out

@@ -6,7 +6,8 @@ footprint and the one-cell node-order member — and writes them as ``all.pyrami
 beside the leaf (role ``column``, ``zagg_column`` provenance, stamp last; its
 ``all.pyramid.stats.json`` follows with the leaf's other sidecars). Groups at or above the
 raw-fold boundary fold from the leaf's cells, the coarser ones flat from the boundary
-group, each through the fields' reducer folds (:func:`zagg.pyramid.levels.coarsen`).
+group, each through the fields' reducer folds (:func:`zagg.pyramid.levels.coarsen`), touching
+only occupied cells.
 A run whose declaration has no composable field writes none and deletes a stale one.
 """
 
@@ -34,6 +35,9 @@ from zagg.pyramid.levels import (
     concat,
     laws_of,
     lossless,
+    point_union,
+    regroups_exactly,
+    single_observations,
     slice_level,
 )
 from zagg.reducers.partials import Digests
@@ -147,12 +151,14 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
     A digest group folded from the leaf's cells is the fold of all their centroids under
     each group cell, compressed once. Where the leaf's centroids are single observations,
-    the finest such group's cells' sorted unions (the digest fold at
-    :data:`~zagg.pyramid.levels.LOSSLESS`) are built once, and every raw group folds those
-    few sorted runs per cell instead of the leaf's many: the sort is stable, so the bytes
-    are those of the direct fold, for about half the work. The leaf
-    is folded in blocks of whole cells of the coarsest raw group (about
-    :data:`BLOCK_ROWS` centroids each), so the extra memory is a block's, not the leaf's."""
+    that fold is the direct digest of the cell's values sorted: each raw group sorts its
+    cells' values once (:func:`~zagg.pyramid.levels.point_union`) and the fold bins them,
+    instead of merging every leaf cell's run. Other digests fold the finest raw group's
+    sorted unions (the digest fold at :data:`~zagg.pyramid.levels.LOSSLESS`); counts,
+    minima and maxima fold each raw group from the one below, which is their fold to the
+    bit. Every way gives the direct fold's bytes. The leaf is folded in blocks of whole
+    cells of the coarsest raw group (about :data:`BLOCK_ROWS` centroids each), so the
+    extra memory is a block's, not the leaf's."""
     raw = [r for r in decl.column_groups() if decl.group_source(r) == decl.cell_order]
     parts: dict[int, list] = {r: [] for r in raw}
     demoted: dict = {}
@@ -172,17 +178,30 @@ def column_levels(leaf: Level, decl: Declaration, laws: dict[str, Law]) -> dict[
 
 
 def _raw_groups(leaf: Level, raw: list[int], laws: dict[str, Law]) -> dict[int, tuple]:
-    """The groups folded from (a block of) the leaf's cells, finest first."""
-    unions = {n: law for n, law in laws.items() if _unionable(law, leaf.fields.get(n))}
-    others = {n: law for n, law in laws.items() if n not in unions}
+    """The groups folded from (a block of) the leaf's cells, finest first: a field whose
+    fold of folds is its fold (:func:`~zagg.pyramid.levels.regroups_exactly`) from the
+    group below, a digest of single observations from its values sorted per group cell,
+    the other digests from the finest group's sorted unions, the rest from the leaf."""
+    chained = {n: law for n, law in laws.items() if regroups_exactly(law)}
+    points = {n: law for n, law in laws.items() if single_observations(law, leaf.fields.get(n))}
+    unions = {
+        n: law for n, law in laws.items() if n not in points and _unionable(law, leaf.fields.get(n))
+    }
+    others = {n: law for n, law in laws.items() if n not in {**chained, **points, **unions}}
     union = coarsen([leaf], raw[0], lossless(unions))[0] if unions else None
     out = {}
+    below = leaf
     for r in raw:
         level, demotions = coarsen([leaf], r, others)
+        level.fields.update(coarsen([below], r, chained)[0].fields)
         if union is not None:
             level.fields.update(coarsen([union], r, unions)[0].fields)
-            level.fields = {n: level.fields[n] for n in laws if n in level.fields}
+        for n, law in points.items():
+            sorted_ = Level(r, {n: point_union(leaf.fields[n], r)})
+            level.fields.update(coarsen([sorted_], r, {n: law})[0].fields)
+        level.fields = {n: level.fields[n] for n in laws if n in level.fields}
         out[r] = (level, demotions)
+        below = level
     return out
 
 
