@@ -3,8 +3,6 @@ two of them, no module reaching for another's underscore names, and only ground-
 modules beside the packages (docs/architecture.md)."""
 
 import ast
-import functools
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import zagg
@@ -21,13 +19,20 @@ def modules():
         yield ".".join(parts), path
 
 
-@functools.cache
+def _parse_all() -> dict[Path, ast.Module]:
+    """Every module's syntax tree, parsed once when this file is imported (at collection,
+    before any test runs): CPython 3.11's AST converter keeps its recursion count per
+    interpreter, not per thread, so an ``ast.parse`` while another thread of the process
+    (one an earlier test left running) builds syntax trees too can fail with "AST
+    constructor recursion depth mismatch", on a fresh thread as on the main one."""
+    return {path: ast.parse(path.read_text(), str(path)) for _, path in modules()}
+
+
+TREES = _parse_all()
+
+
 def parse(path: Path) -> ast.Module:
-    """``path``'s syntax tree, parsed on a fresh thread: CPython 3.11 can
-    refuse ``ast.parse`` deep in a stack whose recursion counters an earlier test moved
-    ("AST constructor recursion depth mismatch"), which a new thread's stack never is."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(ast.parse, path.read_text(), str(path)).result()
+    return TREES[path]
 
 
 def imports(name: str, path: Path):

@@ -61,17 +61,33 @@ def _buffer(values: np.ndarray) -> memoryview:
 def _vlen_digest(cells: np.ndarray, lengths: np.ndarray | None) -> str:
     """sha256 over ``u64_le(len) || payload`` per cell, assembled in blocks with numpy.
 
-    Only occupied cells are visited in Python; a run of empty cells is 8 zero bytes each.
+    Cells are sorted by type in numpy's loops: ``None`` and ``bytes`` (a decoded leaf's
+    cells, mostly empty) are measured there, and only cells of other types pass through
+    :func:`element_bytes` one by one; a run of empty cells is 8 zero bytes each.
     """
     if lengths is None:
-        payloads = [element_bytes(c) for c in cells.tolist()]
-        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        kinds = _type_of(cells) if cells.size else np.empty(0, dtype=object)
+        plain = np.equal(kinds, bytes)
+        other = np.flatnonzero(~(plain | np.equal(kinds, type(None))))
+        lengths = np.zeros(cells.size, dtype=np.int64)
+        if plain.any():
+            lengths[plain] = _len_of(cells[plain]).astype(np.int64)
+        payload = cells.copy()
+        if other.size:
+            converted = [element_bytes(c) for c in cells[other].tolist()]
+            lengths[other] = np.fromiter(map(len, converted), dtype=np.int64, count=other.size)
+            payload[other] = np.fromiter(converted, dtype=object, count=other.size)
         filled = np.flatnonzero(lengths)
-        payloads = [payloads[i] for i in filled.tolist()]
+        payloads = payload[filled].tolist()
     else:
         filled = np.flatnonzero(lengths)
         payloads = cells[filled].tolist()
     return hashlib.sha256(_buffer(vlen_stream(lengths, filled, payloads))).hexdigest()
+
+
+#: each cell's type and length, in numpy's loops rather than Python's
+_type_of = np.frompyfunc(type, 1, 1)
+_len_of = np.frompyfunc(len, 1, 1)
 
 
 @numba.njit(cache=True, nogil=True)
