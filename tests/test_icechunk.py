@@ -325,6 +325,23 @@ def test_a_lost_commit_is_caught_up_by_the_next_one(tmp_path, photons):
     assert_levels_equal(store)
 
 
+def test_a_run_whose_region_holds_no_point_commits_nothing_and_fails_nothing(
+    tmp_path, photons, worker_process
+):
+    """A region run that aggregates no point leaves a store with no object: the companion
+    has nothing to index, so no repository is made and the summary reports no error."""
+    store = tmp_path / "store"
+    far = photons.isel(photon=slice(0, 0)).assign_attrs(granules=[])
+    run = zagg.run(
+        raw_config(store=str(store)), source=far, scheduler=worker_process, progress=False
+    )
+    assert run.records == [] and "error" not in (run.icechunk or {}), run.icechunk
+    assert (
+        icechunk.Repository.exists(icechunk.local_filesystem_storage(str(store / "icechunk")))
+        is False
+    )
+
+
 def test_output_icechunk_false_writes_no_repo_and_bad_values_are_refused(
     tmp_path, photons, worker_process
 ):

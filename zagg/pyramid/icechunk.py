@@ -778,7 +778,10 @@ def commit(
     lv = levels_of(manifest)
     objs = objects(root, manifest)
     summary.objects = len(objs)
-    repo = ic.open_repo(root, create=True)
+    repo = ic.open_repo(root, create=bool(objs))
+    if repo is None:  # no object yet (a run whose region held no point): nothing to index
+        summary.seconds = time.perf_counter() - t0
+        return summary
     block = read_block(repo)
     if block and block.get("spec") != ic.SPEC:
         raise ValueError(
