@@ -39,9 +39,10 @@ def test_small_sort_equals_numpy_sort_at_every_size(n):
     rng = np.random.default_rng(n)
     src = np.empty(64)
     values = rng.choice([-2.5, 0.0, 1.0, 3.25, 1e30, -1e-30], n) + rng.integers(0, 3, n)
+    values = values.astype(np.float32).astype(np.float64)  # float32 values, as digests hold
     src[:n] = values
     dst = np.full(n + 5, -7.0)
-    tdigest._small_sort(src, n, dst, 3)
+    tdigest._small_sort(src, n, dst, 3, np.empty(64, np.int64))
     np.testing.assert_array_equal(dst[3 : 3 + n], np.sort(values))
     assert np.all(dst[:3] == -7.0) and np.all(dst[3 + n :] == -7.0)  # nothing else written
 

@@ -323,7 +323,35 @@ def connect(
         cluster.close()
         raise
     client.__dict__["_zagg_owned_cluster"] = cluster
+    if gateway is not None and adaptive is None:
+        _await_workers(client, 1 if workers is None else int(workers))
     return client
+
+
+#: how long a new gateway cluster's client waits for the workers it asked for
+WORKERS_WAIT_S = 120
+
+
+class SlowWorkersWarning(UserWarning):
+    """A new gateway cluster started fewer workers than asked for in time."""
+
+
+def _await_workers(client, n: int) -> None:
+    """Wait (at most :data:`WORKERS_WAIT_S`) for the ``n`` workers a gateway cluster was
+    scaled to, so a run spreads over all of them from its first task instead of starting
+    on whichever joined first; a slow gateway only warns, and the run goes on."""
+    try:
+        client.wait_for_workers(n, timeout=WORKERS_WAIT_S)
+    except TimeoutError:
+        import warnings
+
+        have = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        warnings.warn(
+            f"the gateway started {have} of the {n} workers asked for within "
+            f"{WORKERS_WAIT_S} s; the run starts on those and uses the others as they join",
+            SlowWorkersWarning,
+            stacklevel=3,
+        )
 
 
 def _check_adaptive(adaptive) -> tuple[int, int]:
