@@ -109,8 +109,15 @@ def killed_runs(kills: list[tuple[Path, Path, int, object]], budget=120) -> list
             if child.poll() is None:
                 child.kill()
                 child.wait()
-    for child in children:
-        assert child.returncode in (130, -signal.SIGKILL), child.returncode
+    for (_, store, _, cue), child in zip(kills, children, strict=True):
+        stopped = (130, -signal.SIGKILL)
+        # after every leaf only the sweep and the commits remain: on a loaded machine the
+        # run can finish between the watcher's look and its signal (the stores are then
+        # compared as for any other case)
+        finished = (0,) if cue.__name__ == "_all_leaves" else ()
+        assert child.returncode in stopped + finished, (
+            f"{store.name}: exit {child.returncode}: {child.stderr.read()}"
+        )
     return at_kill
 
 
