@@ -15,10 +15,8 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
     photons, cells, shards, the region's points) is what h5py and mortie count. (The
     optional measurements, each a run in a fresh process, print no count checked here.)"""
     import bench_granules as bg
-    import h5py
 
     from zagg import grid as G
-    from zagg.sources.write_granules import BEAMS
 
     per, band = 500_000, 0.4
     text = run_bench(
@@ -40,18 +38,7 @@ def test_bench_granules_counts_photons_cells_and_the_region(tmp_path):
         "strata",
     )
     paths = sorted(tmp_path.glob("*/ATL03_*.h5"))
-    lat, lon, conf = [], [], []
-    for p in paths:
-        with h5py.File(p, "r") as f:
-            for b in BEAMS:
-                h = f[f"{b}/heights"]
-                for name, out in (("lat_ph", lat), ("lon_ph", lon)):
-                    v = h[name][:]
-                    out.append(np.where(v == h[name].attrs["_FillValue"][0], np.nan, v))
-                conf.append(h["signal_conf_ph"][:, 3])
-    lat, lon, conf = np.concatenate(lat), np.concatenate(lon), np.concatenate(conf)
-    keep = (conf >= 2) & np.isfinite(lat) & np.isfinite(lon)
-    cells = mortie.geo2mort(lat[keep], lon[keep], order=19)
+    lat, keep, cells = kept_cells(paths)
     shards = mortie.clip2order(9, cells)
     head = re.search(
         r"(\d+) granules, ([\d,]+) photons, .*; ([\d,]+) kept, ([\d,]+) cells with "
@@ -80,10 +67,6 @@ def test_bench_scale_counts_photons_cells_leaves_and_compares_checkouts(tmp_path
     """bench_scale on two small granules, each read twice under two names (--link), by
     this checkout twice: the photons, kept photons, cells and leaves it prints are what
     h5py and mortie count, and both runs wrote the same leaves."""
-    import h5py
-
-    from zagg.sources.write_granules import BEAMS
-
     root = str(BENCH.parent)
     text = run_bench(
         "bench_scale.py",
@@ -92,18 +75,7 @@ def test_bench_scale_counts_photons_cells_leaves_and_compares_checkouts(tmp_path
     )
     paths = sorted(tmp_path.glob("atl03-pool-*/ATL03_*.h5"))
     assert len(paths) == 2
-    lat, lon, conf = [], [], []
-    for p in paths:
-        with h5py.File(p, "r") as f:
-            for b in BEAMS:
-                h = f[f"{b}/heights"]
-                for name, out in (("lat_ph", lat), ("lon_ph", lon)):
-                    v = h[name][:]
-                    out.append(np.where(v == h[name].attrs["_FillValue"][0], np.nan, v))
-                conf.append(h["signal_conf_ph"][:, 3])
-    lat, lon, conf = np.concatenate(lat), np.concatenate(lon), np.concatenate(conf)
-    keep = (conf >= 2) & np.isfinite(lat) & np.isfinite(lon)
-    cells = mortie.geo2mort(lat[keep], lon[keep], order=19)
+    lat, keep, cells = kept_cells(paths)
     heads = re.findall(
         r"4 granules \(hard links\), ([\d,]+) photons read, .*; ([\d,]+) kept, ([\d,]+) "
         r"cells with data, (\d+) leaves",
@@ -118,3 +90,25 @@ def test_bench_scale_counts_photons_cells_leaves_and_compares_checkouts(tmp_path
     assert len(re.findall(r"CPU seconds: run [\d.]+, floor [\d.]+", text)) == 2
     for phase in ("read + reduce", "combine + write", "sweep"):
         assert len(re.findall(rf"    {re.escape(phase)} +[\d.]+ - +[\d.]+ s", text)) == 2, text
+
+
+def kept_cells(paths):
+    """Every photon's latitude of the granules at ``paths``, which of them the t-digest
+    config keeps (land-ice confidence >= 2, finite coordinates), and mortie's order-19
+    cells of the kept ones: what the benchmarks' counts are checked against."""
+    import h5py
+
+    from zagg.sources.write_granules import BEAMS
+
+    lat, lon, conf = [], [], []
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            for b in BEAMS:
+                h = f[f"{b}/heights"]
+                for name, out in (("lat_ph", lat), ("lon_ph", lon)):
+                    v = h[name][:]
+                    out.append(np.where(v == h[name].attrs["_FillValue"][0], np.nan, v))
+                conf.append(h["signal_conf_ph"][:, 3])
+    lat, lon, conf = np.concatenate(lat), np.concatenate(lon), np.concatenate(conf)
+    keep = (conf >= 2) & np.isfinite(lat) & np.isfinite(lon)
+    return lat, keep, mortie.geo2mort(lat[keep], lon[keep], order=19)

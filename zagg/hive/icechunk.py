@@ -304,12 +304,10 @@ def group_refs(root: StoreRoot, group: str) -> dict[str, ObjectArray]:
     return dict(sorted(out.items()))
 
 
-def location(root: StoreRoot | str, key: str) -> str:
-    """A reference's location: the container prefix (``root``'s :func:`url_prefix`, or the
-    prefix itself when a commit has it at hand) and the object's key, with the three
-    characters a URL reserves percent-encoded (§11.3)."""
-    safe = key.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
-    return (root if isinstance(root, str) else url_prefix(root)) + safe
+def location(prefix: str, key: str) -> str:
+    """A reference's location: the container prefix (:func:`url_prefix` of the store) and
+    the object's key, with the three characters a URL reserves percent-encoded (§11.3)."""
+    return prefix + key.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
 
 
 def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, ObjectArray]:
