@@ -25,6 +25,7 @@ def _cmd_run(args) -> int:
         "performance_report": args.performance_report,
         "overwrite": args.overwrite,
         "allow_contraction": args.allow_contraction,
+        "memory_budget": args.memory_budget,
     }
     if args.gateway is None and args.adaptive is None:
         summary = run(
@@ -325,6 +326,17 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _memory_budget(text: str):
+    """argparse type of --memory-budget: a size, auto or off."""
+    from zagg.config.model import ConfigError
+    from zagg.pipeline.run import budget_argument
+
+    try:
+        return budget_argument(int(text) if text.isdigit() else text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _memory_limit(text: str):
     """argparse type of --memory-limit: a size, a fraction of the machine's memory or auto."""
     from zagg.cluster.clients import ClusterError, check_knobs
@@ -391,6 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-limit",
         type=_memory_limit,
         help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto",
+    )
+    r.add_argument(
+        "--memory-budget",
+        type=_memory_budget,
+        help="partial aggregates the run may hold at once (default: the config's "
+        "output.memory_budget, auto: a quarter of the cluster's memory, at most 2GiB a "
+        "thread); a granule run with a read plan that would hold more is read in shard "
+        "groups. A size such as 4GiB, auto, or off",
     )
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
     r.add_argument(

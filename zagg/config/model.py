@@ -208,6 +208,9 @@ class Output:
     #: the t-digest budget of the pyramid's folds (``output.pyramid.overview_delta``; None:
     #: each digest field's own, else the format's cap)
     overview_delta: int | None = None
+    #: the aggregation state a run may hold at once (``output.memory_budget``): None for
+    #: ``auto`` (sized from the cluster), 0 for ``off`` (one pass, however large)
+    memory_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ _OUTPUT = (
     "leaf_versions",
     "icechunk",
     "windowing",
+    "memory_budget",
 )
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
 
@@ -804,7 +808,25 @@ def _parse_output(raw, fields) -> Output:
         versions,
         *_parse_icechunk(raw.get("icechunk"), grid),
         overview_delta=overview_delta,
+        memory_budget=parse_memory_budget(raw.get("memory_budget"), "output.memory_budget"),
     )
+
+
+def parse_memory_budget(value, path: str) -> int | None:
+    """``auto`` (or absent: None, sized from the cluster), ``off`` (0: the run is one pass
+    whatever it holds) or a size (bytes, or text such as ``'4GiB'``)."""
+    if value is None or value == "auto":
+        return None
+    if value == "off" or value is False:
+        return 0
+    if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
+        return None if value.strip().lower() == "auto" else 0
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ConfigError(path)
+        return parse_bytes(value, path)
+    except ConfigError:
+        fail(path, f"expected auto, off or a size such as '4GiB' or '512MiB', got {value!r}")
 
 
 def _parse_icechunk(value, grid: Grid) -> tuple:

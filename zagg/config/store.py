@@ -24,9 +24,9 @@ from zagg.grid import Grid
 from zagg.pyramid import declare
 
 #: data_source keys that say where and how points are fetched, not what they are: a store
-#: filled region by region may read granules from another place, with other credentials
-#: or another error policy, and its leaves do not change
-PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error")
+#: filled region by region may read granules from another place, with other credentials,
+#: another error policy, read plan or fetch settings, and its leaves do not change
+PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error", "read_plan", "reads")
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ def shard_collection(
     discover: bool = True,
     select=None,
     spec: StoreSpec | None = None,
+    span=None,
 ) -> collection.Shards:
     """The lazy :class:`~zagg.engine.combine.Shards` of a points Dataset.
 
@@ -110,12 +111,14 @@ def shard_collection(
     the units holding data are known (named by their leaf stems: the shard id, or
     ``{id}_{window}``), returns the names of those to build (a re-run's gate);
     ``shard_granules`` is None when granules are not tracked. ``spec`` is the config's
-    :class:`~zagg.config.store.StoreSpec` when the caller holds it already.
+    :class:`~zagg.config.store.StoreSpec` when the caller holds it already. ``span``
+    (``(lo, hi)`` shard words, hi None for no end) keeps only the shards of one group of
+    a run read in shard groups (:mod:`zagg.pipeline.stream`).
     """
     spec = StoreSpec.of(config) if spec is None else spec
     granule_ids = list(ds.attrs.get("granules") or [])
     granule_var = "granule" if granule_ids and "granule" in ds.variables else None
-    plan = make_plan(config, shards, granule_var)
+    plan = make_plan(config, shards, granule_var, span)
     dim, arrays = input_arrays(ds, plan, chunk_size)
     results = chunk_reductions(plan, arrays)
     t0 = time.perf_counter()

@@ -30,8 +30,9 @@ _SHOWN = 5  # differing settings a refusal lists
 CONFIG_HEADER = (
     "# The configuration of the zagg run that made this store (credentials masked).\n"
     "# morton_hive.json's semantic_hash digests its data_source (without input, granules,\n"
-    "# storage_options and on_error), aggregation, output.dataset and output.grid.sharded;\n"
-    "# a run whose config differs there is refused, naming the settings that differ.\n"
+    "# storage_options, on_error, read_plan and reads), aggregation, output.dataset and\n"
+    "# output.grid.sharded; a run whose config differs there is refused, naming the\n"
+    "# settings that differ.\n"
 )
 
 

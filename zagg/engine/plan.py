@@ -75,6 +75,9 @@ class Plan:
     fields: tuple[FieldPlan, ...]
     grid: G.Grid  # the orders chunk tasks key onto
     shard_set: tuple[int, ...] | None = None
+    #: ``(lo, hi)``: only shard words lo <= w < hi are kept (hi None: no upper end), the
+    #: span of one shard group of a run read in groups (:mod:`zagg.pipeline.stream`)
+    shard_span: tuple[int, int | None] | None = None
     granule_var: str | None = None  # per-row granule index, tracked into each shard
     #: the time-window schedule (a zagg.windows.Windowing): units are (shard, window)
     windowing: object = None
@@ -117,6 +120,7 @@ class Plan:
             [(fp.name, fp.reducer.name, fp.states, repr(fp.field)) for fp in self.fields],
             self.grid.as_dict(),
             self.shard_set,
+            self.shard_span,
             self.granule_var,
             repr(self.windowing),
             self.time_states,
@@ -151,7 +155,7 @@ def _frozen(value):
     return tuple(sorted(value.items())) if isinstance(value, dict) else value
 
 
-def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Plan:
+def make_plan(config: Config, shards=None, granule_var: str | None = None, span=None) -> Plan:
     src = config.data_source
     specs: dict[str, StateSpec] = {}
     fields = []
@@ -193,6 +197,7 @@ def make_plan(config: Config, shards=None, granule_var: str | None = None) -> Pl
         tuple(fields),
         config.grid,
         shard_set,
+        None if span is None else (int(span[0]), None if span[1] is None else int(span[1])),
         granule_var,
         windowing,
         time_states,

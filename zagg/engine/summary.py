@@ -33,6 +33,8 @@ class RunSummary:
     icechunk: object = None  # the Icechunk companion's commit (zagg.pyramid.icechunk)
     gate: object = None  # the re-run verdicts (zagg.pipeline.reruns.Gate; None: no gate)
     stages: object = None  # where the tasks' time went (zagg.pipeline.timings.StageTimes)
+    #: why and in how many shard groups a run was read (None: one pass; zagg.pipeline.stream)
+    shard_groups: str | None = None
 
     @property
     def points_per_second(self) -> float | None:
@@ -54,6 +56,11 @@ class RunSummary:
         lines = [f"  dropped       {n:,} {what}" for n, what in why if n]
         if lines:
             lines.insert(0, f"  of read       {read:,}")
+        if c.get("read_again"):
+            lines.append(
+                f"  read twice    {c['read_again']:,} rows where two shard groups meet "
+                "(counted above in each)"
+            )
         if read and not c.get("keyed"):
             hints = {  # the commonest reason decides what to check first
                 "outside_shards": "the region (--region, --bbox or --shards) holds none of "
@@ -121,6 +128,7 @@ class RunSummary:
             f"store           {self.store}",
             *([f"run id          {self.run_id}"] if self.run_id else []),
             f"shards          {self.shards:,} ({self.leaves_written:,} leaves written)",
+            *([f"shard groups    {self.shard_groups}"] if self.shard_groups else []),
             f"cells with data {self.cells_with_data:,}" + self._written_cells(),
             f"points          {pts}" + (f" ({rate / 1e6:.2f} M points/s)" if rate else ""),
             *self._dropped_lines(),

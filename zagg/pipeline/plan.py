@@ -104,6 +104,7 @@ class RunPlan:
             f"shards          {self._shards_line()}",
             *self._units_lines(),
             f"windows         {self._windows_line()}",
+            f"memory          {self._memory_line()}",
             *self._pyramid_lines(),
         ]
         return lines
@@ -164,6 +165,28 @@ class RunPlan:
             + (f" in {_count(len(self.read_shards), 'shard')}" if granules else "")
         )
         return out
+
+    def _memory_line(self) -> str:
+        from dask.utils import format_bytes
+
+        from zagg.pipeline.stream import AUTO_PER_THREAD, AUTO_SHARE
+
+        budget = self.config.output.memory_budget
+        if budget == 0:
+            return "budget off: one pass, however much it holds"
+        said = (
+            f"budget auto ({AUTO_SHARE:.0%} of the cluster's memory, at most "
+            f"{format_bytes(AUTO_PER_THREAD)} a thread)"
+            if budget is None
+            else f"budget {format_bytes(budget)}"
+        )
+        src = self.config.data_source.granules
+        if self.source is not None or src is None or src.read_plan is None:
+            return f"{said}; this source is read in one pass (no granule read plan)"
+        return (
+            f"{said}: if one pass would hold more, a census of the granules' index "
+            "cuts the shards into groups, read one after another"
+        )
 
     def _windows_line(self) -> str:
         w = self.spec.windowing

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zagg.cluster.clients import cluster_for, connected
-from zagg.config.model import Config, ConfigError
+from zagg.config.model import Config, ConfigError, parse_memory_budget
+from zagg.pipeline import stream
 from zagg.pipeline.gate import record_granules, selector, source_ids
 from zagg.pipeline.plan import NO_INPUT, RunPlan, plan_run
 from zagg.pyramid.icechunk import after_run, enabled
@@ -75,6 +76,7 @@ def run(
     dashboard: bool = False,
     performance_report: str | None = None,
     timings: bool | None = None,
+    memory_budget=None,
 ) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
@@ -92,7 +94,11 @@ def run(
     dashboard on 127.0.0.1 and prints its link; ``performance_report`` writes distributed's
     performance report of the run to that HTML file; ``timings`` (default: on the clusters
     the run starts) records the tasks' own timings, shown as ``summary.stages`` (see
-    :mod:`zagg.pipeline.timings`).
+    :mod:`zagg.pipeline.timings`). ``memory_budget`` (a size such as ``"4GiB"`` or bytes,
+    ``"auto"``, or ``"off"``; default: the config's ``output.memory_budget``, ``auto``)
+    bounds the partial aggregates held at once: a granule run with a read plan that
+    would hold more is read one group of shards after another
+    (:mod:`zagg.pipeline.stream`), with the same leaves.
 
     Re-runs write only what changed (:mod:`zagg.pipeline.gate`): a shard whose leaf was built by
     the same config from the same granules is current and not written again (with a
@@ -127,6 +133,7 @@ def run(
         dashboard=dashboard,
         performance_report=performance_report,
         timings=timings,
+        memory_budget=budget_argument(memory_budget),
     )
     return executor.execute(plan, t_start=t0)
 
@@ -144,6 +151,9 @@ class Executor:
     dashboard: bool = False
     performance_report: str | None = None
     timings: bool | None = None  # None: on the clusters the run starts
+    #: the partial aggregates the run may hold at once, bytes (0: off; "auto": sized from
+    #: the cluster; None: the config's output.memory_budget); see zagg.pipeline.stream
+    memory_budget: int | str | None = None
 
     def __post_init__(self):
         from zagg.pipeline.watch import check_watch
@@ -191,9 +201,15 @@ class Executor:
                 ds = open_source(cfg, shards=plan.read_shards, granules=plan.read_granules)
             else:
                 ds = plan.source
-            # under on_error: skip, a granule found damaged while it is read (a chunk that
-            # does not decompress) is left out, recorded, and the run redone without it
-            summary = skip_damaged(ds, lambda ds: self.aggregate_and_write(plan, gate, ds, t0))
+            budget = stream.memory_budget(self.budget(cfg), client)
+            streaming = stream.plan_groups(cfg, ds, budget, shards=plan.read_shards)
+            if streaming is None:
+                # under on_error: skip, a granule found damaged while it is read (a chunk
+                # that does not decompress) is left out, recorded, and the run redone
+                # without it
+                summary = skip_damaged(ds, lambda ds: self.aggregate_and_write(plan, gate, ds, t0))
+            else:
+                summary = self.write_groups(plan, gate, streaming, t0)
             if plan.planned is not None:
                 gate.record_empty(plan.planned, plan.todo, summary)
             watch.finish(summary)
@@ -202,9 +218,35 @@ class Executor:
             # the run's Icechunk tag
             return finalize_run(cfg, summary, plan.store, plan.storage_options, plan.run_id)
 
-    def aggregate_and_write(self, plan: RunPlan, gate, ds, t0: float) -> RunSummary:
+    def budget(self, cfg: Config) -> int | None:
+        """The run's memory budget in bytes: the executor's, else the config's (None:
+        auto; 0: off)."""
+        value = cfg.output.memory_budget if self.memory_budget is None else self.memory_budget
+        return None if value == AUTO else value
+
+    def write_groups(self, plan: RunPlan, gate, streaming, t0: float) -> RunSummary:
+        """Aggregate and write a run one shard group after another
+        (:mod:`zagg.pipeline.stream`); the summary of them all."""
+
+        def one(ds, group, earlier):
+            return self.aggregate_and_write(
+                plan, gate, ds, t0, span=group.span, earlier=earlier, finish=False
+            )
+
+        summaries, granules = stream.run_groups(streaming, one, progress=self.progress)
+        summary = stream.merged(summaries, streaming, granules, time.perf_counter() - t0)
+        if gate is not None:
+            gate.finish(summary)
+        return summary
+
+    def aggregate_and_write(
+        self, plan: RunPlan, gate, ds, t0: float, span=None, earlier=(), finish=True
+    ) -> RunSummary:
         """Aggregate ``ds`` and write its units as they are aggregated: nothing here keeps
-        them, so each input chunk's partial is freed once the shards it feeds are written."""
+        them, so each input chunk's partial is freed once the shards it feeds are written.
+        ``span`` keeps one shard group's shards; ``earlier`` are the records of the leaves
+        the run's earlier groups wrote (the store root lists them all); ``finish`` puts
+        the gate's verdicts on the summary (a run in groups does once, at its end)."""
         from zagg.engine.aggregate import shard_collection
         from zagg.engine.write import write_shards
 
@@ -218,6 +260,7 @@ class Executor:
             progress=self.progress,
             select=selector(gate, plan.todo, ids),
             spec=plan.spec,
+            span=span,
         )
         record_granules(shards, plan.planned, ids)
         summary = write_shards(
@@ -228,11 +271,23 @@ class Executor:
             t_start=t0,
             versioned=plan.spec.leaf_versions,
             run_id=plan.run_id,
-            current=() if gate is None else gate.current(),
+            current=[*earlier, *(() if gate is None else gate.current())],
         )
-        if gate is not None:
+        if gate is not None and finish:
             gate.finish(summary)
         return summary
+
+
+AUTO = "auto"  # a memory budget sized from the cluster (zagg.pipeline.stream)
+
+
+def budget_argument(value) -> int | str | None:
+    """A run's ``memory_budget`` argument checked: None (the config's), ``"auto"``, 0
+    (``"off"``) or bytes."""
+    if value is None:
+        return None
+    parsed = parse_memory_budget(value, "memory_budget")
+    return AUTO if parsed is None else parsed
 
 
 #: how often a run's chained sweep asks again for a lease another sweep holds

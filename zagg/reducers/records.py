@@ -65,6 +65,13 @@ class State:
     compact: Callable | None = None
     options: tuple[str, ...] = ()
     reads: Callable | None = None
+    #: ``held(options) -> (bytes per cell, bytes per point)``: at most what a waiting
+    #: partial of this state holds (None: 8 bytes per cell); sizes a run's shard groups
+    held: Callable | None = None
+
+    def held_bytes(self, options: dict) -> tuple[int, int]:
+        """Bytes per cell and per point a waiting partial of this state holds at most."""
+        return (8, 0) if self.held is None else self.held(options)
 
 
 @dataclass(frozen=True)
@@ -162,9 +169,9 @@ class Reducer:
 
 
 # -- the built-in reducers -----------------------------------------------------------------
-COUNT = State("count", S.count_chunk, S.sum_combine, S.compact_count)
-SUM = State("sum", S.sum_dd_chunk, S.dd_combine)
-SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine)
+COUNT = State("count", S.count_chunk, S.sum_combine, S.compact_count, held=lambda o: (4, 0))
+SUM = State("sum", S.sum_dd_chunk, S.dd_combine, held=lambda o: (16, 0))
+SUMSQ = State("sumsq", S.sumsq_dd_chunk, S.dd_combine, held=lambda o: (16, 0))
 MIN = State("min", S.min_chunk, S.min_combine, S.compact_extreme)
 MAX = State("max", S.max_chunk, S.max_combine, S.compact_extreme)
 DIGEST = State(
@@ -173,9 +180,15 @@ DIGEST = State(
     S.digest_combine,
     options=("delta", "located", "weight_source", "weights", "timed", "clock"),
     reads=S.digest_reads,
+    held=S.digest_held,
 )
 CLOCK_RANGE = State(
-    "clock_range", _cellclock.chunk, _cellclock.combine, options=("clock",), reads=_cellclock.reads
+    "clock_range",
+    _cellclock.chunk,
+    _cellclock.combine,
+    options=("clock",),
+    reads=_cellclock.reads,
+    held=lambda o: (16, 0),
 )
 LANES = State(
     "lanes",
@@ -183,6 +196,7 @@ LANES = State(
     S.sum_combine,
     options=("threshold", "of_source", "of_where"),
     reads=S.lanes_reads,
+    held=lambda o: (72, 0),
 )
 
 

@@ -190,6 +190,13 @@ def digest_reads(spec, declared) -> set[str]:
     return names | ({POINT_WORDS} if opts.get("located") else set())
 
 
+def digest_held(opts) -> tuple[int, int]:
+    """A waiting digest partial: an offset per cell; per point (while loss-free, a
+    centroid per point) its float32 mean and weight, and its location and time words when
+    kept."""
+    return 8, 8 + 8 * bool(opts.get("located")) + 8 * bool(opts.get("timed"))
+
+
 def _runs(values, groups):
     """The pieces' centroids back to back, and each merged cell's rows as sorted runs (one
     per piece): ``(means, weights or None, run_starts, run_sizes)``, runs in cell order."""

@@ -21,6 +21,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ from zagg.sources.granule_config import (
 )
 from zagg.sources.readplan import ShardCover, blocks
 from zagg.sources.scan import (
+    GroupShape,
     Scan,
     granule_id,
     group_prefix,
@@ -265,10 +267,42 @@ def open_granules(
     are left out and recorded in ``attrs["failed_granules"]``. ``only`` (granule ids, e.g.
     those a re-run must read again) keeps just those granules.
     """
-    if not isinstance(source, GranuleSource):
-        source = parse_granule_source(source)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    opened = scan_granules(source, shards=shards, shard_order=shard_order, skip=skip, only=only)
+    ds = granules_dataset(opened, chunk_size)
+    ds.encoding["zagg_granules"]["kwargs"].update(
+        {"shards": shards, "shard_order": shard_order, "only": only}
+    )
+    return ds
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """The granules of a source as open time found them: their scans (readable ones, in
+    id order) and those left out (``{granule, error}``)."""
+
+    source: GranuleSource
+    scans: tuple[Scan, ...]
+    failed: tuple[dict, ...]
+
+
+def granules_dataset(opened: Scanned, chunk_size: int = DEFAULT_CHUNK) -> xr.Dataset:
+    """The lazy Dataset over scanned granules (see :func:`open_granules`), with what
+    reopens them in its encoding (:func:`skip_damaged`, runs in shard groups)."""
+    ds = _dataset(opened.source, list(opened.scans), [dict(f) for f in opened.failed], chunk_size)
+    ds.encoding["zagg_granules"] = {
+        "source": opened.source,
+        "scanned": opened,
+        "kwargs": {"chunk_size": chunk_size},
+    }
+    return ds
+
+
+def scan_granules(source, *, shards=None, shard_order=None, skip=(), only=None) -> Scanned:
+    """Open and scan the granules of ``source`` (arguments as :func:`open_granules`)."""
+    if not isinstance(source, GranuleSource):
+        source = parse_granule_source(source)
     skip = [dict(s) for s in skip]
     failed: list[dict] = []
     sizes: dict[str, int] = {}  # href -> bytes, as the catalog recorded them
@@ -313,23 +347,14 @@ def open_granules(
 
     cover = None
     if shards is not None and source.read_plan is not None:
-        cover = _cover(shards, shard_order, source.read_plan.margin)
+        cover = shard_cover(shards, shard_order, source.read_plan.margin)
     scans = _scan_all(source, hrefs, failed, cover)
     _check_sizes(source, scans, sizes)
-    ds = _dataset(source, scans, failed, chunk_size)
-    ds.encoding["zagg_granules"] = {
-        "source": source,
-        "kwargs": {
-            "shards": shards,
-            "shard_order": shard_order,
-            "chunk_size": chunk_size,
-            "only": only,
-        },
-    }
-    return ds
+    return Scanned(source, tuple(scans), tuple(failed))
 
 
-def _cover(shards, shard_order: int | None, margin: float) -> ShardCover:
+def shard_cover(shards, shard_order: int | None, margin: float) -> ShardCover:
+    """The :class:`ShardCover` of ``shards`` (decimal ids or words, all at ``shard_order``)."""
     from zagg import grid as G
 
     ids = [shards] if isinstance(shards, str | np.integer | int) else list(shards)
@@ -409,6 +434,13 @@ def _scan_all(
     return scans
 
 
+def read_blocks(shape: GroupShape, chunk_size: int) -> list[tuple[int, int]]:
+    """The read units of one scanned group: its needed rows (all of them without a read
+    plan) in storage-chunk-aligned blocks of at most ``chunk_size`` rows."""
+    runs = shape.runs if shape.runs is not None else ((0, shape.rows),)
+    return blocks(runs, shape.rows, _align(shape.layouts.values()), max(chunk_size, 1))
+
+
 def _align(layouts) -> int:
     """Rows a read unit's bounds are multiples of: the storage chunks' rows of every
     dataset read (their least common multiple, or the largest when that grows too big)."""
@@ -476,9 +508,7 @@ def _dataset(
         if groups:
             contributing.append(granule_id(s.href))
         for g in groups:
-            runs = g.runs if g.runs is not None else ((0, g.rows),)
-            align = _align(g.layouts.values())
-            for start, stop in blocks(runs, g.rows, align, max(chunk_size, 1)):
+            for start, stop in read_blocks(g, chunk_size):
                 units.append((len(contributing) - 1, s, g, start, stop))
             h5py_paths |= {p for p, lay in g.layouts.items() if lay.fallback}
     if h5py_paths:

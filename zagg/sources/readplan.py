@@ -27,7 +27,17 @@ import numpy as np
 from zagg import grid as G
 from zagg.checks.validation import fail
 
-__all__ = ["ATL03_SEGMENTS", "ReadPlan", "ShardCover", "blocks", "needed_rows", "parse_read_plan"]
+__all__ = [
+    "ATL03_SEGMENTS",
+    "ReadPlan",
+    "ShardCover",
+    "blocks",
+    "GroupCovers",
+    "group_rows",
+    "needed_rows",
+    "parse_read_plan",
+    "shard_photons",
+]
 
 #: the ATL03 geolocation segment index, as paths relative to a beam group
 ATL03_SEGMENTS = {
@@ -122,10 +132,12 @@ def parse_read_plan(value, path: str, template) -> ReadPlan | None:
 
 class ShardCover:
     """The run's shards (words at ``shard_order``) and, when ``margin`` > 0, the ring of
-    cells within ``margin`` metres around them (mortie's ``morton_buffer_meters``, at a
-    finer order near the edges): :meth:`reaches` says which points lie in either."""
+    cells within ``margin`` metres around them (mortie's ``morton_buffer_meters``, at the
+    finer order ``fine`` near the edges: by default as fine as :data:`FINE_ORDER` while the
+    shards' cells there stay under :data:`MAX_COVER_CELLS`): :meth:`reaches` says which
+    points lie in either."""
 
-    def __init__(self, shards, shard_order: int, margin: float):
+    def __init__(self, shards, shard_order: int, margin: float, fine: int | None = None):
         self.order = int(shard_order)
         self.shards = np.unique(np.asarray(shards, dtype=np.uint64))
         self.margin = float(margin)
@@ -134,41 +146,91 @@ class ShardCover:
         if self.margin > 0 and self.shards.size:
             import mortie
 
-            depth = 0
-            while (
-                self.order + depth < FINE_ORDER
-                and self.shards.size * 4 ** (depth + 1) <= MAX_COVER_CELLS
-            ):
-                depth += 1
-            self.fine = self.order + depth
+            self.fine = fine_order(self.shards.size, self.order) if fine is None else fine
             cells = self.shards
-            if depth:
+            if self.fine > self.order:
                 cells = np.sort(mortie.generate_morton_children(self.shards, self.fine).ravel())
             self.ring = np.asarray(mortie.morton_buffer_meters(cells, self.margin), dtype=np.uint64)
 
     def reaches(self, lat, lon, unplaced: bool) -> np.ndarray:
         """Per point, whether it lies in a shard or in the margin ring; points that cannot
         be placed (non-finite coordinates) count as ``unplaced``."""
-        words, ok = G.cell_words(lat, lon, self.fine)
-        hit = np.isin(G.ancestor(words, self.order), self.shards)
-        if self.ring.size:
-            hit |= np.isin(words, self.ring)
-        if unplaced:
-            hit |= ~ok
-        else:
-            hit &= ok
+        hit = np.zeros(np.shape(lat), bool)
+        points, _ = GroupCovers([self]).pairs(lat, lon, unplaced)
+        hit[points] = True
         return hit
 
 
-def _dilate(mask: np.ndarray, pad: int) -> np.ndarray:
-    """``mask`` with every set entry's ``pad`` neighbours either side set too."""
-    if not pad or not mask.any():
-        return mask
-    idx = np.flatnonzero(mask)
-    out = np.zeros(mask.size + 1, np.int64)
-    np.add.at(out, np.clip(idx - pad, 0, mask.size), 1)
-    np.add.at(out, np.clip(idx + pad + 1, 0, mask.size), -1)
-    return np.cumsum(out[:-1]) > 0
+def fine_order(shards: int, shard_order: int) -> int:
+    """The order a cover of ``shards`` shards draws its margin ring at."""
+    depth = 0
+    while shard_order + depth < FINE_ORDER and shards * 4 ** (depth + 1) <= MAX_COVER_CELLS:
+        depth += 1
+    return shard_order + depth
+
+
+class GroupCovers:
+    """Several :class:`ShardCover` (of disjoint shards, their rings at one order) asked at
+    once: which covers each point reaches, with a handful of array operations whatever
+    their number (a run in shard groups asks every group's cover of every index)."""
+
+    def __init__(self, covers: list[ShardCover]):
+        fines = {c.fine for c in covers if c.ring.size}
+        if len(fines) > 1:
+            raise ValueError(f"covers asked at once need one ring order, got {sorted(fines)}")
+        self.count = len(covers)
+        self.order = covers[0].order if covers else 0
+        self.fine = fines.pop() if fines else self.order
+        shards = [c.shards for c in covers] + [np.zeros(0, np.uint64)]
+        labels = [np.full(c.shards.size, i) for i, c in enumerate(covers)] + [np.zeros(0, int)]
+        self.shards, self.shard_cover = _sorted_pairs(np.concatenate(shards), labels)
+        rings = [c.ring for c in covers] + [np.zeros(0, np.uint64)]
+        labels = [np.full(c.ring.size, i) for i, c in enumerate(covers)] + [np.zeros(0, int)]
+        self.ring, self.ring_cover = _sorted_pairs(np.concatenate(rings), labels)
+
+    @classmethod
+    def of(cls, groups, shard_order: int, margin: float) -> GroupCovers:
+        """The covers of ``groups`` (lists of shard words), their rings at the order the
+        largest group's would be drawn at."""
+        fine = fine_order(max((len(g) for g in groups), default=1), shard_order)
+        return cls([ShardCover(list(g), shard_order, margin, fine) for g in groups])
+
+    def pairs(self, lat, lon, unplaced: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``(point, cover)`` index pairs: each point with every cover it reaches (in a
+        shard, or in the ring); points that cannot be placed reach every cover when
+        ``unplaced``, none otherwise."""
+        words, ok = G.cell_words(
+            np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64), self.fine
+        )
+        n = words.size
+        points, covers = [], []
+        if self.shards.size:
+            shard = G.ancestor(words, self.order)
+            at = np.minimum(np.searchsorted(self.shards, shard), self.shards.size - 1)
+            hit = ok & (self.shards[at] == shard)
+            points.append(np.flatnonzero(hit))
+            covers.append(self.shard_cover[at[hit]])
+        if self.ring.size:
+            lo = np.searchsorted(self.ring, words, "left")
+            hi = np.searchsorted(self.ring, words, "right")
+            k = np.where(ok, hi - lo, 0)
+            if k.any():
+                which = np.repeat(np.arange(n), k)
+                first = np.repeat(lo - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+                points.append(which)
+                covers.append(self.ring_cover[first])
+        if unplaced and not ok.all():
+            loose = np.flatnonzero(~ok)
+            points.append(np.repeat(loose, self.count))
+            covers.append(np.tile(np.arange(self.count), loose.size))
+        if not points:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(points).astype(np.int64), np.concatenate(covers).astype(np.int64)
+
+
+def _sorted_pairs(words: np.ndarray, labels: list) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(words, kind="stable")
+    return words[order], np.concatenate(labels)[order]
 
 
 def needed_rows(
@@ -179,29 +241,100 @@ def needed_rows(
     ``index`` holds the plan's arrays for the group: for ``segments`` the four index
     arrays, for ``coordinates`` the points' ``latitude`` and ``longitude``.
     """
+    return group_rows(plan, GroupCovers([cover]), rows, index)[0]
+
+
+def group_rows(
+    plan: ReadPlan, covers: GroupCovers, rows: int, index: Mapping
+) -> list[list[tuple[int, int]]]:
+    """Per cover, the sorted, disjoint row ranges of one group (beam) it needs: the rows
+    of the segments reaching it (or, unplaced, every cover), ``pad`` segments either side,
+    and every row no segment names."""
     lat = np.asarray(index["latitude"], dtype=np.float64)
     lon = np.asarray(index["longitude"], dtype=np.float64)
     if plan.kind == "coordinates":
-        keep = _dilate(cover.reaches(lat, lon, unplaced=False), plan.pad)
-        return _runs(np.flatnonzero(keep), np.flatnonzero(keep) + 1)
+        points, which = covers.pairs(lat, lon, unplaced=False)
+        first = np.arange(lat.size, dtype=np.int64)
+        last, named, unnamed = first + 1, None, np.zeros((0, 2), np.int64)
+    else:
+        beg = np.asarray(index["ph_index_beg"], dtype=np.int64)
+        cnt = np.asarray(index["segment_ph_cnt"], dtype=np.int64)
+        if not (beg.size == cnt.size == lat.size == lon.size):
+            raise ValueError(
+                f"the segment index arrays differ in length (latitude {lat.size}, "
+                f"longitude {lon.size}, ph_index_beg {beg.size}, segment_ph_cnt "
+                f"{cnt.size})"
+            )
+        named = (cnt > 0) & (beg > 0)
+        _named_rows(beg, cnt, named, rows)  # refuses rows past the group's end
+        first, last = beg - 1, beg - 1 + cnt
+        # rows no segment names can lie anywhere: they are read as unplaced points are
+        unnamed = _gaps(_runs(first[named], last[named]), rows)
+        points, which = covers.pairs(lat, lon, unplaced=True)
+    if plan.pad and points.size:
+        shifts = np.arange(-plan.pad, plan.pad + 1)
+        points = np.clip((points[:, None] + shifts).ravel(), 0, lat.size - 1)
+        which = np.repeat(which, shifts.size)
+    if named is not None:
+        keep = named[points]
+        points, which = points[keep], which[keep]
+    order = np.lexsort((points, which))
+    points, which = points[order], which[order]
+    bounds = np.searchsorted(which, np.arange(covers.count + 1))
+    out = []
+    for i in range(covers.count):
+        seg = points[bounds[i] : bounds[i + 1]]  # ascending, repeats side by side
+        seg = seg[np.r_[True, seg[1:] != seg[:-1]]] if seg.size else seg
+        out.append(
+            _runs(
+                np.concatenate([first[seg], unnamed[:, 0]]),
+                np.concatenate([last[seg], unnamed[:, 1]]),
+            )
+        )
+    return out
+
+
+def _named_rows(beg, cnt, named, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The row range ``[first, last)`` of every segment holding photons, refusing an index
+    that names rows past the group's end."""
+    first = beg[named] - 1
+    last = first + cnt[named]
+    if first.size and (first.min() < 0 or last.max() > rows):
+        raise ValueError(
+            f"the segment index names photons {int(first.min())}.."
+            f"{int(last.max())} but the group has {rows} rows"
+        )
+    return first, last
+
+
+def _gaps(runs: list[tuple[int, int]], rows: int) -> np.ndarray:
+    """The ``(start, stop)`` ranges of ``0..rows`` that sorted, disjoint ``runs`` leave."""
+    edges = np.array([0, *(x for r in runs for x in r), rows], np.int64).reshape(-1, 2)
+    return edges[edges[:, 1] > edges[:, 0]]
+
+
+def shard_photons(
+    plan: ReadPlan, rows: int, index: Mapping, shard_order: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """How many rows of one group each shard can expect: ``(shard words, rows per shard,
+    rows that cannot be placed)``, by where each segment's reference point lies (for
+    ``coordinates``: each row's own point). Rows of segments without a finite reference
+    point, and rows no segment names, cannot be placed."""
+    lat = np.asarray(index["latitude"], dtype=np.float64)
+    lon = np.asarray(index["longitude"], dtype=np.float64)
+    words, ok = G.cell_words(lat, lon, shard_order)
+    if plan.kind == "coordinates":
+        shard, n = np.unique(words[ok], return_counts=True)
+        return shard, n.astype(np.int64), int(lat.size - ok.sum())
     beg = np.asarray(index["ph_index_beg"], dtype=np.int64)
     cnt = np.asarray(index["segment_ph_cnt"], dtype=np.int64)
-    if not (beg.size == cnt.size == lat.size == lon.size):
-        raise ValueError(
-            f"the segment index arrays differ in length (latitude {lat.size}, "
-            f"longitude {lon.size}, ph_index_beg {beg.size}, segment_ph_cnt "
-            f"{cnt.size})"
-        )
-    keep = _dilate(cover.reaches(lat, lon, unplaced=True), plan.pad)
-    keep &= (cnt > 0) & (beg > 0)
-    start = beg[keep] - 1
-    stop = start + cnt[keep]
-    if start.size and (start.min() < 0 or stop.max() > rows):
-        raise ValueError(
-            f"the segment index names photons {int(start.min())}.."
-            f"{int(stop.max())} but the group has {rows} rows"
-        )
-    return _runs(start, stop)
+    named = (cnt > 0) & (beg > 0)
+    first, last = _named_rows(beg, cnt, named, rows)
+    per = last - first
+    placed = ok[named]
+    shard, inverse = np.unique(words[named][placed], return_inverse=True)
+    n = np.bincount(inverse, weights=per[placed], minlength=shard.size).astype(np.int64)
+    return shard, n, int(rows - n.sum())
 
 
 def _runs(start: np.ndarray, stop: np.ndarray) -> list[tuple[int, int]]:

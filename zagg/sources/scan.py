@@ -29,7 +29,7 @@ from zagg.sources.chunks import (
 )
 from zagg.sources.errors import GranuleError
 from zagg.sources.granule_config import GranuleSource
-from zagg.sources.readplan import ShardCover, needed_rows
+from zagg.sources.readplan import ShardCover, group_rows, needed_rows, shard_photons
 
 
 def granule_id(href: str) -> str:
@@ -137,18 +137,8 @@ def _decode_attrs(attrs) -> dict:
 def scan(source: GranuleSource, href: str, cover: ShardCover | None = None) -> Scan:
     """Open one granule and check every configured path in every group (metadata only;
     under a read plan with ``cover``, also the plan's index)."""
-    gid = granule_id(href)
-    try:
-        with open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
-            f,
-            stamp,
-        ):
-            return scan_file(source, f, href, gid, stamp, cover)
-    except GranuleError:
-        raise
-    except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
-        msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
-        raise GranuleError(f"granule {gid!r} ({href}): cannot open as HDF5: {msg}") from None
+    with _opened(source, href) as (f, stamp):
+        return scan_file(source, f, href, granule_id(href), stamp, cover)
 
 
 def scan_file(
@@ -270,6 +260,13 @@ def read_scanned(
 
 def _plan_runs(source: GranuleSource, f, href, gid, group, rows, layouts, index, cover):
     """The rows of one group the run needs, by the read plan's index, and the bytes read."""
+    arrays, nbytes = read_index(source, f, href, gid, group)
+    return tuple(_needed(source, href, gid, group, cover, rows, arrays)), nbytes
+
+
+def read_index(source: GranuleSource, f, href: str, gid: str, group) -> tuple[dict, int]:
+    """The read plan's index arrays of one group of the open granule ``f`` (by role) and
+    the bytes read."""
     import h5py
 
     plan = source.read_plan
@@ -296,14 +293,78 @@ def _plan_runs(source: GranuleSource, f, href, gid, group, rows, layouts, index,
                 f"granule {gid!r} ({href}): the read plan's index {hpath!r} cannot be read: {msg}"
             ) from None
         nbytes += n
+    return arrays, nbytes
+
+
+def _needed(source: GranuleSource, href, gid, group, cover, rows: int, arrays):
     try:
-        runs = needed_rows(plan, cover, rows, arrays)
+        return needed_rows(source.read_plan, cover, rows, arrays)
     except ValueError as exc:
+        raise _index_error(source, href, gid, group, exc) from None
+
+
+def _index_error(source: GranuleSource, href, gid, group, exc) -> GranuleError:
+    return GranuleError(
+        f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
+        f"plan's index ({source.config_key}.read_plan) does not describe these rows"
+    )
+
+
+def census(source: GranuleSource, href: str, groups, shard_order: int) -> tuple[dict, int]:
+    """How many rows of a granule each shard (word at ``shard_order``) can expect, by its
+    read plan's index, and how many rows cannot be placed (see
+    :func:`zagg.sources.readplan.shard_photons`); ``groups``: ``(group, rows)`` as
+    scanned."""
+    gid = granule_id(href)
+    counts: dict[int, int] = {}
+    unplaced = 0
+    with _opened(source, href) as (f, _):
+        for group, rows in groups:
+            arrays, _ = read_index(source, f, href, gid, group)
+            try:
+                words, n, loose = shard_photons(source.read_plan, rows, arrays, shard_order)
+            except ValueError as exc:
+                raise _index_error(source, href, gid, group, exc) from None
+            for w, k in zip(words.tolist(), n.tolist(), strict=True):
+                counts[w] = counts.get(w, 0) + k
+            unplaced += loose
+    return counts, unplaced
+
+
+def runs_for_covers(source: GranuleSource, href: str, groups, covers) -> list[list]:
+    """Per cover of ``covers`` (a :class:`GroupCovers`), per group (``(group, rows)`` as
+    scanned) the rows of a granule that cover needs; the index is read once."""
+    gid = granule_id(href)
+    out: list[list] = [[] for _ in range(covers.count)]
+    with _opened(source, href) as (f, _):
+        for group, rows in groups:
+            arrays, _ = read_index(source, f, href, gid, group)
+            try:
+                found = group_rows(source.read_plan, covers, rows, arrays)
+            except ValueError as exc:
+                raise _index_error(source, href, gid, group, exc) from None
+            for runs, mine in zip(out, found, strict=True):
+                runs.append(tuple(mine))
+    return out
+
+
+@contextlib.contextmanager
+def _opened(source: GranuleSource, href: str):
+    """The granule at ``href`` open (h5py file, stamp); any failure but a
+    :class:`GranuleError` is reported as a granule that cannot be opened."""
+    try:
+        with open_with_stamp(href, source.storage_options, source.reads.metadata_block_size) as (
+            f,
+            stamp,
+        ):
+            yield f, stamp
+    except GranuleError:
+        raise
+    except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
+        msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
         raise GranuleError(
-            f"granule {gid!r} ({href}), group {group!r}: {exc}; the read "
-            f"plan's index ({key}) does not describe these rows"
+            f"granule {granule_id(href)!r} ({href}): cannot open as HDF5: {msg}"
         ) from None
-    return tuple(runs), nbytes
 
 
 def item_key(name: str) -> str:
