@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-budget",
         type=_memory_budget,
         help="partial aggregates the run may hold at once (default: the config's "
-        "output.memory_budget, auto: a quarter of the cluster's memory, at most 2GiB a "
+        "output.memory_budget, auto: a quarter of the cluster's memory, at most 1GiB a "
         "thread); a granule run with a read plan that would hold more is read in shard "
         "groups. A size such as 4GiB, auto, or off",
     )

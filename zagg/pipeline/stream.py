@@ -10,11 +10,13 @@ estimates fit, and aggregates and writes one group after another, each group rea
 only the rows its shards can reach (``data_source.read_plan``), so memory follows the
 budget and the reads stay about those of one pass.
 
-Every leaf is the same bytes as in a one-pass run: a group is a span of shard words, and
-a point is kept by the group whose span holds its shard; a group reads the segments whose
+Every point reaches its leaf as in a one-pass run: a group is a span of shard words, and a
+point is kept by the group whose span holds its shard; a group reads the segments whose
 reference point lies within the read plan's margin of its shards, every segment without
-a reference point and every row no segment names. The pyramid sweep and the Icechunk
-commit follow the last group, once.
+a reference point and every row no segment names. Exact fields are the same bytes; a
+t-digest is too while its cells stay loss-free (within ``delta`` values), and beyond
+that is merged from other input chunks, as any rechunking would. The pyramid sweep and
+the Icechunk commit follow the last group, once.
 
 The budget (``output.memory_budget``, ``zagg run --memory-budget``) is ``auto`` by
 default: a quarter of the cluster's memory, and at most :data:`AUTO_PER_THREAD` per
@@ -34,7 +36,7 @@ import numpy as np
 #: ``auto``: the share of the cluster's memory a run's partials may take...
 AUTO_SHARE = 0.25
 #: ...and at most this much per worker thread
-AUTO_PER_THREAD = 2 * 2**30
+AUTO_PER_THREAD = 2**30
 
 
 def memory_budget(value: int | None, client) -> int:
@@ -201,7 +203,10 @@ def run_groups(
             )
 
         def opened(skip, scanned=scanned, before=tuple(skipped)):
-            return granules_dataset(_without(scanned, [*before, *skip]), streaming.chunk_size)
+            # a group reads short runs of many granules: tasks of up to chunk_size rows
+            return granules_dataset(
+                _without(scanned, [*before, *skip]), streaming.chunk_size, pack=True
+            )
 
         def use(ds, group=group, before=tuple(earlier)):
             fed.update(ds.attrs.get("granules") or [])

@@ -287,10 +287,14 @@ class Scanned:
     failed: tuple[dict, ...]
 
 
-def granules_dataset(opened: Scanned, chunk_size: int = DEFAULT_CHUNK) -> xr.Dataset:
+def granules_dataset(
+    opened: Scanned, chunk_size: int = DEFAULT_CHUNK, pack: bool = False
+) -> xr.Dataset:
     """The lazy Dataset over scanned granules (see :func:`open_granules`), with what
-    reopens them in its encoding (:func:`skip_damaged`, runs in shard groups)."""
-    ds = _dataset(opened.source, list(opened.scans), [dict(f) for f in opened.failed], chunk_size)
+    reopens them in its encoding (:func:`skip_damaged`, runs in shard groups); ``pack``
+    makes each dask chunk a run of read units of up to ``chunk_size`` rows."""
+    failed = [dict(f) for f in opened.failed]
+    ds = _dataset(opened.source, list(opened.scans), failed, chunk_size, pack)
     ds.encoding["zagg_granules"] = {
         "source": opened.source,
         "scanned": opened,
@@ -434,6 +438,17 @@ def _scan_all(
     return scans
 
 
+def packed(sizes: list[int], most: int) -> list[int]:
+    """Consecutive ``sizes`` summed into runs of at most ``most`` (a size over it alone)."""
+    out: list[int] = []
+    for n in sizes:
+        if out and out[-1] + n <= most:
+            out[-1] += n
+        else:
+            out.append(n)
+    return out or [0]
+
+
 def read_blocks(shape: GroupShape, chunk_size: int) -> list[tuple[int, int]]:
     """The read units of one scanned group: its needed rows (all of them without a read
     plan) in storage-chunk-aligned blocks of at most ``chunk_size`` rows."""
@@ -474,11 +489,17 @@ def _width(template: str, name: str, scans: list[Scan]) -> int | None:
 
 
 def _dataset(
-    source: GranuleSource, scans: list[Scan], failed: list[dict], chunk_size: int
+    source: GranuleSource,
+    scans: list[Scan],
+    failed: list[dict],
+    chunk_size: int,
+    pack: bool = False,
 ) -> xr.Dataset:
     """The lazy Dataset over ``scans``: per path template one array whose chunks are the
-    read units (granule x group x row range); variables are those arrays or columns of
-    them, and ``granule`` an index that never touches a file."""
+    read units (granule x group x row range), or with ``pack`` runs of consecutive units
+    of up to ``chunk_size`` rows in all (many short units, as a shard group reads, cost a
+    task each otherwise); variables are those arrays or columns of them, and ``granule``
+    an index that never touches a file."""
     import xarray as xr
 
     from zagg.sources.granule_arrays import GranuleRows, Piece, TemplateArray, lazy
@@ -519,6 +540,7 @@ def _dataset(
             stacklevel=3,
         )
     sizes = [b - a for *_, a, b in units] or [0]
+    chunks = packed(sizes, chunk_size) if pack else sizes
 
     token = tokenize(
         source.granules,
@@ -529,6 +551,7 @@ def _dataset(
         source.reads,
         [(s.href, s.stamp, s.groups) for s in scans],
         chunk_size,
+        pack,
     )
     fail_nan = source.on_error == "fail"
     arrays = {}
@@ -563,7 +586,7 @@ def _dataset(
 
             arrays[template] = da.zeros((0,) + reader.shape[1:], dtype=reader.dtype)
         else:
-            arrays[template] = lazy(reader, sizes, f"read-granules-{first}-{token}")
+            arrays[template] = lazy(reader, chunks, f"read-granules-{first}-{token}")
 
     data_vars = {}
     for name, template, column in items:
@@ -581,7 +604,7 @@ def _dataset(
     rows = GranuleRows(sizes if units else [], [u[0] for u in units])
     import dask.array as da
 
-    index = lazy(rows, sizes, f"granule-index-{token}") if units else da.zeros(0, dtype=np.int32)
+    index = lazy(rows, chunks, f"granule-index-{token}") if units else da.zeros(0, dtype=np.int32)
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
     )
