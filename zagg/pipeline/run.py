@@ -202,7 +202,9 @@ class Executor:
             else:
                 ds = plan.source
             budget = stream.memory_budget(self.budget(cfg), client)
-            streaming = stream.plan_groups(cfg, ds, budget, shards=plan.read_shards)
+            streaming = stream.plan_groups(
+                cfg, ds, budget, shards=plan.read_shards, progress=self.progress
+            )
             if streaming is None:
                 # under on_error: skip, a granule found damaged while it is read (a chunk
                 # that does not decompress) is left out, recorded, and the run redone

@@ -114,10 +114,11 @@ def _size(n: int) -> str:
     return format_bytes(int(n))
 
 
-def plan_groups(cfg, ds, budget: int, shards=None) -> Streaming | None:
+def plan_groups(cfg, ds, budget: int, shards=None, progress: bool = False) -> Streaming | None:
     """The shard groups of a run over the points ``ds`` (opened from ``cfg``'s granules,
     restricted to ``shards`` when given), or None when one pass fits ``budget`` (0: off),
-    or cannot be split (then a warning names the fix)."""
+    or cannot be split (then a warning names the fix). ``progress`` says when the
+    granules' index is read for a census."""
     from zagg.engine.memory import held_bytes, held_per
     from zagg.engine.plan import make_plan
 
@@ -142,6 +143,13 @@ def plan_groups(cfg, ds, budget: int, shards=None) -> Streaming | None:
     from zagg.sources.census import for_groups, shard_census
 
     order = cfg.grid.shard_order
+    if progress:
+        print(
+            f"{rows:,} rows may hold up to {_size(rows * (cell + point))} of partials, over the "
+            f"memory budget of {_size(budget)}: reading the granules' segment index to cut "
+            "the shards into groups",
+            file=sys.stderr,
+        )
     census, opened = shard_census(recipe["scanned"], order)
     words, counts = _reachable(census, src.read_plan.margin, shards)
     held = held_bytes(plan, counts)
