@@ -221,6 +221,7 @@ def child(spec: dict) -> dict:
         "leaves": s.leaves_written,
         "bytes": s.bytes_written,
         "sweep_wall": None if s.sweep is None else s.sweep.seconds,
+        "shard_groups": s.shard_groups,
         "hashes": {r["path"]: r["content_hashes"]["combined"] for r in s.records},
         "threads": threads,
         "phases": [
@@ -490,6 +491,8 @@ def report(r: dict, label: str = "") -> None:
         f"{r['wall'] / floor_s:.2f} ({verdict(r['wall'] / floor_s, TARGETS['floor'], False)}); "
         f"leaves / floor {r['leaves_wall'] / floor_s:.2f}"
     )
+    if r.get("shard_groups"):
+        print(f"  shard groups: {r['shard_groups']}")
     cpu_s = r["cpu"] * r["wall"] / 100
     print(
         f"  CPU seconds: run {cpu_s:.1f}, floor {fl['cpu']:.1f}; run / floor "
