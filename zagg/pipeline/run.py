@@ -98,7 +98,7 @@ def run(
     ``"auto"``, or ``"off"``; default: the config's ``output.memory_budget``, ``auto``)
     bounds the partial aggregates held at once: a granule run with a read plan that
     would hold more is read one group of shards after another
-    (:mod:`zagg.pipeline.stream`), with the same leaves.
+    (:mod:`zagg.pipeline.stream`), each point reaching the leaf it reaches in one pass.
 
     Re-runs write only what changed (:mod:`zagg.pipeline.gate`): a shard whose leaf was built by
     the same config from the same granules is current and not written again (with a
