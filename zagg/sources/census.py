@@ -34,10 +34,6 @@ class Census:
     rows: dict[int, int]
     unplaced: int
 
-    @property
-    def total(self) -> int:
-        return sum(self.rows.values()) + self.unplaced
-
 
 def shard_census(opened: Scanned, shard_order: int) -> tuple[Census, Scanned]:
     """The census of ``opened``'s granules, and ``opened`` without any whose index cannot
