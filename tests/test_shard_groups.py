@@ -1,6 +1,7 @@
 """Runs in shard groups: a run whose partials would pass its memory budget is read one group
 of shards after another, and writes the same leaves, columns and overviews as one pass."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from builders import (
 import zagg
 from zagg import grid as G
 from zagg.config.model import ConfigError, load_config
+from zagg.config.store import StoreSpec
+from zagg.hive.semantic import semantic_hash
 from zagg.pipeline.run import run
 from zagg.pipeline.stream import cut_groups
 from zagg.sources.readplan import ReadPlan, ShardCover, needed_rows
@@ -246,3 +249,27 @@ def test_a_source_that_cannot_be_split_warns_naming_the_fix(tmp_path):
     with pytest.warns(UserWarning, match=r"over its memory budget.*data_source\.read_plan"):
         summary = run(raw, progress=False, **IN_PROCESS)
     assert summary.shard_groups is None and summary.points > 0
+
+
+def test_a_store_made_while_the_read_plan_was_hashed_stays_the_same_store(granules, tmp_path):
+    """``read_plan`` and ``reads`` say how points are fetched, not what they are, so they
+    left the semantic hash; a store whose manifest hashed them (made before) is still
+    this config's store, and its next run fills it under the hash it has."""
+    store = tmp_path / "earlier"
+    raw = config(granules, store)
+    run(raw, bbox="-100.2,-75.9,-99.8,-75.8", progress=False, sweep=False, **IN_PROCESS)
+    spec = StoreSpec.of(load_config(raw))
+    core = dict(spec.core)
+    core["data_source"] = {**core["data_source"], "read_plan": "atl03"}
+    earlier = semantic_hash(core)
+    assert earlier != spec.semantic_hash
+    manifest = store / "morton_hive.json"
+    recorded = json.loads(manifest.read_text())
+    recorded["semantic_hash"] = earlier
+    manifest.write_text(json.dumps(recorded))
+    summary = run(raw, progress=False, sweep=False, **IN_PROCESS)
+    assert summary.leaves_written > 0
+    assert json.loads(manifest.read_text())["semantic_hash"] == earlier
+    raw["aggregation"]["variables"]["count"]["where"] = "land_ice_conf >= 3"
+    with pytest.raises(zagg.hive.ManifestConflictError, match="semantic_hash"):
+        run(raw, progress=False, sweep=False, **IN_PROCESS)

@@ -14,6 +14,7 @@ those attrs once (:meth:`StoreSpec.from_attrs`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,9 @@ from zagg.pyramid import declare
 #: filled region by region may read granules from another place, with other credentials,
 #: another error policy, read plan or fetch settings, and its leaves do not change
 PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error", "read_plan", "reads")
+#: the packaging keys of stores made before ``read_plan`` and ``reads`` were packaging:
+#: such a store keeps the hash its config had then (:meth:`StoreSpec.matching`)
+EARLIER_PACKAGING_SOURCE_KEYS = ("input", "granules", "storage_options", "on_error")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class StoreSpec:
     windowing: object = None  # the zagg.windows.Windowing (None: one leaf per shard)
     pyramid: declare.Declaration | None = None  # None: declared off
     leaf_versions: bool = True  # each leaf write makes a new version (output.leaf_versions)
+    #: the data_source keys the semantic core leaves out
+    packaging: tuple[str, ...] = PACKAGING_SOURCE_KEYS
 
     @classmethod
     def of(cls, config) -> StoreSpec:
@@ -121,7 +127,9 @@ class StoreSpec:
     @cached_property
     def core(self) -> dict:
         """The semantic core of the store's config (:func:`semantic_core`)."""
-        return semantic_core(dict(self.record), dict(self.dataset), self.grid.sharded)
+        return semantic_core(
+            dict(self.record), dict(self.dataset), self.grid.sharded, self.packaging
+        )
 
     @cached_property
     def semantic_hash(self) -> str:
@@ -130,8 +138,19 @@ class StoreSpec:
 
         return semantic_hash(self.core)
 
+    def matching(self, recorded: str | None) -> StoreSpec:
+        """This spec as the store holding ``recorded`` (its manifest's semantic hash) was
+        made: a store made while ``data_source.read_plan`` and ``reads`` were part of the
+        hash keeps the hash this config had then, so it stays the same store."""
+        if recorded is None or recorded == self.semantic_hash:
+            return self
+        earlier = dataclasses.replace(self, packaging=EARLIER_PACKAGING_SOURCE_KEYS)
+        return earlier if earlier.semantic_hash == recorded else self
 
-def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
+
+def semantic_core(
+    config_raw: dict, dataset: dict, sharded: bool, packaging=PACKAGING_SOURCE_KEYS
+) -> dict:
     """The part of a run's configuration that decides leaf contents (hashed into the store).
 
     Included: the data source (what is read and filtered), every aggregation field, the
@@ -142,7 +161,7 @@ def semantic_core(config_raw: dict, dataset: dict, sharded: bool) -> dict:
     """
     source = config_raw.get("data_source")
     if isinstance(source, dict):
-        source = {k: v for k, v in source.items() if k not in PACKAGING_SOURCE_KEYS}
+        source = {k: v for k, v in source.items() if k not in packaging}
     return {
         "data_source": source,
         "aggregation": _without_overview_deltas(config_raw.get("aggregation")),

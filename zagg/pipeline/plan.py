@@ -302,9 +302,10 @@ def plan_run(
             "config's data_source.input",
         )
     options = dict(cfg.output.storage_options) if storage_options is None else storage_options
-    spec = StoreSpec.of(cfg)
     root = hive.StoreRoot(store, options)
     hive.check_store_root(root, MANIFEST_KEY)
+    recorded = hive.read_manifest(root)
+    spec = StoreSpec.of(cfg).matching(recorded and recorded.get("semantic_hash"))
     existing = check_store(root, spec)
     wanted = cfg.output.sweep == "stages" if sweep is None else bool(sweep)
     if wanted and spec.pyramid is None:
