@@ -121,9 +121,9 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
     else:
         words = None
         cell_words = G.keyable_words(lat, lon, plan.grid.cell_order)
-    n_outside = n_elsewhere = 0
+    n_outside = 0
     if plan.shard_set is not None or plan.shard_span is not None:
-        inside, n_outside, n_elsewhere = _in_run(plan, cell_words)
+        inside, n_outside = _in_run(plan, cell_words)
         if not bool(inside.all()):
             drop = np.flatnonzero(~inside)
             cell_words = _without(cell_words, inside, drop)
@@ -166,29 +166,26 @@ def key_chunk(plan: Plan, arrs: dict) -> tuple[CellPoints, dict]:
         "filtered": n_filtered,
         "invalid_coordinates": n_invalid,
         "outside_shards": n_outside,
-        **({"other_groups": n_elsewhere} if plan.shard_span is not None else {}),
         "keyed": int(cell_words.size),
     }
     return CellPoints(plan, cell_words, select, words, runs), counts
 
 
-def _in_run(plan: Plan, cell_words: np.ndarray) -> tuple[np.ndarray, int, int]:
+def _in_run(plan: Plan, cell_words: np.ndarray) -> tuple[np.ndarray, int]:
     """Which points the chunk keeps: those in the run's shards (``plan.shard_set``) and
-    in its shard group's span; and how many fall outside the run's shards, and in the
-    run's shards but another group's span (read again there)."""
+    in its shard group's span (``plan.shard_span``); and how many fall outside the run's
+    shards (a point of another group's span is that group's, and counted there)."""
     shards = G.ancestor(cell_words, plan.grid.shard_order)
     inside = np.ones(shards.size, bool)
     if plan.shard_set is not None:
         inside = np.isin(shards, np.asarray(plan.shard_set, dtype=np.uint64))
     n_outside = int(shards.size - np.count_nonzero(inside))
-    if plan.shard_span is None:
-        return inside, n_outside, 0
-    lo, hi = plan.shard_span
-    in_span = shards >= np.uint64(lo)
-    if hi is not None:
-        in_span &= shards < np.uint64(hi)
-    kept = inside & in_span
-    return kept, n_outside, int(np.count_nonzero(inside) - np.count_nonzero(kept))
+    if plan.shard_span is not None:
+        lo, hi = plan.shard_span
+        inside &= shards >= np.uint64(lo)
+        if hi is not None:
+            inside &= shards < np.uint64(hi)
+    return inside, n_outside
 
 
 def _without(x: np.ndarray, sel: np.ndarray, drop: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from dask.utils import format_bytes
 
 #: ``auto``: the share of the cluster's memory a run's partials may take...
 AUTO_SHARE = 0.25
@@ -104,14 +105,8 @@ class Streaming:
     def line(self) -> str:
         return (
             f"{len(self.groups)}: one pass would hold about "
-            f"{_size(self.estimate)} of partials, over the memory budget of {_size(self.budget)}"
+            f"{format_bytes(self.estimate)} of partials, over the memory budget of {format_bytes(self.budget)}"
         )
-
-
-def _size(n: int) -> str:
-    from dask.utils import format_bytes
-
-    return format_bytes(int(n))
 
 
 def plan_groups(cfg, ds, budget: int, shards=None, progress: bool = False) -> Streaming | None:
@@ -133,8 +128,8 @@ def plan_groups(cfg, ds, budget: int, shards=None, progress: bool = False) -> St
     src = cfg.data_source.granules
     if recipe is None or src is None or src.read_plan is None or "scanned" not in recipe:
         warnings.warn(
-            f"this run may hold up to {_size(rows * (cell + point))} of partial aggregates at "
-            f"once ({rows:,} rows), over its memory budget of {_size(budget)}; a granule "
+            f"this run may hold up to {format_bytes(rows * (cell + point))} of partial aggregates at "
+            f"once ({rows:,} rows), over its memory budget of {format_bytes(budget)}; a granule "
             "source with data_source.read_plan runs in shard groups within the budget "
             "(or raise output.memory_budget / --memory-budget)",
             stacklevel=3,
@@ -145,8 +140,8 @@ def plan_groups(cfg, ds, budget: int, shards=None, progress: bool = False) -> St
     order = cfg.grid.shard_order
     if progress:
         print(
-            f"{rows:,} rows may hold up to {_size(rows * (cell + point))} of partials, over the "
-            f"memory budget of {_size(budget)}: reading the granules' segment index to cut "
+            f"{rows:,} rows may hold up to {format_bytes(rows * (cell + point))} of partials, over the "
+            f"memory budget of {format_bytes(budget)}: reading the granules' segment index to cut "
             "the shards into groups",
             file=sys.stderr,
         )
@@ -273,7 +268,6 @@ def merged(summaries: list, streaming: Streaming, granules: list[str], wall: flo
     for s in summaries:
         for k, v in (s.point_counts or {}).items():
             counts[k] = counts.get(k, 0) + int(v)
-    counts.pop("other_groups", None)  # kept by the group whose span holds them
     counts["read_again"] = rows_read_again(streaming)
     failed, seen = [], set()
     for s in summaries:

@@ -265,9 +265,7 @@ def group_rows(
                 f"longitude {lon.size}, ph_index_beg {beg.size}, segment_ph_cnt "
                 f"{cnt.size})"
             )
-        named = (cnt > 0) & (beg > 0)
-        _named_rows(beg, cnt, named, rows)  # refuses rows past the group's end
-        first, last = beg - 1, beg - 1 + cnt
+        first, last, named = _segment_rows(beg, cnt, rows)
         # rows no segment names can lie anywhere: they are read as unplaced points are
         unnamed = _gaps(_runs(first[named], last[named]), rows)
         points, which = covers.pairs(lat, lon, unplaced=True)
@@ -294,17 +292,17 @@ def group_rows(
     return out
 
 
-def _named_rows(beg, cnt, named, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """The row range ``[first, last)`` of every segment holding photons, refusing an index
-    that names rows past the group's end."""
-    first = beg[named] - 1
-    last = first + cnt[named]
-    if first.size and (first.min() < 0 or last.max() > rows):
+def _segment_rows(beg, cnt, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each segment's rows ``[first, last)`` and whether it names any (``named``),
+    refusing an index that names rows past the group's end."""
+    named = (cnt > 0) & (beg > 0)
+    first, last = beg - 1, beg - 1 + cnt
+    if named.any() and (first[named].min() < 0 or last[named].max() > rows):
         raise ValueError(
-            f"the segment index names photons {int(first.min())}.."
-            f"{int(last.max())} but the group has {rows} rows"
+            f"the segment index names photons {int(first[named].min())}.."
+            f"{int(last[named].max())} but the group has {rows} rows"
         )
-    return first, last
+    return first, last, named
 
 
 def _gaps(runs: list[tuple[int, int]], rows: int) -> np.ndarray:
@@ -328,9 +326,8 @@ def shard_photons(
         return shard, n.astype(np.int64), int(lat.size - ok.sum())
     beg = np.asarray(index["ph_index_beg"], dtype=np.int64)
     cnt = np.asarray(index["segment_ph_cnt"], dtype=np.int64)
-    named = (cnt > 0) & (beg > 0)
-    first, last = _named_rows(beg, cnt, named, rows)
-    per = last - first
+    first, last, named = _segment_rows(beg, cnt, rows)
+    per = (last - first)[named]
     placed = ok[named]
     shard, inverse = np.unique(words[named][placed], return_inverse=True)
     n = np.bincount(inverse, weights=per[placed], minlength=shard.size).astype(np.int64)

@@ -315,36 +315,40 @@ def census(source: GranuleSource, href: str, groups, shard_order: int) -> tuple[
     read plan's index, and how many rows cannot be placed (see
     :func:`zagg.sources.readplan.shard_photons`); ``groups``: ``(group, rows)`` as
     scanned."""
-    gid = granule_id(href)
     counts: dict[int, int] = {}
     unplaced = 0
-    with _opened(source, href) as (f, _):
-        for group, rows in groups:
-            arrays, _ = read_index(source, f, href, gid, group)
-            try:
-                words, n, loose = shard_photons(source.read_plan, rows, arrays, shard_order)
-            except ValueError as exc:
-                raise _index_error(source, href, gid, group, exc) from None
-            for w, k in zip(words.tolist(), n.tolist(), strict=True):
-                counts[w] = counts.get(w, 0) + k
-            unplaced += loose
+    found = _each_index(
+        source, href, groups, lambda rows, a: shard_photons(source.read_plan, rows, a, shard_order)
+    )
+    for words, n, loose in found:
+        for w, k in zip(words.tolist(), n.tolist(), strict=True):
+            counts[w] = counts.get(w, 0) + k
+        unplaced += loose
     return counts, unplaced
 
 
 def runs_for_covers(source: GranuleSource, href: str, groups, covers) -> list[list]:
     """Per cover of ``covers`` (a :class:`GroupCovers`), per group (``(group, rows)`` as
     scanned) the rows of a granule that cover needs; the index is read once."""
+    found = _each_index(
+        source, href, groups, lambda rows, a: group_rows(source.read_plan, covers, rows, a)
+    )
+    return [[tuple(per_group[i]) for per_group in found] for i in range(covers.count)]
+
+
+def _each_index(source: GranuleSource, href: str, groups, use) -> list:
+    """``use(rows, arrays)`` on the read plan's index of each scanned group (``(group,
+    rows)``) of the granule at ``href``, opened once; an index that does not describe
+    its group's rows is refused naming the granule and group."""
     gid = granule_id(href)
-    out: list[list] = [[] for _ in range(covers.count)]
+    out = []
     with _opened(source, href) as (f, _):
         for group, rows in groups:
             arrays, _ = read_index(source, f, href, gid, group)
             try:
-                found = group_rows(source.read_plan, covers, rows, arrays)
+                out.append(use(rows, arrays))
             except ValueError as exc:
                 raise _index_error(source, href, gid, group, exc) from None
-            for runs, mine in zip(out, found, strict=True):
-                runs.append(tuple(mine))
     return out
 
 
