@@ -282,7 +282,12 @@ def test_the_manifest_split_is_recorded_used_and_only_ratchets_coarser(tmp_path,
     assert one.rows == ["2021", "2023", "all"]
 
 
-def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
+def everything(store) -> dict[str, bytes]:
+    """Every object of a local store, ``icechunk/`` included: key → bytes."""
+    return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("*") if p.is_file()}
+
+
+def test_a_run_commits_the_repo_and_an_unchanged_rerun_writes_nothing(
     tmp_path, photons, worker_process
 ):
     store = tmp_path / "store"
@@ -299,17 +304,23 @@ def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
     assert_levels_equal(str(store))
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
     assert repo.lookup_tag(f"run-{one.run_id}") == repo.lookup_branch("main")
-    n = len(list(repo.ancestry(branch="main")))
+    before = everything(store)
     two = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
-    # every shard is current: no leaf is written and no overview refolded; only the leaf
-    # columns, whose trees the lifecycle touch re-stamps (moving their checksums), are
-    # referenced afresh, and the sweep commits nothing; the run is closed and tagged
-    leaves = sum(len(v) for v in walk_windows(str(store)).values())
-    assert two.records == [] and two.icechunk["changed"] == leaves, two.icechunk
+    # every shard is current: no leaf is written, no overview refolded, no reference
+    # renewed (the lifecycle touch leaves the objects the references checksum alone), and
+    # the run is not tagged: the first run's tag reads the same snapshot
+    assert two.records == [] and two.bytes_written == 0
+    assert two.icechunk["commits"] == [] and two.icechunk["changed"] == 0, two.icechunk
     assert two.sweep.icechunk["commits"] == []
-    assert two.icechunk["finalize"]["tag"] == f"run-{two.run_id}"
-    messages = [s.message.split(" ")[0] for s in repo.ancestry(branch="main")]
-    assert len(messages) == n + 2 and messages[:2] == ["finalize", "leaf"]
+    assert two.icechunk["finalize"]["same_as"] == f"run-{one.run_id}"
+    assert "tag" not in two.icechunk["finalize"]
+    assert summary_lines(two) == [
+        f"icechunk        nothing new; not tagged: nothing changed since run-{one.run_id}, "
+        "whose tag reads this run's store"
+    ]
+    after = everything(store)
+    assert sorted(after) == sorted(before)  # not one object added or removed
+    assert [k for k in before if after[k] != before[k]] == []  # nor one changed
     assert commit(str(store)).commits == []
     assert_levels_equal(str(store))
 

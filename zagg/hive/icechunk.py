@@ -18,9 +18,11 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 import numpy as np
 
+from zagg.errors import ZaggError
 from zagg.hive import paths
 from zagg.hive.storage import StoreRoot
 
@@ -63,11 +65,82 @@ class ObjectArray:
 # -- where the repo lives ---------------------------------------------------------------
 
 
-def url_prefix(root: StoreRoot) -> str:
-    """The virtual chunk container's prefix: the store root URL with a trailing ``/``."""
+class IcechunkError(ZaggError, ValueError):
+    """The store's Icechunk companion cannot be written or read as asked."""
+
+
+class IcechunkMissing(ZaggError, ImportError):
+    """The ``icechunk`` package (the ``zagg[icechunk]`` extra) is not installed."""
+
+
+def require(what: str) -> None:
+    """Refuse ``what`` in one line naming the extra when the icechunk package is absent."""
+    try:
+        import icechunk  # noqa: F401
+    except ImportError:
+        raise IcechunkMissing(
+            f"{what} needs the icechunk package: pip install 'zagg[icechunk]'"
+        ) from None
+
+
+def _split_url(root: StoreRoot) -> tuple[str, str]:
+    """The store root as ``(scheme and authority, absolute path)``: ``("file://",
+    "/data/store")``, ``("s3://bucket", "/product")``."""
     if root.is_local:
-        return "file://" + os.path.abspath(root.path).rstrip("/") + "/"
-    return root.url.rstrip("/") + "/"
+        return "file://", os.path.abspath(root.path).rstrip("/")
+    scheme, _, rest = root.url.partition("://")
+    bucket, _, path = rest.partition("/")
+    return f"{scheme}://{bucket}", "/" + path.strip("/") if path.strip("/") else ""
+
+
+def _encoded(path: str) -> str:
+    """A path as a URL path: every byte but letters, digits, ``_.-~`` and ``/``
+    percent-encoded (UTF-8), so a space, ``#``, ``?``, ``%`` or ``é`` in a store path or key
+    reads back as itself."""
+    return quote(path, safe="/")
+
+
+def check_path(root: StoreRoot) -> None:
+    """Refuse a store path Icechunk cannot name: one holding a control character (a
+    newline, a tab), which no object-store path admits."""
+    bad = [c for c in root.url if ord(c) < 32 or ord(c) == 127]
+    if bad:
+        raise IcechunkError(
+            f"{root.url!r}: the Icechunk companion cannot reference objects under a path "
+            f"holding the control character {bad[0]!r}; rename the store or set "
+            "output.icechunk: false"
+        )
+
+
+def url_prefix(root: StoreRoot) -> str:
+    """The store root as a URL with a trailing ``/``, its path percent-encoded: every
+    reference's location is this prefix and the object's encoded key (§11.3)."""
+    base, path = _split_url(root)
+    return base + _encoded(path) + "/"
+
+
+def container_prefix(root: StoreRoot) -> str:
+    """The prefix of the repo's one virtual chunk container: the store root, or, when the
+    root's path holds a character a URL encodes, its nearest ancestor that holds none.
+    Icechunk matches a reference against its container by the encoded form when one is
+    set and by the decoded form when one is read, so the container must read the same
+    both ways; the references below it still name the store root's objects exactly."""
+    base, path = _split_url(root)
+    while path and _encoded(path) != path:
+        path = path.rsplit("/", 1)[0]
+    return base + path + "/"
+
+
+def location(prefix: str, key: str) -> str:
+    """A reference's location: the store root's :func:`url_prefix` and the object's key,
+    percent-encoded as a URL path (§11.3 names ``?``, ``#`` and ``%``; zagg encodes every
+    byte a URL does not carry as itself)."""
+    return prefix + _encoded(key)
+
+
+def key_of(prefix: str, loc: str) -> str | None:
+    """The store-relative key a location names (None: not under ``prefix``)."""
+    return unquote(loc[len(prefix) :]) if loc.startswith(prefix) else None
 
 
 def _s3_options(root: StoreRoot) -> dict:
@@ -85,13 +158,15 @@ def _s3_options(root: StoreRoot) -> dict:
 
 
 def repo_storage(root: StoreRoot):
-    """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``."""
+    """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``. (Icechunk logs,
+    from its local storage, that it is unsafe for concurrent commits; it has no option to
+    say otherwise, and zagg's commits retry on conflict.)"""
     import icechunk
 
     if root.is_local:
         return icechunk.local_filesystem_storage(os.path.join(os.path.abspath(root.path), REPO_DIR))
     if not root.url.startswith("s3://"):
-        raise ValueError(
+        raise IcechunkError(
             f"{root.url}: the Icechunk companion is written for local and s3:// stores; "
             "set output.icechunk: false for this store"
         )
@@ -112,11 +187,12 @@ def repo_storage(root: StoreRoot):
 
 
 def container(root: StoreRoot):
-    """The one virtual chunk container the repo declares: the store root itself."""
+    """The one virtual chunk container the repo declares (:func:`container_prefix`)."""
     import icechunk
 
+    prefix = container_prefix(root)
     if root.is_local:
-        store = icechunk.local_filesystem_store(os.path.abspath(root.path))
+        store = icechunk.local_filesystem_store(prefix[len("file://") :])
     else:
         o = _s3_options(root)
         store = icechunk.s3_store(
@@ -127,15 +203,24 @@ def container(root: StoreRoot):
             force_path_style=bool(o["endpoint_url"]),
             anonymous=o["anon"],
         )
-    return icechunk.VirtualChunkContainer(url_prefix(root), store)
+    return icechunk.VirtualChunkContainer(prefix, store)
+
+
+def local_access():
+    """What authorizes a ``file://`` container: Icechunk's local-filesystem access object
+    where it has one (Icechunk 2), else ``None`` (Icechunk 1, where 2 deprecates it)."""
+    import icechunk
+
+    return getattr(getattr(icechunk, "credentials", None), "LocalFileSystemAccess", None)
 
 
 def credentials(root: StoreRoot) -> dict:
     """Authorization of the container prefix, with the credentials the leaves are read with."""
     import icechunk
 
+    prefix = container_prefix(root)
     if root.is_local:
-        return icechunk.containers_credentials({url_prefix(root): None})
+        return icechunk.containers_credentials({prefix: local_access()})
     o = _s3_options(root)
     if o["anon"]:
         cred = icechunk.s3_anonymous_credentials()
@@ -145,13 +230,14 @@ def credentials(root: StoreRoot) -> dict:
         )
     else:
         cred = icechunk.s3_from_env_credentials()
-    return icechunk.containers_credentials({url_prefix(root): cred})
+    return icechunk.containers_credentials({prefix: cred})
 
 
 def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     """The store's repo (created when ``create`` and absent), its container authorized;
     ``None`` when there is none and ``create`` is false. ``splitting`` (an Icechunk
-    ``ManifestSplittingConfig``) overrides the repo's saved one for this handle."""
+    ``ManifestSplittingConfig``) overrides the repo's saved one for this handle. Two
+    writers creating it at once: the one that loses opens the winner's."""
     import icechunk
 
     storage = repo_storage(root)
@@ -160,13 +246,17 @@ def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     if splitting is not None:
         config.manifest = icechunk.ManifestConfig(splitting=splitting)
     creds = credentials(root)
-    if icechunk.Repository.exists(storage):
-        return icechunk.Repository.open(
-            storage, config=config, authorize_virtual_chunk_access=creds
-        )
-    if not create:
-        return None
-    return icechunk.Repository.create(storage, config=config, authorize_virtual_chunk_access=creds)
+    if not icechunk.Repository.exists(storage):
+        if not create:
+            return None
+        try:
+            return icechunk.Repository.create(
+                storage, config=config, authorize_virtual_chunk_access=creds
+            )
+        except Exception:  # another writer created it first: open theirs
+            if not icechunk.Repository.exists(storage):
+                raise
+    return icechunk.Repository.open(storage, config=config, authorize_virtual_chunk_access=creds)
 
 
 # -- one object group's references -------------------------------------------------------
@@ -302,12 +392,6 @@ def group_refs(root: StoreRoot, group: str) -> dict[str, ObjectArray]:
             ),
         )
     return dict(sorted(out.items()))
-
-
-def location(prefix: str, key: str) -> str:
-    """A reference's location: the container prefix (:func:`url_prefix` of the store) and
-    the object's key, with the three characters a URL reserves percent-encoded (§11.3)."""
-    return prefix + key.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
 
 
 def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, ObjectArray]:

@@ -260,8 +260,14 @@ def touch_current(
     """Refresh the modification times of the current leaves' objects (their bytes stay):
     a versioned leaf's pointer and sidecars only (its versions are never touched), an
     unversioned leaf's whole tree and sidecars, and with ``column`` the leaf column's tree
-    and its sidecar. Best effort: (touched, failed)."""
+    and its sidecar. On a local store, where no expiry rule runs, the trees' data objects
+    keep their times: the Icechunk companion's references into them carry those times as
+    checksums, so moving them would make an unchanged re-run re-commit every one. Best
+    effort: (touched, failed)."""
     from zagg.hive import artifact
+
+    def tree(rel: str) -> list[str]:
+        return [f"{rel}/zarr.json"] if root.is_local else root.list_keys(rel)
 
     keys = []
     for v in verdicts:
@@ -272,12 +278,12 @@ def touch_current(
             continue
         if column:
             rel = artifact.column_path(*unit)
-            keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]
+            keys += [*tree(rel), artifact.sidecar_key(rel)]
         leaf = paths.leaf_path(*unit)
         if v.versioned:
             keys += [f"{leaf}/zarr.json", *sides]
         else:
-            keys += [*root.list_keys(leaf), *sides]
+            keys += [*tree(leaf), *sides]
     return root.touch(keys)
 
 
