@@ -395,3 +395,124 @@ def test_the_repo_on_the_local_s3_server_equals_open_level(photons, moto_s3):
     again = build(photons.isel(photon=slice(0, 20_000)), url, options)
     assert again.changed > 0
     assert_levels_equal(url, options, orders=[C, 2])
+
+
+#: two shards of order 8 the small synthetic run below fills, one per racing run
+RACE_SHARDS = ("-512113221", "-512113222")
+
+
+def race_config(path):
+    """Two short tracks' points in two order-8 shards, without windows or pyramid."""
+    import yaml
+
+    cfg = pipeline_config(
+        synthetic_source(points=20_000, seed=1, chunk_size=4_000, region=REGION),
+        fields("count", "h_sum"),
+        grid_orders(8, 12),
+        name="RACE",
+    )
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_two_runs_committing_at_once_both_land_on_main(tmp_path, worker_process):
+    """Two ``zagg run`` processes into one store at once, each writing one shard: they
+    race to create the repository, to init it, to commit their leaves and to close their
+    runs. Whichever loses a race derives its commit again from the new tip and the hive,
+    so main ends holding both runs' leaves."""
+    import subprocess
+    import sys
+
+    cfg = race_config(tmp_path / "race.yaml")
+    for attempt in range(3):
+        store = tmp_path / f"store{attempt}"
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "zagg", "run", str(cfg), "--store", str(store)]
+                + ["--scheduler", worker_process, "--shards", shard, "--quiet"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for shard in RACE_SHARDS
+        ]
+        outs = [r.communicate(timeout=600) for r in runs]
+        for r, (out, err) in zip(runs, outs, strict=True):
+            assert r.returncode == 0, err
+            # tagged, or (when the other run's commit already took in its leaf) pointing
+            # at the tag that reads its store; never an error
+            line = next(x for x in out.splitlines() if x.startswith("icechunk "))
+            assert "; tagged run-" in line or "not tagged: nothing changed since run-" in line
+        leaves = {sid for _, sid in zagg.hive.walk_leaves(store)}
+        assert leaves == set(RACE_SHARDS)
+        assert repo_matches_hive(str(store)) == 1
+        base = zagg.open_icechunk(str(store))
+        for sid in RACE_SHARDS:  # each run's leaf, read through main, is the hive's
+            want = open_level(str(store), 12).compute()
+            nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+            got = base["count"].isel(window=0, cells=nested).values
+            np.testing.assert_array_equal(got, want["count"].values)
+            assert int(want["count"].sum()) > 0, sid
+        repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+        assert 1 <= len([t for t in repo.list_tags() if t.startswith("run-")]) <= 2
+        ledger = next(
+            s.metadata["zagg_refs"]
+            for s in repo.ancestry(branch="main")
+            if "zagg_refs" in (s.metadata or {})
+        )
+        assert {k.split("|")[2] for k in ledger} == set(RACE_SHARDS)
+
+
+def test_a_commit_that_loses_a_race_is_derived_again_from_the_new_tip(tmp_path, photons):
+    """The retry path itself: a session opened before another writer's commit landed
+    fails on the conflict, and the retry derives the commit again from the new tip and
+    the hive as it then stands, keeping what the winner committed. Errors that are not a
+    lost race are not retried; a race lost every time is one line."""
+    from zagg.engine.write import write_shards
+    from zagg.hive import icechunk as ic
+    from zagg.pyramid.icechunk import RepoDocs, coordinate_chunk, retrying
+
+    store = str(tmp_path / "store")
+    build(photons.isel(photon=slice(0, 15_000)), store, sweep=False)  # run one, committed
+    with dask.config.set(scheduler="sync"):  # run two's leaves: every shard written again
+        write_shards(shard_collection(photons, load_config(raw_config()), chunk_size=15_000), store)
+    repo = ic.open_repo(StoreRoot(store))
+    tried = []
+
+    def attempt():
+        if not tried:
+            stale = RepoDocs(repo.writable_session("main"))
+            tried.append(commit(store, run_id="winner"))  # lands while `stale` is open
+            stale.put_chunk("window_start/c/0", coordinate_chunk([]))
+            stale.session.commit("stale")  # based on the old tip: a conflict
+        tried.append("again")
+        return commit(store, run_id="loser")
+
+    got = retrying(attempt, "a test commit")
+    winner = tried[0]
+    assert tried[1:] == ["again"] and winner.commits == ["leaf"] and winner.changed > 0
+    assert got.commits == [] and got.snapshot == winner.snapshot  # nothing left to commit
+    assert [s.message for s in repo.ancestry(branch="main")][0] == "leaf winner"
+    assert_levels_equal(store, orders=[C])
+
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise KeyError("not a race")
+
+    with pytest.raises(KeyError):
+        retrying(broken, "a broken commit")
+    assert calls == [1]
+
+    def always_lost():
+        calls.append(1)
+        stale, winner = (RepoDocs(repo.writable_session("main")) for _ in range(2))
+        for docs in (winner, stale):
+            docs.put_chunk("window_start/c/0", coordinate_chunk([len(calls)]))
+            docs.session.commit("lost")
+
+    calls.clear()
+    with pytest.raises(ic.IcechunkError, match=r"^a lost commit lost 3 races to other writers"):
+        retrying(always_lost, "a lost commit", tries=3)
+    assert len(calls) == 3

@@ -12,6 +12,7 @@ fails loudly on read instead of decoding other bytes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
@@ -141,6 +142,28 @@ def location(prefix: str, key: str) -> str:
 def key_of(prefix: str, loc: str) -> str | None:
     """The store-relative key a location names (None: not under ``prefix``)."""
     return unquote(loc[len(prefix) :]) if loc.startswith(prefix) else None
+
+
+@contextlib.contextmanager
+def exclusive(root: StoreRoot):
+    """On a local store, an exclusive lock of the store root's directory for one commit
+    of its repo (its creation, configuration, commit and tags): Icechunk's local storage
+    does not make a branch update conditional between processes, so two runs committing
+    at once could each move main over the other. The lock creates no object and ends
+    with its process; an object store's conditional writes need none."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: commits rely on Icechunk's conflicts
+        fcntl = None
+    if not root.is_local or fcntl is None:
+        yield
+        return
+    fd = os.open(os.path.abspath(root.path), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _s3_options(root: StoreRoot) -> dict:

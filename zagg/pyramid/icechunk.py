@@ -786,16 +786,16 @@ def _lost_race(exc: BaseException) -> bool:
     return isinstance(exc, own) and "conflict" in str(exc).lower()
 
 
-def retrying(attempt, what: str):
+def retrying(attempt, what: str, tries: int = COMMIT_TRIES):
     """``attempt()`` until it lands: a commit that another writer beat to the branch is
     derived again, from a fresh session at the new tip and the hive as it then stands, so
-    it never drops or overwrites what the other writer committed; at most
-    :data:`COMMIT_TRIES` attempts, with a growing random pause between them."""
-    for n in range(1, COMMIT_TRIES + 1):
+    it never drops or overwrites what the other writer committed; at most ``tries``
+    attempts, with a growing random pause between them."""
+    for n in range(1, tries + 1):
         try:
             return attempt()
         except Exception as exc:
-            if not _lost_race(exc) or n == COMMIT_TRIES:
+            if not _lost_race(exc) or n == tries:
                 if _lost_race(exc):
                     raise ic.IcechunkError(
                         f"{what} lost {n} races to other writers of the repository; run "
@@ -803,7 +803,7 @@ def retrying(attempt, what: str):
                     ) from None
                 raise
             log.info("icechunk: %s lost a race (attempt %d): %s", what, n, exc)
-            time.sleep(random.uniform(0.05, 0.25) * n)
+            time.sleep(random.uniform(0.02, 0.1) * n)
     raise AssertionError("unreachable")
 
 
@@ -824,9 +824,12 @@ def commit(
     root = as_root(store, storage_options)
     ic.check_path(root)
     settings = settings or Settings()
-    summary = retrying(
-        lambda: _commit_once(root, settings, message, run_id), f"the {message} commit"
-    )
+
+    def attempt():
+        with ic.exclusive(root):
+            return _commit_once(root, settings, message, run_id)
+
+    summary = retrying(attempt, f"the {message} commit")
     summary.seconds = time.perf_counter() - t0
     return summary
 

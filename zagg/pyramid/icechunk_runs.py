@@ -132,17 +132,25 @@ def finalize(
     run_id: str,
     retain_runs: int = 0,
     rewrite_pending: str | None = None,
+    committed: bool = True,
 ) -> dict:
     """Close a run on the store's repo: retention (``retain_runs`` > 0), one content-free
     ``finalize {run_id}`` commit whose metadata identifies the run (run_id, the store's
     semantic_hash, zagg_version, the block's commit / commit_order / split_order, the
     retention counts), then the tag ``run-{run_id}`` on it. Idempotent: when the tag
-    exists it is returned and nothing is written; when main's tip is already a run's
-    tagged finalize (nothing changed since), nothing is written either and that tag is
-    named (``same_as``). Safe against other writers committing at once. ``rewrite_pending`` (``"{from}->{to}"``)
+    exists it is returned and nothing is written. A run that ``committed`` nothing, on a
+    repo whose main tip is already a run's tagged finalize (nothing changed since), writes
+    nothing either: that tag reads its store, and is named (``same_as``). Safe against
+    other writers committing at once. ``rewrite_pending`` (``"{from}->{to}"``)
     reports a split ratchet whose old manifests an operator may rewrite."""
-    t0 = time.perf_counter()
     root = as_root(store, storage_options)
+    with ic.exclusive(root):
+        return _finalize(root, run_id, retain_runs, rewrite_pending, committed)
+
+
+def _finalize(root, run_id, retain_runs, rewrite_pending, committed) -> dict:
+    """:func:`finalize` on ``root``, under its lock."""
+    t0 = time.perf_counter()
     repo = ic.open_repo(root)
     path = ic.url_prefix(root) + ic.REPO_DIR
     if repo is None:
@@ -154,7 +162,7 @@ def finalize(
     block = read_block(repo)
     if not block:
         return {"skipped": "the repository indexes nothing yet"}
-    same = _tip_tag(repo)
+    same = None if committed else _tip_tag(repo)
     if same is not None:  # nothing changed since that run: this one writes nothing
         return {
             "path": path,
@@ -239,6 +247,7 @@ def finalize_run(cfg, summary, store, storage_options, run_id: str):
         run_id=run_id,
         retain_runs=getattr(settings, "retain_runs", 0),
         rewrite_pending=record.get("split_ratchet"),
+        committed=bool(record.get("commits") or (sweep or {}).get("commits")),
     )
     return summary
 
