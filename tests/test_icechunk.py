@@ -21,9 +21,10 @@ import zagg  # noqa: E402
 from zagg.checks.validation import ConfigError  # noqa: E402
 from zagg.config.model import load_config  # noqa: E402
 from zagg.engine.aggregate import shard_collection  # noqa: E402
+from zagg.hive.icechunk import IcechunkError  # noqa: E402
 from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
-from zagg.hive.walk import walk_windows  # noqa: E402
+from zagg.hive.walk import walk_leaves, walk_windows  # noqa: E402
 from zagg.pyramid.icechunk import commit, levels_of  # noqa: E402
 from zagg.pyramid.icechunk_runs import summary_lines  # noqa: E402
 from zagg.read.levels import open_level  # noqa: E402
@@ -443,7 +444,7 @@ def test_two_runs_committing_at_once_both_land_on_main(tmp_path, worker_process)
             # at the tag that reads its store; never an error
             line = next(x for x in out.splitlines() if x.startswith("icechunk "))
             assert "; tagged run-" in line or "not tagged: nothing changed since run-" in line
-        leaves = {sid for _, sid in zagg.hive.walk_leaves(store)}
+        leaves = {sid for _, sid in walk_leaves(store)}
         assert leaves == set(RACE_SHARDS)
         assert repo_matches_hive(str(store)) == 1
         base = zagg.open_icechunk(str(store))
@@ -516,3 +517,120 @@ def test_a_commit_that_loses_a_race_is_derived_again_from_the_new_tip(tmp_path, 
     with pytest.raises(ic.IcechunkError, match=r"^a lost commit lost 3 races to other writers"):
         retrying(always_lost, "a lost commit", tries=3)
     assert len(calls) == 3
+
+
+def test_open_icechunk_without_the_extra_names_it_in_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from zagg.errors import ZaggError
+
+    monkeypatch.setitem(sys.modules, "icechunk", None)  # the package as if not installed
+    with pytest.raises(ZaggError) as got:
+        zagg.open_icechunk(str(tmp_path))
+    assert str(got.value) == (
+        "zagg.open_icechunk needs the icechunk package: pip install 'zagg[icechunk]'"
+    )
+    assert isinstance(got.value, ImportError)
+
+
+def plain_copy(store: str, to) -> None:
+    """Materialize main's tip of ``store``'s repo as a plain zarr v3 hierarchy at
+    ``to/icechunk`` (every document and every chunk, the references resolved)."""
+    from icechunk_checks import plain_session
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+    from zarr.storage import LocalStore
+
+    source = plain_session(StoreRoot(store)).store
+    target = LocalStore(str(to / "icechunk"))
+    proto = default_buffer_prototype()
+
+    async def copy():
+        async for key in source.list():
+            await target.set(key, await source.get(key, proto))
+
+    sync(copy())
+
+
+def test_a_plain_zarr_root_opens_with_the_same_levels_and_root_attrs(tmp_path, photons):
+    store = str(tmp_path / "store")
+    build(photons, store)
+    plain = tmp_path / "plain"
+    plain_copy(store, plain)
+    assert not (plain / "icechunk" / "repo").exists() and (plain / "icechunk/zarr.json").exists()
+    repo_root = zagg.open_icechunk(store).attrs["root_attrs"]
+    assert set(repo_root) == {"zagg_icechunk", "zarr_conventions", "multiscales"}
+    assert repo_root["multiscales"]["layout"][0]["asset"] == str(C)
+    block = repo_root["zagg_icechunk"]
+    for order in (C, 10, 3):
+        via_repo = zagg.open_icechunk(store, order)
+        via_zarr = zagg.open_icechunk(str(plain), order)
+        assert via_zarr.attrs["root_attrs"] == repo_root
+        assert via_zarr.attrs["zagg_icechunk"] == {**block, "snapshot": None}
+        assert list(via_zarr.data_vars) == list(via_repo.data_vars)
+        assert dict(via_zarr.sizes) == dict(via_repo.sizes)
+        assert list(via_zarr["window"].values) == block["rows"]
+        np.testing.assert_array_equal(via_zarr["window_start"], via_repo["window_start"])
+        for w, label in enumerate(block["rows"]):
+            if label == "all" and order >= 10:  # the leaves and columns are per window
+                continue
+            want = open_level(store, order, window=None if label == "all" else label).compute()
+            nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+            got = via_zarr["count"].isel(window=w, cells=nested).values
+            np.testing.assert_array_equal(got, want["count"].values)
+    with pytest.raises(IcechunkError, match="plain zarr hierarchy"):
+        zagg.open_icechunk(str(plain), tag="run-x")
+
+
+@pytest.mark.parametrize(
+    "name", ["with space", "hash#mark", "question?mark", "acc\u00e9nt", "pct%20"]
+)
+def test_a_store_path_with_characters_a_url_encodes_works_end_to_end(tmp_path, photons, name):
+    store = str(tmp_path / name / "store")
+    first = build(photons.isel(photon=slice(0, 10_000)), store, sweep=False)
+    assert first.commits == ["init", "leaf"] and first.refs > 0
+    assert_levels_equal(store, orders=[C])
+    want = open_level(store, C, window="2021").compute()
+    nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+    ds = zagg.open_icechunk(store)
+    got = ds["count"].isel(window=first.rows.index("2021"), cells=nested).values
+    np.testing.assert_array_equal(got, want["count"].values)
+    assert int(want["count"].sum()) > 0
+
+
+def test_a_store_path_icechunk_cannot_name_is_refused_before_anything_is_written(tmp_path, photons):
+    store = tmp_path / "line\nbreak"
+    with pytest.raises(IcechunkError, match="control character"):
+        build(photons.isel(photon=slice(0, 5_000)), str(store), sweep=False)
+    assert not (store / "icechunk").exists()
+
+
+def test_a_reference_that_no_longer_resolves_is_one_line_never_fill(tmp_path, photons):
+    store = tmp_path / "store"
+    first = build(photons.isel(photon=slice(0, 10_000)), str(store), sweep=False)
+    want = open_level(str(store), C, window="2021").compute()
+    nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+    # a referenced object rewritten out of band (its modification time moved)
+    shard = next(p for p in store.rglob("c/0") if "/run-" in str(p) and f"/{C}/count/" in str(p))
+    later = shard.stat().st_mtime + 10
+    os.utime(shard, (later, later))
+    ds = zagg.open_icechunk(str(store))
+    with pytest.raises(IcechunkError) as got:
+        np.asarray(ds["count"].isel(window=first.rows.index("2021"), cells=nested))
+    text = str(got.value)
+    assert "\n" not in text and "does not resolve" in text and "run again" in text
+    # a repo whose commits of references never landed: refused, not read as fill
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+    init = [s.id for s in repo.ancestry(branch="main") if s.message.startswith("init")][0]
+    repo.reset_branch("main", init)
+    with pytest.raises(IcechunkError, match="no reference to its objects"):
+        zagg.open_icechunk(str(store))
+
+
+def test_a_key_prefix_with_a_space_on_the_local_s3_server(photons, moto_s3):
+    options, fs = moto_s3
+    fs.mkdir("ice-spaced")
+    url = "s3://ice-spaced/my product"
+    first = build(photons.isel(photon=slice(0, 10_000)), url, options, sweep=False)
+    assert first.commits == ["init", "leaf"] and first.refs > 0
+    assert_levels_equal(url, options, orders=[C])
