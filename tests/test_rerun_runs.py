@@ -66,9 +66,8 @@ def snapshot(store) -> dict:
 
 
 def contents(snap: dict) -> dict:
-    """The hive's objects by content. The Icechunk companion is left out: it renews its
-    references to objects the lifecycle touch gave new mtimes (spec §11.6), so an
-    unchanged re-run commits a snapshot there while the hive stays as it was."""
+    """The hive's objects by content. The Icechunk companion is left out here (that an
+    unchanged re-run leaves it byte-identical too is tests/test_icechunk.py's)."""
     return {k: sha for k, (sha, _) in snap.items() if not k.startswith("icechunk/")}
 
 

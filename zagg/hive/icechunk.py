@@ -181,9 +181,7 @@ def _s3_options(root: StoreRoot) -> dict:
 
 
 def repo_storage(root: StoreRoot):
-    """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``. (Icechunk logs,
-    from its local storage, that it is unsafe for concurrent commits; it has no option to
-    say otherwise, and zagg's commits retry on conflict.)"""
+    """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``."""
     import icechunk
 
     if root.is_local:
@@ -229,21 +227,13 @@ def container(root: StoreRoot):
     return icechunk.VirtualChunkContainer(prefix, store)
 
 
-def local_access():
-    """What authorizes a ``file://`` container: Icechunk's local-filesystem access object
-    where it has one (Icechunk 2), else ``None`` (Icechunk 1, where 2 deprecates it)."""
-    import icechunk
-
-    return getattr(getattr(icechunk, "credentials", None), "LocalFileSystemAccess", None)
-
-
 def credentials(root: StoreRoot) -> dict:
     """Authorization of the container prefix, with the credentials the leaves are read with."""
     import icechunk
 
     prefix = container_prefix(root)
     if root.is_local:
-        return icechunk.containers_credentials({prefix: local_access()})
+        return icechunk.containers_credentials({prefix: _local_access(icechunk)})
     o = _s3_options(root)
     if o["anon"]:
         cred = icechunk.s3_anonymous_credentials()
@@ -254,6 +244,12 @@ def credentials(root: StoreRoot) -> dict:
     else:
         cred = icechunk.s3_from_env_credentials()
     return icechunk.containers_credentials({prefix: cred})
+
+
+def _local_access(icechunk):
+    """The credential that authorizes a container on the local file system: icechunk 2's
+    explicit sentinel (it deprecates ``None`` there); icechunk 1 has none and takes ``None``."""
+    return getattr(icechunk.credentials, "LocalFileSystemAccess", None)
 
 
 def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
