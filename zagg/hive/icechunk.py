@@ -415,8 +415,9 @@ def group_refs(root: StoreRoot, group: str) -> dict[str, ObjectArray]:
 
 def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, ObjectArray]:
     """On a local store, ``arrays`` with every checksum read again from its object (one
-    stat each): a lifecycle touch moves a column's modification time, and with it the
-    checksum its references must carry. An object store's ETags survive the touch (a
+    stat each): a touch of a column's objects (out of band, or by a zagg that touched
+    them) moves their modification times, and with them the checksums its references
+    must carry. An object store's ETags survive the touch (a
     self-copy), so there ``arrays`` are returned as they are."""
     if not root.is_local:
         return arrays

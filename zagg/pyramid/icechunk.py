@@ -14,7 +14,11 @@ object's references are fingerprinted; the fingerprints ride the commit's metada
 the next commit re-writes only the objects whose references changed and a commit with
 nothing changed lands nothing. A run killed before its commit leaves the repo at its
 previous snapshot, and the next commit (which compares against the hive, not against the
-run) catches up. Nothing here copies a byte of the hive: every chunk is a reference into a
+run) catches up. A commit that another writer beats to the branch is derived again from
+the new tip and the hive (:func:`retrying`) rather than rebased, since what it records —
+the ledger of fingerprints — is derived from the snapshot it started on; on a local store
+each attempt also holds the store root's lock (:func:`zagg.hive.icechunk.exclusive`).
+Nothing here copies a byte of the hive: every chunk is a reference into a
 leaf, column or overview object. The run's close (finalize, tag, retention) is
 :mod:`zagg.pyramid.icechunk_runs`.
 """

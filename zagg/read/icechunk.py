@@ -51,13 +51,12 @@ def open_icechunk(
                 f"{root.url}/{ic.REPO_DIR} is a plain zarr hierarchy: it has no snapshots "
                 "or tags; open it without snapshot= and tag="
             )
-        target, opts, snapshot_id = _plain(root), {}, None
+        target, snapshot_id = _plain(root), None
     else:
         ic.require("zagg.open_icechunk")
         session = _session(root, snapshot, tag)
         target, snapshot_id = _Resolving(session.store, root.url), session.snapshot_id
-        opts = {}
-    top = xr.open_zarr(target, consolidated=False, chunks=None, **opts)
+    top = xr.open_zarr(target, consolidated=False, chunks=None)
     block = top.attrs.get("zagg_icechunk") or {}
     levels = block.get("levels") or {}
     order = int(block.get("cell_order")) if order is None else int(order)
