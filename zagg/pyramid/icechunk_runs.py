@@ -202,13 +202,19 @@ def _finalize(root, run_id, retain_runs, rewrite_pending, committed) -> dict:
         return _content_free_commit(docs, f"finalize {run_id}", metadata)
 
     snapshot = retrying(attempt, f"the finalize of run {run_id}")
-    try:
-        repo.create_tag(tag, snapshot)
-        tagged = True
-    except Exception:  # another finalize of this run won: read its tag
-        if tag not in repo.list_tags():
-            raise
-        snapshot, tagged = repo.lookup_tag(tag), False
+
+    def tag_it() -> bool:
+        try:
+            repo.create_tag(tag, snapshot)
+        except Exception:  # another finalize of this run won (else: retried or raised)
+            if tag not in repo.list_tags():
+                raise
+            return False
+        return True
+
+    tagged = retrying(tag_it, f"the tag {tag}")
+    if not tagged:
+        snapshot = repo.lookup_tag(tag)
     return {
         **out,
         "snapshot": snapshot,
