@@ -21,7 +21,7 @@ import zagg  # noqa: E402
 from zagg.checks.validation import ConfigError  # noqa: E402
 from zagg.config.model import load_config  # noqa: E402
 from zagg.engine.aggregate import shard_collection  # noqa: E402
-from zagg.hive.icechunk import IcechunkError  # noqa: E402
+from zagg.hive.icechunk import IcechunkError, repo_storage  # noqa: E402
 from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
 from zagg.hive.walk import walk_leaves, walk_windows  # noqa: E402
@@ -633,4 +633,43 @@ def test_a_key_prefix_with_a_space_on_the_local_s3_server(photons, moto_s3):
     url = "s3://ice-spaced/my product"
     first = build(photons.isel(photon=slice(0, 10_000)), url, options, sweep=False)
     assert first.commits == ["init", "leaf"] and first.refs > 0
+    assert_levels_equal(url, options, orders=[C])
+
+
+def test_commits_racing_on_the_local_s3_server_all_land(photons, moto_s3):
+    """Three writers commit and close runs into one S3 store at once (no lock there: the
+    object store's conditional writes make the losers' commits conflict, and they are
+    derived again); every one lands, main equals the hive and every run is tagged."""
+    import threading
+
+    from zagg.engine.write import write_shards
+    from zagg.pyramid.icechunk_runs import finalize
+
+    options, fs = moto_s3
+    fs.mkdir("ice-race")
+    url = "s3://ice-race/prod"
+    with dask.config.set(scheduler="sync"):
+        write_shards(
+            shard_collection(photons, load_config(raw_config()), chunk_size=15_000),
+            url,
+            storage_options=options,
+        )
+    done, failed = {}, []
+
+    def writer(i):
+        try:
+            done[i] = commit(url, options, run_id=f"r{i}").commits
+            done[i] += [finalize(url, options, run_id=f"{i:032x}")["tag"]]
+        except Exception as exc:  # reported below, with the others' outcome
+            failed.append(f"{i}: {exc!r}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed == [] and len(done) == 3, (failed, done)
+    assert sorted(c for d in done.values() for c in d[:-1]) == ["init", "leaf"]
+    repo = icechunk.Repository.open(repo_storage(StoreRoot(url, options)))
+    assert {d[-1] for d in done.values()} == set(repo.list_tags())
     assert_levels_equal(url, options, orders=[C])
