@@ -172,3 +172,125 @@ def test_a_folder_inside_a_store_names_the_store_root(store, capsys, command):
             f"zagg: error: no store here ({folder} is a folder inside a store); the store "
             f"root is {store}: give that path\n"
         )
+
+
+# -- 2. --plan is the run's plan ---------------------------------------------------------
+def test_plan_applies_the_memory_budget(tmp_path, capsys):
+    import yaml
+
+    cfg = tmp_path / "c.yaml"
+    gen = synthetic_source("h_ph", points=1000, seed=1, region=list(REGION))
+    cfg.write_text(
+        yaml.safe_dump(pipeline_config(gen, fields("count"), grid_orders(8, 12), sweep=False))
+    )
+    base = ["run", str(cfg), "--store", str(tmp_path / "s"), "--plan"]
+    assert main([*base, "--memory-budget", "3GiB"]) == 0
+    assert "memory          budget 3.00 GiB;" in capsys.readouterr().out
+    assert main([*base, "--memory-budget", "off"]) == 0
+    assert "memory          budget off: one pass" in capsys.readouterr().out
+    assert main(base) == 0
+    assert "memory          budget auto (" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_granule_directory_that_is_not_there(tmp_path, capsys):
+    import yaml
+    from test_granule_run import atl03_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(atl03_config(str(tmp_path / "nowhere"), str(tmp_path / "s"))))
+    assert main(["run", str(cfg), "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"zagg: error: config key 'data_source.granules': {str(tmp_path / 'nowhere')!r} does "
+        "not exist; give a directory, a glob, an s3:// prefix, a catalog file or a list of "
+        "granule files\n"
+    )
+    assert not (tmp_path / "s").exists()
+    # the run refuses it with the same line, before any cluster starts
+    assert main(["run", str(cfg), "--workers", "1", "--quiet"]) == 2
+    assert capsys.readouterr().err == err
+
+
+# -- 3. a granule that disappears --------------------------------------------------------
+@pytest.fixture(scope="module")
+def four_granules(tmp_path_factory):
+    from zagg.sources.write_granules import write_granules
+
+    d = tmp_path_factory.mktemp("four-granules")
+    # tracks far enough apart that most order-8 shards are fed by one granule alone
+    wide = (-101.0, -75.8, -99.0, -75.2)
+    return write_granules(d, 4, product="ATL03", points_per_granule=6_000, region=wide, seed=5)
+
+
+def _recorded(store) -> dict[str, set[str]]:
+    import json
+
+    from zagg import hive
+
+    return {
+        sid: set(json.loads((store / leaf).parent.joinpath("granules.json").read_text())["ids"])
+        for leaf, sid in hive.walk_leaves(store)
+    }
+
+
+def _sole_feeder(recorded) -> str:
+    """A granule that alone fed some shard, preferably one that fed a shared shard too."""
+    alone = sorted({next(iter(ids)) for ids in recorded.values() if len(ids) == 1})
+    assert alone, recorded
+    shared = [g for g in alone if any(g in ids and len(ids) > 1 for ids in recorded.values())]
+    return (shared or alone)[0]
+
+
+@pytest.mark.parametrize("with_catalog", [False, True])
+def test_the_shards_of_a_granule_that_disappears_are_refused_and_named(
+    tmp_path, four_granules, capsys, with_catalog
+):
+    import json
+    import shutil
+
+    import yaml
+    from test_granule_run import atl03_config
+
+    from zagg.pipeline.reruns import EXIT_REFUSED
+    from zagg.sources.catalog import build_catalog, write_catalog
+
+    def source(paths, name):
+        d = tmp_path / name
+        d.mkdir()
+        for p in paths:
+            shutil.copy(p, d / p.name)
+        if not with_catalog:
+            return str(d)
+        cfg = atl03_config([str(d / p.name) for p in paths])
+        write_catalog(
+            build_catalog(zagg.load_config(cfg).data_source.granules, order=8), d / "cat.json"
+        )
+        return str(d / "cat.json")
+
+    store = tmp_path / "s"
+    first = tmp_path / "first.yaml"
+    first.write_text(yaml.safe_dump(atl03_config(source(four_granules, "all"), str(store))))
+    cli = ["--workers", "1", "--threads", "2", "--quiet"]
+    assert main(["run", str(first), *cli]) == 0
+    recorded = _recorded(store)
+    gone = _sole_feeder(recorded)
+    expect = {sid for sid, ids in recorded.items() if gone in ids}
+    assert any(recorded[sid] == {gone} for sid in expect)  # a shard only it fed
+    before = {p: p.read_bytes() for p in store.rglob("*.zarr/zarr.json")}
+    rest = [p for p in four_granules if p.name != gone]
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(atl03_config(source(rest, "rest"), str(store))))
+    capsys.readouterr()
+    # the plan names them too, and exits as the run will
+    assert main(["run", str(again), "--plan"]) == (EXIT_REFUSED if with_catalog else 0)
+    capsys.readouterr()
+    assert main(["run", str(again), *cli]) == EXIT_REFUSED
+    out = capsys.readouterr().out
+    assert f"0 rewritten, {len(expect)} refused" in out and gone in out
+    [refusals] = store.glob("refusals_*.json")
+    body = json.loads(refusals.read_text())
+    assert {r["shard_key"] for r in body["refused"]} == expect
+    assert all(gone in r["missing_granules"] for r in body["refused"])
+    assert {p: p.read_bytes() for p in store.rglob("*.zarr/zarr.json")} == before
+    # allowed, the run exits 0
+    assert main(["run", str(again), *cli, "--allow-contraction"]) == 0

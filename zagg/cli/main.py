@@ -10,24 +10,33 @@ import re
 import sys
 
 
-def _cmd_run(args) -> int:
-    if args.plan:
-        return _print_plan(args)
-    from zagg.pipeline.run import run
-
-    knobs = {
+def _plan_options(args) -> dict:
+    """The options of ``zagg run`` that decide its plan: the run and ``--plan`` pass the
+    same ones to :func:`zagg.pipeline.plan.plan_run` (through ``zagg.run``)."""
+    return {
         "store": args.store,
-        "progress": not args.quiet,
         "catalog": args.catalog,
         "region": args.region,
         "bbox": args.bbox,
         "shards": args.shards,
         "sweep": args.sweep,
-        "dashboard": args.dashboard,
-        "performance_report": args.performance_report,
         "overwrite": args.overwrite,
         "allow_contraction": args.allow_contraction,
         "memory_budget": args.memory_budget,
+    }
+
+
+def _cmd_run(args) -> int:
+    if args.plan:
+        return _print_plan(args)
+    from zagg.pipeline.reruns import EXIT_REFUSED
+    from zagg.pipeline.run import run
+
+    knobs = {
+        **_plan_options(args),
+        "progress": not args.quiet,
+        "dashboard": args.dashboard,
+        "performance_report": args.performance_report,
     }
     if args.gateway is None and args.adaptive is None:
         summary = run(
@@ -44,33 +53,28 @@ def _cmd_run(args) -> int:
     from zagg.pyramid.icechunk_runs import summary_lines
 
     print("\n".join(summary.lines() + summary_lines(summary)))
-    return 0
+    refused = summary.gate is not None and summary.gate.of("refused")
+    return EXIT_REFUSED if refused else 0
 
 
 def _print_plan(args) -> int:
     """``zagg run --plan``: what the run would do, decided as the run decides it, printed;
-    no cluster starts and nothing is written."""
+    no cluster starts and nothing is written. Exits as the run would: with
+    :data:`~zagg.pipeline.reruns.EXIT_REFUSED` when it plans to refuse units."""
     from zagg.pipeline.plan import plan_run
+    from zagg.pipeline.reruns import EXIT_REFUSED, REFUSED
 
-    plan = plan_run(
-        args.config,
-        store=args.store,
-        catalog=args.catalog,
-        region=args.region,
-        bbox=args.bbox,
-        shards=args.shards,
-        sweep=args.sweep,
-        overwrite=args.overwrite,
-        allow_contraction=args.allow_contraction,
-    )
+    plan = plan_run(args.config, **_plan_options(args))
     print("\n".join(["plan (nothing started, nothing written):", *plan.lines()]))
-    return 0
+    refused = plan.verdicts is not None and any(v.kind == REFUSED for v in plan.verdicts.values())
+    return EXIT_REFUSED if refused else 0
 
 
 def _cmd_batch(args) -> int:
     from zagg.cluster.clients import connect
     from zagg.config.model import load_config
     from zagg.pipeline.batch import batch
+    from zagg.pipeline.reruns import EXIT_REFUSED
 
     cfg = load_config(args.config)  # a bad config is refused before any cluster starts
     if args.gateway is not None or args.adaptive is not None:
@@ -92,7 +96,11 @@ def _cmd_batch(args) -> int:
             timings=True,
         )
     print("\n".join(summary.lines()))
-    return 1 if summary.failed else 0
+    refused = any(
+        r.summary is not None and r.summary.gate is not None and r.summary.gate.of("refused")
+        for r in summary.results
+    )
+    return 1 if summary.failed else EXIT_REFUSED if refused else 0
 
 
 def _connected(args):
@@ -344,7 +352,7 @@ def _at_least_one(text: str) -> int:
 def _memory_budget(text: str):
     """argparse type of --memory-budget: a size, auto or off."""
     from zagg.config.model import ConfigError
-    from zagg.pipeline.run import budget_argument
+    from zagg.pipeline.plan import budget_argument
 
     try:
         return budget_argument(int(text) if text.isdigit() else text)
@@ -379,7 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, help="what to do (COMMAND --help: its options)"
     )
 
-    r = sub.add_parser("run", help="run a pipeline config into its store")
+    r = sub.add_parser(
+        "run",
+        help="run a pipeline config into its store (exit status 4: it refused shards whose "
+        "granules are gone from its input, listed in the store's refusals_*.json)",
+    )
     r.add_argument(
         "config",
         help="pipeline config: a YAML file, or the name of a shipped one "
@@ -486,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "batch",
         help="run a config over regions, one after another, into one "
-        "store (exit status 1 when a region failed)",
+        "store (exit status 1 when a region failed, else 4 when one refused shards)",
     )
     b.add_argument("config", help="pipeline config (YAML file or shipped name)")
     b.add_argument(
