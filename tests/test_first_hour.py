@@ -294,3 +294,33 @@ def test_the_shards_of_a_granule_that_disappears_are_refused_and_named(
     assert {p: p.read_bytes() for p in store.rglob("*.zarr/zarr.json")} == before
     # allowed, the run exits 0
     assert main(["run", str(again), *cli, "--allow-contraction"]) == 0
+
+
+# -- 7. superseded versions in the summary ----------------------------------------------
+def test_a_rewrite_says_how_much_superseded_data_the_store_holds(tmp_path):
+    import os
+
+    from zagg import hive
+
+    photons = synthetic_photons(20_000, REGION, chunk_size=10_000, seed=4).compute()
+    cells = zagg.aggregate(photons, config())
+    store = tmp_path / "s"
+    first = to_hive(cells, store)
+    assert first.superseded == (0, 0)
+    assert not [line for line in first.lines() if "zagg gc" in line]
+
+    def size(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+    before = {
+        leaf: hive.read_stamp(hive.StoreRoot(str(store)), leaf)["current"]
+        for leaf, _ in hive.walk_leaves(store)
+    }
+    old_bytes = sum(size(store / leaf / version) for leaf, version in before.items())
+    again = to_hive(cells, store)
+    assert again.superseded == (len(before), old_bytes) and old_bytes > 0
+    [line] = [line for line in again.lines() if line.startswith("superseded")]
+    assert line == (
+        f"superseded      {old_bytes:,} bytes ({old_bytes / 2**20:.1f} MiB) in {len(before)} "
+        f"earlier version(s) of the leaves written; zagg gc {store} removes them"
+    )

@@ -3,11 +3,12 @@
 A versioned leaf's root ``zarr.json`` names its ``current`` version, ``run-{run_id}-{attempt}``
 (the run's id, then 8 hex characters drawn for each write, so two writers of one leaf never
 share a prefix). A replacement writes a new version and moves the pointer; the superseded
-versions stay until :func:`collect` removes them.
+versions stay until :func:`collect` removes them; :func:`superseded` measures them.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import uuid
 from collections.abc import Callable
@@ -96,3 +97,30 @@ def collect(
             for v in doomed:
                 root.delete_prefix(f"{leaf}/{v}")
     return out
+
+
+def superseded(root: StoreRoot, leaves: list[tuple[str, str]]) -> tuple[int, int]:
+    """How many superseded versions the ``leaves`` (``(leaf path, current version)``)
+    hold, and their bytes: every version subgroup but the current one (what ``zagg gc``
+    removes, less what it keeps for the Icechunk companion's snapshots)."""
+    if not leaves:
+        return 0, 0
+
+    def size(prefix: str) -> int:
+        try:
+            return root.fs.du(f"{root.path}/{prefix}")
+        except FileNotFoundError:  # removed meanwhile (a concurrent gc)
+            return 0
+
+    def one(item):
+        leaf, current = item
+        others = [v for v in leaf_versions(root, leaf) if v != current]
+        return len(others), sum(size(f"{leaf}/{v}") for v in others)
+
+    workers = 1 if root.is_local else _READERS
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        found = list(pool.map(one, leaves))
+    return sum(n for n, _ in found), sum(b for _, b in found)
+
+
+_READERS = 16  # concurrent listings on an object store
