@@ -324,3 +324,42 @@ def test_a_rewrite_says_how_much_superseded_data_the_store_holds(tmp_path):
         f"superseded      {old_bytes:,} bytes ({old_bytes / 2**20:.1f} MiB) in {len(before)} "
         f"earlier version(s) of the leaves written; zagg gc {store} removes them"
     )
+
+
+# -- 8. cell centres on read results -----------------------------------------------------
+@pytest.mark.parametrize("dense", [False, True])
+def test_reads_carry_the_cell_centres_lazily_with_longitudes_in_pm180(store, dense):
+    import dask.array as da
+    import mortie
+    import numpy as np
+
+    ds = zagg.open_hive(store, dense=dense)
+    for name in ("latitude", "longitude"):
+        assert isinstance(ds[name].data, da.Array)  # computed only when asked for
+        assert ds[name].dims == ("cells",) and ds[name].dtype == np.float64
+    assert ds["latitude"].attrs["units"] == "degrees_north"
+    assert ds["longitude"].attrs["units"] == "degrees_east"
+    words = ds["morton"].values
+    lat, lon = mortie.mort2geo(words)
+    np.testing.assert_array_equal(ds["latitude"].values, lat)
+    np.testing.assert_array_equal(ds["longitude"].values, lon - 360.0)  # the box is at -100°
+    assert (ds["longitude"].values >= -180).all() and (ds["longitude"].values < 180).all()
+    # one leaf read alike
+    sid = ds.attrs["zagg"]["shards"][0]
+    leaf = zagg.open_leaf(store, sid)
+    np.testing.assert_array_equal(
+        leaf["longitude"].values, (mortie.mort2geo(leaf["morton"].values)[1] + 180) % 360 - 180
+    )
+
+
+def test_cell_centres_wrap_longitude_into_pm180():
+    import mortie
+    import numpy as np
+
+    from zagg.read.build import cell_centres
+
+    words = mortie.geo2mort([-75.0, 60.5, 0.0, 10.0], [-100.0, 45.0, 179.99, -179.99], order=19)
+    lat, lon = cell_centres(words)
+    np.testing.assert_allclose(lat, [-75.0, 60.5, 0.0, 10.0], atol=1e-3)
+    np.testing.assert_allclose(lon, [-100.0, 45.0, 179.99, -179.99], atol=1e-3)
+    assert cell_centres(np.zeros(0, np.uint64)).shape == (2, 0)
