@@ -363,3 +363,53 @@ def test_cell_centres_wrap_longitude_into_pm180():
     np.testing.assert_allclose(lat, [-75.0, 60.5, 0.0, 10.0], atol=1e-3)
     np.testing.assert_allclose(lon, [-100.0, 45.0, 179.99, -179.99], atol=1e-3)
     assert cell_centres(np.zeros(0, np.uint64)).shape == (2, 0)
+
+
+# -- 9. the strata demo's map ------------------------------------------------------------
+def test_the_strata_demo_maps_its_strata_and_composition(tmp_path, capsys):
+    from zagg.cli.demo import demo, plot_map
+
+    out = demo(store=str(tmp_path / "d"), points=60_000, workers=1, product="strata")
+    assert out["map"] == str(tmp_path / "d.png") and (tmp_path / "d.png").stat().st_size > 10_000
+    titles = plot_map(str(tmp_path / "d"), str(tmp_path / "again.png"), product="strata")
+    assert titles == [
+        "(a) signal photon height, median",
+        "(b) noise photon height, median",
+        "(c) fraction flagged high",
+    ]
+    assert plot_map(str(tmp_path / "d"), str(tmp_path / "t.png")) == [
+        "(a) number of points",
+        "(b) photon height, median",
+    ]
+
+
+# -- 10. a coverage.toc above the pinned temporal order ----------------------------------
+@pytest.mark.parametrize("where", ["object", "shard"])
+def test_a_coverage_toc_above_the_pinned_order_is_refused_like_the_counts(tmp_path, where):
+    import json
+
+    from test_read_temporal import spec_uncounted_store
+
+    from zagg.read.temporal import parse_cover
+
+    _word, _words, cover = spec_uncounted_store(tmp_path / "u")
+    path = tmp_path / "u" / "coverage.toc"
+    obj = json.loads(path.read_text())
+    assert 3 in {a.size for a in parse_cover(obj, 4, "c")["11213"][:1]}  # as written: read
+    if where == "object":
+        obj["temporal_order"] = 25
+    else:
+        obj["shards"]["11213"]["temporal_order"] = 25
+    path.write_text(json.dumps(obj))
+    with pytest.warns(UserWarning, match="temporal_order 25 is above the pin 24"):
+        assert parse_cover(obj, 4, "c") == {}
+    with pytest.warns(UserWarning, match="temporal_order 25 is above the pin 24"):
+        ds = zagg.open_temporal(tmp_path / "u")
+    assert ds["cover"].values[0].size == 0  # the refused cover is left out
+    # the root counts block refuses the same value with the same words
+    moc_path = tmp_path / "u" / "coverage.moc"
+    moc = json.loads(moc_path.read_text())
+    moc["temporal"]["counts"]["temporal_order"] = 25
+    moc_path.write_text(json.dumps(moc))
+    with pytest.warns(UserWarning, match="temporal_order 25 is above the pin 24"):
+        zagg.open_temporal(tmp_path / "u")
