@@ -170,7 +170,7 @@ def test_a_folder_inside_a_store_names_the_store_root(store, capsys, command):
         err = capsys.readouterr().err
         assert err == (
             f"zagg: error: no store here ({folder} is a folder inside a store); the store "
-            f"root is {store}: give that path\n"
+            f"root is {store}\n"
         )
 
 

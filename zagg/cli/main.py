@@ -865,8 +865,7 @@ def _check_store_argument(args) -> None:
     above = enclosing_store(root)
     if above is not None:
         raise StoreRootError(
-            f"no store here ({root.url} is a folder inside a store); the store root is "
-            f"{above}: give that path"
+            f"no store here ({root.url} is a folder inside a store); the store root is {above}"
         )
 
 
