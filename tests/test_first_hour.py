@@ -413,3 +413,18 @@ def test_a_coverage_toc_above_the_pinned_order_is_refused_like_the_counts(tmp_pa
     moc_path.write_text(json.dumps(moc))
     with pytest.warns(UserWarning, match="temporal_order 25 is above the pin 24"):
         zagg.open_temporal(tmp_path / "u")
+
+
+def test_a_folder_inside_an_s3_store_names_the_store_root(moto_s3, capsys):
+    options, fs = moto_s3
+    fs.mkdir("inside")
+    photons = synthetic_photons(10_000, REGION, chunk_size=10_000, seed=3).compute()
+    to_hive(zagg.aggregate(photons, config()), "s3://inside/a/s", storage_options=options)
+    cli = [f"--storage-option={k}={v}" for k, v in options.items()]
+    for folder in ("s3://inside/a/s/-5", "s3://inside/a/s/-5/1/2"):
+        assert main(["verify", folder, *cli]) == 2
+        assert capsys.readouterr().err == (
+            f"zagg: error: no store here ({folder} is a folder inside a store); the store "
+            "root is s3://inside/a/s\n"
+        )
+    assert main(["verify", "s3://inside/a/s", "--quiet", *cli]) == 0

@@ -858,11 +858,13 @@ def _check_store_argument(args) -> None:
     from zagg.hive import StoreRoot, StoreRootError
     from zagg.hive.paths import MANIFEST_KEY
 
-    options = _storage_options(getattr(args, "storage_option", None))
-    root = StoreRoot(store, options)
-    if root.exists(MANIFEST_KEY):
+    root = StoreRoot(store, _storage_options(getattr(args, "storage_option", None)))
+    if not root.is_local and not hasattr(args, "storage_option"):
+        return  # a run's remote store takes the config's storage options: checked by the run
+    try:
+        above = None if root.exists(MANIFEST_KEY) else enclosing_store(root)
+    except Exception:  # what cannot be looked at is reported by the command itself
         return
-    above = enclosing_store(root)
     if above is not None:
         raise StoreRootError(
             f"no store here ({root.url} is a folder inside a store); the store root is {above}"
