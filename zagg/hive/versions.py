@@ -8,7 +8,7 @@ versions stay until :func:`collect` removes them; :func:`superseded` measures th
 
 from __future__ import annotations
 
-import concurrent.futures
+import os
 import re
 import uuid
 from collections.abc import Callable
@@ -100,27 +100,33 @@ def collect(
 
 
 def superseded(root: StoreRoot, leaves: list[tuple[str, str]]) -> tuple[int, int]:
-    """How many superseded versions the ``leaves`` (``(leaf path, current version)``)
-    hold, and their bytes: every version subgroup but the current one (what ``zagg gc``
-    removes, less what it keeps for the Icechunk companion's snapshots)."""
-    if not leaves:
+    """How many superseded versions the ``leaves`` (``(leaf path, current version)``) of a
+    local store hold, and their bytes: every version subgroup but the current one (what
+    ``zagg gc`` removes, less what it keeps for the Icechunk companion's snapshots). A
+    walk of the leaves' folders; an object store is not measured ((0, 0)): it would pay a
+    listing a leaf, and a run's writes list none."""
+    if not root.is_local:
         return 0, 0
-
-    def size(prefix: str) -> int:
+    count = size = 0
+    for leaf, current in leaves:
+        base = os.path.join(root.path, leaf)
         try:
-            return root.fs.du(f"{root.path}/{prefix}")
-        except FileNotFoundError:  # removed meanwhile (a concurrent gc)
-            return 0
-
-    def one(item):
-        leaf, current = item
-        others = [v for v in leaf_versions(root, leaf) if v != current]
-        return len(others), sum(size(f"{leaf}/{v}") for v in others)
-
-    workers = 1 if root.is_local else _READERS
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        found = list(pool.map(one, leaves))
-    return sum(n for n, _ in found), sum(b for _, b in found)
+            names = [e.name for e in os.scandir(base) if e.is_dir() and e.name != current]
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if _NAME.match(name):
+                count += 1
+                size += _bytes_under(os.path.join(base, name))
+    return count, size
 
 
-_READERS = 16  # concurrent listings on an object store
+def _bytes_under(path: str) -> int:
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(folder, f))
+            except FileNotFoundError:  # removed meanwhile (a concurrent gc)
+                pass
+    return total
