@@ -428,3 +428,10 @@ def test_a_folder_inside_an_s3_store_names_the_store_root(moto_s3, capsys):
             "root is s3://inside/a/s\n"
         )
     assert main(["verify", "s3://inside/a/s", "--quiet", *cli]) == 0
+
+
+def test_the_help_documents_the_refusal_exit_status():
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help for a in commands._choices_actions}
+    assert "exit status 4: it refused shards" in helps["run"]
+    assert "exit status 1 when a region failed, else 4 when one refused shards" in helps["batch"]
