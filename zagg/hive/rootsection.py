@@ -33,6 +33,7 @@ from zagg.windows.record import (
     coarsen,
     decode_words,
 )
+from zagg.windows.toc import pinned_order
 
 SECTION_SPEC = "zagg-coverage-toc/1"
 COVER_SPEC = "zagg-coverage-toc-cover/1"
@@ -47,6 +48,15 @@ def _counts_of(record: dict) -> tuple[np.ndarray, np.ndarray, int]:
     obs = decode_words(block, "obs").astype(np.int64)
     start, _ = mortie.toc2time(words) if words.size else (np.zeros(0, np.uint64), None)
     return (np.asarray(start, np.uint64) >> np.uint64(63 - order)).astype(np.int64), obs, order
+
+
+def _pinned(order) -> bool:
+    """Whether a stored temporal order is one readers take (:func:`zagg.windows.toc.pinned_order`)."""
+    try:
+        pinned_order(order)
+    except ValueError:
+        return False
+    return True
 
 
 def sum_counts(parts) -> tuple[np.ndarray, np.ndarray, int]:
@@ -188,6 +198,8 @@ def compose_cover(standing, mine: dict, order: int) -> dict | None:
         and standing.get("spec") == COVER_SPEC
         and standing.get("order") == order
         and isinstance(standing.get("shards"), dict)
+        # above the pinned order readers refuse it: this run's cover replaces it
+        and _pinned(standing.get("temporal_order", TEMPORAL_ORDER))
     )
     if usable:
         fields |= set(standing.get("fields") or [])

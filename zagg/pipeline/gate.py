@@ -43,6 +43,7 @@ from zagg.pipeline.reruns import (
     recorded_ids,
     touch_current,
     touch_root,
+    vanished,
     write_empty,
     write_refusals,
 )
@@ -77,6 +78,25 @@ class RunGate:
             column=self.column,
         )
 
+    def vanished(self, gated, known, shards=None) -> dict[str, Verdict]:
+        """The refused verdicts of the store's units this run does not gate (``gated``)
+        whose granules are gone from its input (``known``: every granule id it has),
+        within ``shards`` when the run is restricted (:func:`zagg.pipeline.reruns.vanished`);
+        none when contraction is allowed (such a leaf is then left as it is)."""
+        if self.allow_contraction:
+            return {}
+        return vanished(
+            self.root, gated, known, shards=shards, windowed=self.spec.windowing is not None
+        )
+
+    def refuse_vanished(self, known, shards=None) -> None:
+        """After a run that found its units by reading: refuse (and record in the run's
+        refusals) the store's units whose granules are gone from its input."""
+        gated = {} if self.gate is None else self.gate.verdicts
+        gone = self.vanished(gated, known, shards)
+        if gone:
+            self.apply(gone)
+
     def apply(self, verdicts: dict[str, Verdict]) -> set[str]:
         """Act on ``verdicts``: touch the current units, record the refusals; returns the
         units to write."""
@@ -85,9 +105,16 @@ class RunGate:
         gate.objects_touched, gate.touch_failures = touch_current(
             self.root, current, column=self.column
         )
-        refused = [v for v in verdicts.values() if v.kind == REFUSED]
-        gate.refusals_key = write_refusals(self.root, self.run_id, self.spec.semantic_hash, refused)
         self.gate = gate if self.gate is None else self.gate.merge(gate)
+        if any(v.kind == REFUSED for v in verdicts.values()):
+            # one refusal manifest a run: it lists every unit refused so far
+            self.gate.refusals_key = write_refusals(
+                self.root,
+                self.run_id,
+                self.spec.semantic_hash,
+                [v for v in self.gate.verdicts.values() if v.kind == REFUSED],
+                key=self.gate.refusals_key,
+            )
         if current:  # the store-root objects no leaf owns live as long as its leaves
             touched, failed = touch_root(self.root)
             self.gate.objects_touched += touched
@@ -227,6 +254,13 @@ def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
                 for window in labels:
                     plan.setdefault(leaf_stem(sid, window), set()).add(e.id)
     return {u: sorted(ids) for u, ids in sorted(plan.items())}
+
+
+def catalog_ids(cfg) -> list[str]:
+    """Every granule id the catalog of a config's granule source lists."""
+    from zagg.sources.granules import catalog_entries
+
+    return [e.id for e in catalog_entries(cfg.data_source.granules)]
 
 
 def entry_windows(windowing, entry) -> list[str] | None:

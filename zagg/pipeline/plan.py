@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 from zagg import hive
 from zagg.checks.arguments import require_dataset
-from zagg.config.model import Config, ConfigError, load_config
+from zagg.config.model import Config, ConfigError, load_config, parse_memory_budget
 from zagg.config.store import StoreSpec
 from zagg.engine.manifest import check_store
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.versions import new_run_id
-from zagg.pipeline.gate import RunGate, catalog_plan
+from zagg.pipeline.gate import RunGate, catalog_ids, catalog_plan
 from zagg.pipeline.reruns import CURRENT, REFUSED, REWRITE, Verdict, unit_of
 
 _SHOWN = 5  # ids a plan lists per line
@@ -51,6 +51,17 @@ class RunPlan:
     planned: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False)
     verdicts: Mapping[str, Verdict] | None = field(default=None, repr=False)
     sweep: bool = False  # the sweep is chained after the leaves
+    #: the run's memory_budget argument, checked (None: the config's output.memory_budget)
+    memory_budget: int | str | None = None
+
+    @property
+    def budget(self) -> int | None:
+        """The run's memory budget in bytes (None: auto, sized from the cluster; 0: off):
+        the run's ``memory_budget``, else the config's."""
+        value = (
+            self.config.output.memory_budget if self.memory_budget is None else self.memory_budget
+        )
+        return None if value == AUTO else value
 
     @property
     def store(self) -> str:
@@ -171,7 +182,7 @@ class RunPlan:
 
         from zagg.pipeline.stream import AUTO_PER_THREAD, AUTO_SHARE
 
-        budget = self.config.output.memory_budget
+        budget = self.budget
         if budget == 0:
             return "budget off: one pass, however much it holds"
         said = (
@@ -261,9 +272,11 @@ def plan_run(
     sweep: bool | None = None,
     overwrite: bool = False,
     allow_contraction: bool = False,
+    memory_budget=None,
 ) -> RunPlan:
     """The plan of ``zagg.run(config, ...)`` with these arguments (see :func:`zagg.run`):
     every refusal a run makes before computing is made here, and nothing is written."""
+    memory_budget = budget_argument(memory_budget)
     cfg = load_config(config)
     if catalog is not None:
         if cfg.data_source.granules is None:
@@ -326,12 +339,17 @@ def plan_run(
         gated=not overwrite,
         allow_contraction=allow_contraction,
         sweep=wanted,
+        memory_budget=memory_budget,
     )
     # with a catalog every unit's granules are known before any is opened: gate first
     planned = catalog_plan(cfg, shards) if plan.gated and source is None else None
     if planned is None:
         return plan
-    verdicts = plan.gate().classify(planned)
+    gate = plan.gate()
+    verdicts = gate.classify(planned)
+    # the store's units no catalogued footprint reaches any more, built from granules the
+    # catalog lost: refused and named, like a unit that lost some of its granules
+    verdicts.update(gate.vanished(verdicts, catalog_ids(cfg), shards))
     planned = {u: tuple(ids) for u, ids in planned.items()}
     return dataclasses.replace(plan, planned=planned, verdicts=verdicts)
 
@@ -343,11 +361,31 @@ NO_INPUT = (
 )
 
 
+AUTO = "auto"  # a memory budget sized from the cluster (zagg.pipeline.stream)
+
+
+def budget_argument(value) -> int | str | None:
+    """A run's ``memory_budget`` argument checked: None (the config's), ``"auto"``, 0
+    (``"off"``) or bytes; a value checked before is returned as it is."""
+    if value is None or value == AUTO or (type(value) is int and value >= 0):
+        return value
+    parsed = parse_memory_budget(value, "memory_budget")
+    return AUTO if parsed is None else parsed
+
+
 def check_source(cfg: Config) -> None:
-    """Refuse, before any cluster starts, a config that names no points or a local input
-    that does not exist (remote inputs are checked when opened)."""
+    """Refuse, before any cluster starts, a config that names no points, local granules
+    that are not there (a missing directory, a glob or catalog that lists none) or a local
+    input that does not exist (remote inputs are checked when opened)."""
     src = cfg.data_source
-    if src.granules is not None or src.synthetic is not None:
+    if src.granules is not None:
+        where = src.granules.granules
+        if not (isinstance(where, str) and where.startswith("s3://")):
+            from zagg.sources.granules import list_granules
+
+            list_granules(src.granules)  # what the run's read refuses, refused now
+        return
+    if src.synthetic is not None:
         return
     if src.input is None:
         raise ConfigError(NO_INPUT)

@@ -288,4 +288,5 @@ def merged(summaries: list, streaming: Streaming, granules: list[str], wall: flo
         records=[r for s in summaries for r in s.records],
         point_counts=counts,
         shard_groups=streaming.line(),
+        superseded=tuple(sum(n) for n in zip(*(s.superseded for s in summaries), strict=True)),
     )

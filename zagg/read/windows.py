@@ -121,7 +121,7 @@ def open_windows(root, manifest: dict, windows, **kwargs):
         time_first=("window", np.array([s[0] for s in spans], "datetime64[ns]")),
         time_last=("window", np.array([s[1] for s in spans], "datetime64[ns]")),
     )
-    from zagg.read.build import cell_ids_attrs, nested_of
+    from zagg.read.build import cell_ids_attrs, centre_coords, nested_of
 
     words = np.asarray(out["morton"].values, dtype=np.uint64)
     out = out.assign_coords(
@@ -129,7 +129,9 @@ def open_windows(root, manifest: dict, windows, **kwargs):
             "cells",
             nested_of(words) if words.size else np.zeros(0, np.int64),
             cell_ids_attrs(manifest["cell_order"]),
-        )
+        ),
+        # the windows' cells joined: their centres from the joined words
+        **centre_coords(words, -1, out.data_vars),
     )
     out.attrs = dict(parts[0].attrs)
     out.attrs["zagg"] = {**parts[0].attrs["zagg"], "windows": labels}
