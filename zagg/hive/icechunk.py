@@ -135,7 +135,7 @@ def credentials(root: StoreRoot) -> dict:
     import icechunk
 
     if root.is_local:
-        return icechunk.containers_credentials({url_prefix(root): None})
+        return icechunk.containers_credentials({url_prefix(root): _local_access(icechunk)})
     o = _s3_options(root)
     if o["anon"]:
         cred = icechunk.s3_anonymous_credentials()
@@ -146,6 +146,12 @@ def credentials(root: StoreRoot) -> dict:
     else:
         cred = icechunk.s3_from_env_credentials()
     return icechunk.containers_credentials({url_prefix(root): cred})
+
+
+def _local_access(icechunk):
+    """The credential that authorizes a container on the local file system: icechunk 2's
+    explicit sentinel (it deprecates ``None`` there); icechunk 1 has none and takes ``None``."""
+    return getattr(icechunk.credentials, "LocalFileSystemAccess", None)
 
 
 def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):

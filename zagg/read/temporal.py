@@ -144,8 +144,8 @@ def cell_spans(root, region, bbox, cells, window) -> xr.Dataset:
     return xr.Dataset(
         {
             "cell_word": ("cells", words, {"grammar": "mortie-toc/1", "of": names}),
-            "cell_start": ("cells", np.where(empty, np.datetime64("NaT"), start).astype("M8[ns]")),
-            "cell_end": ("cells", np.where(empty, np.datetime64("NaT"), end).astype("M8[ns]")),
+            "cell_start": ("cells", np.where(empty, np.datetime64("NaT", "ns"), start).astype("M8[ns]")),
+            "cell_end": ("cells", np.where(empty, np.datetime64("NaT", "ns"), end).astype("M8[ns]")),
         },
         coords={"cell_morton": ("cells", np.asarray(ds["morton"].values, np.uint64))},
     )
@@ -406,8 +406,8 @@ def _dataset(rows, buckets, obs, order, uncounted, source, window, section) -> x
     words = np.array([r["word"] for r in rows], np.uint64)
     start, end = decode(words)
     unknown = words == 0
-    start = np.where(unknown, np.datetime64("NaT"), start).astype("datetime64[ns]")
-    end = np.where(unknown, np.datetime64("NaT"), end).astype("datetime64[ns]")
+    start = np.where(unknown, np.datetime64("NaT", "ns"), start).astype("datetime64[ns]")
+    end = np.where(unknown, np.datetime64("NaT", "ns"), end).astype("datetime64[ns]")
     covers = np.empty(len(rows), dtype=object)
     for i, r in enumerate(rows):
         covers[i] = r["cover"]
