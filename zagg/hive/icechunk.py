@@ -62,6 +62,24 @@ class ObjectArray:
 
 # -- where the repo lives ---------------------------------------------------------------
 
+QUIET_LOGS = "error"  # icechunk's log filter while ICECHUNK_LOG, its own switch, is unset
+_logs_set = False
+
+
+def _icechunk():
+    """``icechunk``, imported; on first use in a process its Rust log lines are limited to
+    errors (:data:`QUIET_LOGS`) unless ``ICECHUNK_LOG`` says otherwise: its warnings, such
+    as a local repository's not being safe for concurrent commits (zagg commits from one
+    process), are not a run's or a reader's to act on."""
+    global _logs_set
+    import icechunk
+
+    if not _logs_set:
+        _logs_set = True
+        if "ICECHUNK_LOG" not in os.environ:
+            icechunk.set_logs_filter(QUIET_LOGS)
+    return icechunk
+
 
 def url_prefix(root: StoreRoot) -> str:
     """The virtual chunk container's prefix: the store root URL with a trailing ``/``."""
@@ -86,7 +104,7 @@ def _s3_options(root: StoreRoot) -> dict:
 
 def repo_storage(root: StoreRoot):
     """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``."""
-    import icechunk
+    icechunk = _icechunk()
 
     if root.is_local:
         return icechunk.local_filesystem_storage(os.path.join(os.path.abspath(root.path), REPO_DIR))
@@ -113,7 +131,7 @@ def repo_storage(root: StoreRoot):
 
 def container(root: StoreRoot):
     """The one virtual chunk container the repo declares: the store root itself."""
-    import icechunk
+    icechunk = _icechunk()
 
     if root.is_local:
         store = icechunk.local_filesystem_store(os.path.abspath(root.path))
@@ -132,7 +150,7 @@ def container(root: StoreRoot):
 
 def credentials(root: StoreRoot) -> dict:
     """Authorization of the container prefix, with the credentials the leaves are read with."""
-    import icechunk
+    icechunk = _icechunk()
 
     if root.is_local:
         return icechunk.containers_credentials({url_prefix(root): _local_access(icechunk)})
@@ -158,7 +176,7 @@ def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     """The store's repo (created when ``create`` and absent), its container authorized;
     ``None`` when there is none and ``create`` is false. ``splitting`` (an Icechunk
     ``ManifestSplittingConfig``) overrides the repo's saved one for this handle."""
-    import icechunk
+    icechunk = _icechunk()
 
     storage = repo_storage(root)
     config = icechunk.RepositoryConfig.default()
