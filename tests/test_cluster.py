@@ -75,6 +75,7 @@ print(sorted(zagg.__all__))
     assert json.loads(out.stdout.replace("'", '"')) == sorted(
         [
             "aggregate",
+            "brief_warnings",
             "load_config",
             "ConfigError",
             "cdf",
@@ -92,6 +93,7 @@ print(sorted(zagg.__all__))
             "run",
             "sweep",
             "to_hive",
+            "ZaggWarning",
         ]
     )
     import zagg
