@@ -6,9 +6,11 @@ Python does. The notebooks' kernels are held to the same in tests/test_notebooks
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,9 @@ import yaml
 from own_lines import foreign_stderr, foreign_stdout
 
 import zagg
-from zagg.cluster.clients import usable_cores
+from zagg.cluster.clients import OversubscribedWarning, usable_cores
+from zagg.errors import ZaggWarning, brief
 
-pytestmark = pytest.mark.slow
 SHIPPED = Path(zagg.__file__).parent / "data" / "configs" / "atl03_tdigest.yaml"
 
 
@@ -36,12 +38,39 @@ def zagg_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return out
 
 
+def test_brief_warnings_shows_zaggs_warnings_as_one_line_and_hands_on_the_others():
+    handed = []
+    show = brief(lambda message, category, *rest: handed.append((message, category)))
+    out = io.StringIO()
+    show("a leaf was left out", ZaggWarning, "/somewhere/mod.py", 7, out)
+    show("9 threads on 2 cores", OversubscribedWarning, "/somewhere/mod.py", 8, out)
+    show("not ours", UserWarning, "/somewhere/mod.py", 9, out)
+    assert out.getvalue().splitlines() == [
+        "zagg: warning: a leaf was left out",
+        "zagg: warning: 9 threads on 2 cores",
+    ]
+    assert handed == [("not ours", UserWarning)]
+
+    before = warnings.showwarning
+    try:
+        zagg.brief_warnings()
+        installed = warnings.showwarning
+        assert installed is not before and installed.zagg_previous is before
+        zagg.brief_warnings()  # a second call changes nothing
+        assert warnings.showwarning is installed
+        zagg.brief_warnings(False)
+        assert warnings.showwarning is before
+    finally:
+        warnings.showwarning = before
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     work = tmp_path_factory.mktemp("quiet")
     return work, zagg_cli("demo", "--points", "400000", cwd=work)
 
 
+@pytest.mark.slow
 def test_the_demo_prints_only_zaggs_lines(demo):
     work, out = demo
     assert foreign_stdout(out.stdout) == []
@@ -51,6 +80,7 @@ def test_the_demo_prints_only_zaggs_lines(demo):
     assert (work / "demo-store" / "icechunk").is_dir()  # and Icechunk was written to
 
 
+@pytest.mark.slow
 def test_a_granule_run_prints_only_zaggs_lines_and_its_warning_as_one_line(demo):
     work, _ = demo
     config = yaml.safe_load(SHIPPED.read_text())
