@@ -62,7 +62,7 @@ check-3.11:
 	$(PY311) -m pip install --quiet --upgrade pip
 	$(PY311) -m pip install --quiet -e ".[test,icechunk,plot]"
 	rm -rf build/demo-3.11
-	$(PY311) -m zagg demo --store build/demo-3.11/demo-store
+	$(PY311) -m zagg demo --store build/demo-3.11/demo-store --points 1000000
 	$(PY311) -m pytest -q $(TESTS311)
 
 clean:
