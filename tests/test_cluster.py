@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import dask
 import dask.array
@@ -103,8 +104,9 @@ print(sorted(zagg.__all__))
 
 
 def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
-    """Before any task runs, each worker has imported what its tasks run and has paid
-    numba's one-time set-up (a compiled kernel's first call)."""
+    """Before any task runs, each worker has imported what its tasks run, has paid
+    numba's one-time set-up (a compiled kernel's first call) and shows zagg's warnings as
+    one line each."""
     from zagg.cluster.clients import client_for
 
     def state():
@@ -122,6 +124,7 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
                 if m in sys.modules
             ),
             "numba ready": bool(setup and setup._first_call.signatures),
+            "brief warnings": hasattr(warnings.showwarning, "zagg_previous"),
         }
 
     with client_for(None, workers=1, threads=1) as client:
@@ -136,6 +139,7 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
                 "zagg.hive.leaf",
             ],
             "numba ready": True,
+            "brief warnings": True,
         }
     ]
 
