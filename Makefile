@@ -25,10 +25,15 @@ PY311   := $(VENV311)/bin/python
 # tests, an S3 round trip and the manifest split's ratchet) and the readers
 TESTS311 ?= tests/test_icechunk.py tests/test_read.py -k "not local_s3_server and not ratchets"
 
-.PHONY: demo test lint bench notebooks images clean check-3.11
+# a $(VENV) of another Python version than $(PYTHON)'s is made anew
+version_of = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+STALE := $(if $(wildcard $(PY)),$(filter-out $(call version_of,$(PYTHON)),$(call version_of,$(PY))))
 
-$(READY): pyproject.toml
+.PHONY: demo test lint bench notebooks images clean check-3.11 FORCE
+
+$(READY): pyproject.toml $(if $(STALE),FORCE)
 	@$(PYTHON) -c 'import sys; sys.version_info >= (3, 12) or print("note: no Python 3.13 or 3.12 runs here; $(VENV) gets Python %d.%d, with the releases of icechunk, zarr and numpy that still support it" % sys.version_info[:2])'
+	$(if $(STALE),rm -rf $(VENV)  # Python $(STALE): made anew with $(PYTHON))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,dev,plot,xdggs,gateway,dashboard,icechunk]"
