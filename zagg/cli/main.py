@@ -372,6 +372,9 @@ def _memory_limit(text: str):
     return value
 
 
+VERBOSE_ICECHUNK_LOG = "warn"  # the level of Icechunk's log lines under --verbose
+
+
 def build_parser() -> argparse.ArgumentParser:
     from zagg import __version__
 
@@ -672,6 +675,13 @@ def build_parser() -> argparse.ArgumentParser:
             "profile=...; repeatable (credentials are better left to the "
             "AWS_* environment variables or a profile)",
         )
+    for command in sub.choices.values():
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show warnings with the line of code that gave them, and the libraries' "
+            "log lines at their own levels (Icechunk's at warn)",
+        )
     return ap
 
 
@@ -759,52 +769,48 @@ class _CommandProcess:
     so an interrupt Python swallows (one landing in an object's ``__del__`` or a garbage
     collector callback, which distributed runs) still stops the run at its next wait. A
     SIGINT ignored at start (a background job) stays ignored. zagg's own warnings show as
-    ``zagg: warning: ...`` lines."""
+    ``zagg: warning: ...`` lines and Icechunk logs only its errors, unless ``verbose``:
+    then warnings show as Python shows them and Icechunk logs at its own default level."""
+
+    def __init__(self, verbose: bool = False):
+        self.verbose = verbose
 
     def __enter__(self):
         import logging
+        import os
         import signal
         import warnings
+
+        from zagg.errors import brief
 
         self.logger = logging.getLogger("asyncio")
         self.logger.addFilter(_drop_all_exit)
         self.showwarning = warnings.showwarning
-        warnings.showwarning = _show_warning(self.showwarning)
+        self.icechunk_log = os.environ.get("ICECHUNK_LOG")
+        if self.verbose:
+            os.environ.setdefault("ICECHUNK_LOG", VERBOSE_ICECHUNK_LOG)
+        else:
+            warnings.showwarning = brief(self.showwarning)
         self.previous = signal.getsignal(signal.SIGINT)
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
         return self
 
     def __exit__(self, *exc):
+        import os
         import signal
         import warnings
 
         from zagg.engine.progress import clear_stop
 
         warnings.showwarning = self.showwarning
+        if self.icechunk_log is None:
+            os.environ.pop("ICECHUNK_LOG", None)
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, self.previous)
         self.logger.removeFilter(_drop_all_exit)
         clear_stop()
         return False
-
-
-def _show_warning(previous):
-    """The command's display of warnings: zagg's own as one ``zagg: warning: ...`` line on
-    stderr (what a command-line user reads; no source line), others as Python shows them."""
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        ours = category.__module__.startswith("zagg.") or os.path.abspath(filename).startswith(
-            here + os.sep
-        )
-        if not ours:
-            return previous(message, category, filename, lineno, file, line)
-        print(f"zagg: warning: {message}", file=file or sys.stderr)
-
-    return show
 
 
 def _drop_all_exit(record) -> bool:
@@ -824,7 +830,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(_joined_negative_values(parser, argv))
-    with _CommandProcess():
+    with _CommandProcess(verbose=getattr(args, "verbose", False)):
         try:
             _check_store_argument(args)
             code = args.func(args)

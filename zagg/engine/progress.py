@@ -16,6 +16,8 @@ import time
 
 import dask
 
+from zagg.errors import ZaggWarning
+
 _stop = threading.Event()
 STEP_SECONDS = 0.2  # how often a wait looks at its futures and at a stop request
 
@@ -207,4 +209,6 @@ def _salvage(client, futures, on_failure) -> None:
     try:
         on_failure(client.gather([f for f in futures if f.status == "finished"]))
     except Exception as exc:
-        warnings.warn(f"could not collect the finished tasks' results: {exc}", stacklevel=3)
+        warnings.warn(
+            f"could not collect the finished tasks' results: {exc}", ZaggWarning, stacklevel=3
+        )

@@ -17,6 +17,7 @@ import numpy as np
 import zstandard
 
 from zagg import grid
+from zagg.errors import ZaggWarning
 from zagg.hive.manifest import read_manifest
 from zagg.hive.paths import ROOT_COVERAGE_KEY, leaf_path
 from zagg.hive.stamp import now_iso, read_stamp
@@ -304,11 +305,14 @@ def update_root_coverage(
             f"root coverage at {root.url} kept losing this run's shards to "
             "concurrent writers; refresh it with a walk (zagg.hive."
             "refresh_root_coverage)",
+            ZaggWarning,
             stacklevel=2,
         )
         return None
     except Exception as exc:  # fail-open by contract
-        warnings.warn(f"root coverage at {root.url} was not updated: {exc}", stacklevel=2)
+        warnings.warn(
+            f"root coverage at {root.url} was not updated: {exc}", ZaggWarning, stacklevel=2
+        )
         return None
 
 
@@ -342,6 +346,7 @@ def _union_once(root, mine: set, order: int, source: str, temporal: dict | None 
         warnings.warn(
             f"root coverage at {root.url} is at order {existing['order']}, not {order}; "
             "replacing it",
+            ZaggWarning,
             stacklevel=3,
         )
         existing = None
@@ -350,7 +355,9 @@ def _union_once(root, mine: set, order: int, source: str, temporal: dict | None 
             ids |= set(expand_ranges(existing))
         except ValueError as exc:
             warnings.warn(
-                f"root coverage at {root.url} is malformed ({exc}); replacing it", stacklevel=3
+                f"root coverage at {root.url} is malformed ({exc}); replacing it",
+                ZaggWarning,
+                stacklevel=3,
             )
     envelope = root_envelope(ids, order, source=source)
     standing = existing.get("temporal") if existing is not None else None

@@ -65,6 +65,24 @@ class ObjectArray:
 
 # -- where the repo lives ---------------------------------------------------------------
 
+QUIET_LOGS = "error"  # icechunk's log filter while ICECHUNK_LOG, its own switch, is unset
+_logs_set = False
+
+
+def _icechunk():
+    """``icechunk``, imported; on first use in a process its Rust log lines are limited to
+    errors (:data:`QUIET_LOGS`) unless ``ICECHUNK_LOG`` says otherwise: its warnings, such
+    as a local repository's not being safe for concurrent commits (zagg commits from one
+    process), are not a run's or a reader's to act on."""
+    global _logs_set
+    import icechunk
+
+    if not _logs_set:
+        _logs_set = True
+        if "ICECHUNK_LOG" not in os.environ:
+            icechunk.set_logs_filter(QUIET_LOGS)
+    return icechunk
+
 
 class IcechunkError(ZaggError, ValueError):
     """The store's Icechunk companion cannot be written or read as asked."""
@@ -182,7 +200,7 @@ def _s3_options(root: StoreRoot) -> dict:
 
 def repo_storage(root: StoreRoot):
     """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``."""
-    import icechunk
+    icechunk = _icechunk()
 
     if root.is_local:
         return icechunk.local_filesystem_storage(os.path.join(os.path.abspath(root.path), REPO_DIR))
@@ -209,7 +227,7 @@ def repo_storage(root: StoreRoot):
 
 def container(root: StoreRoot):
     """The one virtual chunk container the repo declares (:func:`container_prefix`)."""
-    import icechunk
+    icechunk = _icechunk()
 
     prefix = container_prefix(root)
     if root.is_local:
@@ -229,7 +247,7 @@ def container(root: StoreRoot):
 
 def credentials(root: StoreRoot) -> dict:
     """Authorization of the container prefix, with the credentials the leaves are read with."""
-    import icechunk
+    icechunk = _icechunk()
 
     prefix = container_prefix(root)
     if root.is_local:
@@ -257,7 +275,7 @@ def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     ``None`` when there is none and ``create`` is false. ``splitting`` (an Icechunk
     ``ManifestSplittingConfig``) overrides the repo's saved one for this handle. Two
     writers creating it at once: the one that loses opens the winner's."""
-    import icechunk
+    icechunk = _icechunk()
 
     storage = repo_storage(root)
     config = icechunk.RepositoryConfig.default()

@@ -20,6 +20,7 @@ import warnings
 import mortie
 import numpy as np
 
+from zagg.errors import ZaggWarning
 from zagg.hive.coverage import same_but_times
 from zagg.hive.paths import ROOT_COVER_KEY
 from zagg.hive.stamp import now_iso
@@ -280,6 +281,8 @@ def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
         return publish(root, records, shard_order)
     except Exception as exc:  # a regenerable cache never fails the run
         warnings.warn(
-            f"the root temporal coverage of {root.url} was not updated: {exc}", stacklevel=2
+            f"the root temporal coverage of {root.url} was not updated: {exc}",
+            ZaggWarning,
+            stacklevel=2,
         )
         return None

@@ -23,6 +23,7 @@ import warnings
 import zarr
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.hive import artifact
 from zagg.hive import coverage as _coverage
 from zagg.hive.stamp import now_iso
@@ -147,7 +148,7 @@ def read_companion(root: StoreRoot, manifest: dict) -> dict | None:
         warnings.warn(
             f"{where}: the store no longer declares zagg-pyramid/2, so its multiscales "
             "companion is stale and is ignored (the manifest wins)",
-            UserWarning,
+            ZaggWarning,
             stacklevel=3,
         )
         return None
@@ -186,7 +187,7 @@ def refresh_companion(root: StoreRoot, manifest: dict) -> int:
         warnings.warn(
             f"{root.url_of(PREFIX)}: the multiscales companion was not written ({exc}); "
             "the store reads the same without it",
-            UserWarning,
+            ZaggWarning,
             stacklevel=2,
         )
         return 0

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zagg import grid as G
+from zagg.errors import ZaggWarning
 from zagg.hive import artifact, coverage
 from zagg.hive import icechunk as ic
 from zagg.hive.manifest import read_manifest
@@ -365,6 +366,7 @@ class CarrierWriter:
             except Exception as exc:  # the index never fails the leaf it indexes
                 warnings.warn(
                     f"ref carrier of leaf {record.get('path')} was not written: {exc}",
+                    ZaggWarning,
                     stacklevel=2,
                 )
                 record["icechunk"] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -43,6 +43,8 @@ def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     if "checksum do not match" in text:  # zarr's crc32c codec (shard index)
         return "a shard index fails its crc32c checksum: the object is corrupt or truncated"
+    if "too short to hold its index" in text:  # zarr >= 3.4 checks a shard's length first
+        return "a shard is shorter than its index: the object is corrupt or truncated"
     text = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
 

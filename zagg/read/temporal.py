@@ -26,6 +26,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.hive import paths as _paths
 from zagg.hive.coverage import read_root_coverage
 from zagg.hive.manifest import path_grouping
@@ -144,8 +145,14 @@ def cell_spans(root, region, bbox, cells, window) -> xr.Dataset:
     return xr.Dataset(
         {
             "cell_word": ("cells", words, {"grammar": "mortie-toc/1", "of": names}),
-            "cell_start": ("cells", np.where(empty, np.datetime64("NaT"), start).astype("M8[ns]")),
-            "cell_end": ("cells", np.where(empty, np.datetime64("NaT"), end).astype("M8[ns]")),
+            "cell_start": (
+                "cells",
+                np.where(empty, np.datetime64("NaT", "ns"), start).astype("M8[ns]"),
+            ),
+            "cell_end": (
+                "cells",
+                np.where(empty, np.datetime64("NaT", "ns"), end).astype("M8[ns]"),
+            ),
         },
         coords={"cell_morton": ("cells", np.asarray(ds["morton"].values, np.uint64))},
     )
@@ -406,8 +413,8 @@ def _dataset(rows, buckets, obs, order, uncounted, source, window, section) -> x
     words = np.array([r["word"] for r in rows], np.uint64)
     start, end = decode(words)
     unknown = words == 0
-    start = np.where(unknown, np.datetime64("NaT"), start).astype("datetime64[ns]")
-    end = np.where(unknown, np.datetime64("NaT"), end).astype("datetime64[ns]")
+    start = np.where(unknown, np.datetime64("NaT", "ns"), start).astype("datetime64[ns]")
+    end = np.where(unknown, np.datetime64("NaT", "ns"), end).astype("datetime64[ns]")
     covers = np.empty(len(rows), dtype=object)
     for i, r in enumerate(rows):
         covers[i] = r["cover"]
@@ -451,4 +458,4 @@ def _dataset(rows, buckets, obs, order, uncounted, source, window, section) -> x
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, UserWarning, stacklevel=4)
+    warnings.warn(message, ZaggWarning, stacklevel=4)

@@ -53,7 +53,7 @@ def window_bounds(manifest: dict, labels: list[str]) -> tuple[np.ndarray, np.nda
     starts, ends = [], []
     for label in labels:
         index = _index_of(w, label)
-        a, b = assign.bounds(w, index) if index is not None else (np.datetime64("NaT"),) * 2
+        a, b = assign.bounds(w, index) if index is not None else (np.datetime64("NaT", "ns"),) * 2
         starts.append(np.datetime64(a, "ns"))
         ends.append(np.datetime64(b, "ns"))
     return np.array(starts, "datetime64[ns]"), np.array(ends, "datetime64[ns]")
@@ -152,8 +152,8 @@ def decode_times(words):
     start, end = decode(values)
     empty = values == 0
     start, end = (
-        np.where(empty, np.datetime64("NaT"), start),
-        np.where(empty, np.datetime64("NaT"), end),
+        np.where(empty, np.datetime64("NaT", "ns"), start),
+        np.where(empty, np.datetime64("NaT", "ns"), end),
     )
     if isinstance(words, xr.DataArray):
         return (

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zagg.checks.credentials import StorageOptions
+from zagg.errors import ZaggWarning
 from zagg.sources.chunks import ChunkError, FetchSettings, Layout, read_direct
 from zagg.sources.errors import GranuleReadError
 
@@ -131,7 +132,9 @@ class TemplateArray:
                 raise GranuleReadError(
                     msg + "; fix or remove the granule, or set on_error: skip", p.granule, p.href
                 )
-            warnings.warn(msg + "; its rows are dropped as invalid coordinates", stacklevel=2)
+            warnings.warn(
+                msg + "; its rows are dropped as invalid coordinates", ZaggWarning, stacklevel=2
+            )
         return arr
 
     def __getitem__(self, key) -> np.ndarray:

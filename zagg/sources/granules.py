@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
+from zagg.errors import ZaggWarning
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.errors import GranuleError, GranuleReadError
 from zagg.sources.granule_config import (
@@ -231,6 +232,7 @@ def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
             warnings.warn(
                 f"granule {exc.granule!r} is damaged and left out of the run "
                 f"(on_error: skip): {exc}",
+                ZaggWarning,
                 stacklevel=2,
             )
             if reopen is not None:
@@ -428,6 +430,7 @@ def _scan_all(
                 f"{source.config_key}.groups: {missing} are in none of the "
                 f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
                 "nothing",
+                ZaggWarning,
                 stacklevel=3,
             )
     if hrefs and not scans:
@@ -537,6 +540,7 @@ def _dataset(
             f"{len(h5py_paths)} HDF5 dataset(s) are stored with filters or layouts "
             f"only h5py decodes (e.g. {sorted(h5py_paths)[0]}): they are read "
             "through h5py, one read at a time per process",
+            ZaggWarning,
             stacklevel=3,
         )
     sizes = [b - a for *_, a, b in units] or [0]
