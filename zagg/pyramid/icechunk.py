@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zagg import grid as G
-from zagg.errors import ZaggWarning
+from zagg.errors import ZaggError, ZaggWarning
 from zagg.hive import artifact, coverage
 from zagg.hive import icechunk as ic
 from zagg.hive.manifest import read_manifest
@@ -776,8 +776,9 @@ class _Staged:
 COMMIT_TRIES = 12
 
 
-class _Moved(Exception):
-    """The repository moved between two reads of one commit attempt."""
+class _Moved(ZaggError, RuntimeError):
+    """The repository moved between two reads of one commit attempt (retried; a run that
+    loses every attempt says so in one line)."""
 
 
 def _lost_race(exc: BaseException) -> bool:
