@@ -1,5 +1,6 @@
-"""Point-observation sources zagg aggregates: HDF5 granules (local or S3, optionally through
-a catalog) and the seeded synthetic photon generator.
+"""Point-observation sources zagg aggregates, each a registered record
+(:mod:`zagg.sources.registry`): HDF5 granules (local or S3, optionally through a catalog),
+zarr/netCDF and Parquet/GeoParquet inputs, and the seeded synthetic photon generator.
 
 The names below load their module on first use, so a process that only generates or reads
 points of one kind (a worker running synthetic chunks, say) never imports h5py for the
