@@ -166,6 +166,12 @@ def test_bad_columnar_inputs_are_refused_naming_the_key(tmp_path, points):
         open_source(load_config(config(cut)))
     with pytest.raises(ConfigError, match=r"'data_source.input': .*gone\.parquet.* does not exist"):
         zagg.run(config(tmp_path / "gone.parquet"), store=str(tmp_path / "s"), progress=False)
+    lines = tmp_path / "lines.parquet"
+    line = bytes([1]) + struct.pack("<II", 2, 2) + struct.pack("<4d", 0, 0, 1, 1)
+    pq.write_table(pa.table({"h_ph": [1.0], "geometry": pa.array([line], pa.binary())}), lines)
+    ds = open_source(load_config(config(lines, geometry=True)))
+    with pytest.raises(ConfigError, match=r"'data_source.coordinates.geometry': .* points"):
+        ds["latitude"].compute(scheduler="sync")
     both = config(points / "points.parquet")
     both["data_source"]["coordinates"]["geometry"] = "geometry"
     with pytest.raises(ConfigError, match=r"'data_source.coordinates': give either 'geometry'"):
