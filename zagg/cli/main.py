@@ -16,6 +16,7 @@ def _plan_options(args) -> dict:
     return {
         "store": args.store,
         "catalog": args.catalog,
+        "granules": args.granules,
         "region": args.region,
         "bbox": args.bbox,
         "shards": args.shards,
@@ -94,6 +95,7 @@ def _cmd_batch(args) -> int:
             client=client,
             progress=not args.quiet,
             timings=True,
+            granules=args.granules,
         )
     print("\n".join(summary.lines()))
     refused = any(
@@ -451,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
     r.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
+    r.add_argument(
         "--region",
         help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
     )
@@ -534,6 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto",
     )
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
     b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
 
     w = sub.add_parser(

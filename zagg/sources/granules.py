@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
 from zagg.errors import ZaggWarning
+from zagg.sources import beams
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.errors import GranuleError, GranuleReadError
 from zagg.sources.granule_config import (
@@ -73,6 +74,7 @@ __all__ = [
     "hdf5_path",
     "list_granules",
     "open_for_config",
+    "open_for_source",
     "open_granules",
     "open_h5",
     "parse_granule_source",
@@ -189,17 +191,24 @@ def wants_processes(ds) -> bool:
 
 def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
     """The granules of a config (``cfg.data_source.granules``) for a run over ``shards``
-    (decimal ids or words at the shard order; None: every shard): a catalog keeps only the
-    granules touching them, and a read plan reads only the rows that can reach them.
-    ``only`` (granule ids) keeps just those granules."""
-    src = cfg.data_source.granules
+    (decimal ids or words at the shard order; None: every shard), see
+    :func:`open_for_source`."""
+    return open_for_source(
+        cfg.data_source.granules, shards=shards, shard_order=cfg.grid.shard_order, only=only
+    )
+
+
+def open_for_source(src: GranuleSource, *, shards=None, shard_order=None, only=None):
+    """The granules of ``src`` for a run over ``shards`` (at ``shard_order``): a catalog
+    keeps only the granules touching them, and a read plan reads only the rows that can
+    reach them. ``only`` (granule ids) keeps just those granules."""
     if not (src.is_catalog or src.read_plan is not None):
         shards = None  # neither footprints nor an index to restrict the read with
     return open_granules(
         src,
         shards=shards,
         only=only,
-        shard_order=cfg.grid.shard_order if shards is not None else None,
+        shard_order=shard_order if shards is not None else None,
     )
 
 
@@ -425,7 +434,7 @@ def _scan_all(
                 "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
                 "and the coordinate paths",
             )
-        if missing and len(scans) > 1:
+        if missing and len(scans) > 1 and source.beams == "all":
             warnings.warn(
                 f"{source.config_key}.groups: {missing} are in none of the "
                 f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
@@ -489,6 +498,47 @@ def _width(template: str, name: str, scans: list[Scan]) -> int | None:
             "granule and group must store it alike"
         )
     return next(iter(seen), None)
+
+
+POINT_ATTRS = {
+    "beam": {
+        "long_name": "ground track of the row's beam (gt1l 10, gt1r 20, ... gt3r 60)",
+        "source_path": "group name",
+    },
+    "spot": {
+        "long_name": "ATLAS spot of the row's beam (1..6; odd spots are strong)",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "strong": {
+        "long_name": "1 where the row's beam is strong, 0 where weak",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "rgt": {"long_name": "reference ground track", "source_path": "/orbit_info/rgt"},
+    "cycle": {"long_name": "orbital cycle", "source_path": "/orbit_info/cycle_number"},
+}
+
+
+def point_values(source: GranuleSource, units) -> dict[str, list[int]]:
+    """Per read unit the value of each per-point variable the source offers
+    (:attr:`GranuleSource.point_names`) that every granule's metadata gives: ``rgt`` and
+    ``cycle`` from ``/orbit_info``, ``beam`` from the group's name, ``spot`` and ``strong``
+    from the group and the granule's orientation. A variable some granule lacks the
+    metadata of is left out of the Dataset."""
+    out = {}
+    orbits = [s.orbit for _, s, *_ in units]
+    for name in source.point_names:
+        if name == "beam":
+            out[name] = [beams.beam_code(g.group) for _, _, g, *_ in units]
+        elif name in ("spot", "strong"):
+            if any(o.sc_orient not in (beams.BACKWARD, beams.FORWARD) for o in orbits):
+                continue
+            rule = beams.spot if name == "spot" else beams.strong
+            out[name] = [int(rule(g.group, s.orbit.sc_orient)) for _, s, g, *_ in units]
+        else:
+            values = [getattr(o, name) for o in orbits]
+            if None not in values:
+                out[name] = values
+    return out
 
 
 def _dataset(
@@ -612,6 +662,14 @@ def _dataset(
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
     )
+    for name, values in point_values(source, units).items():
+        dtype = np.dtype(beams.DTYPES[name])
+        arr = (
+            lazy(GranuleRows(sizes, values, dtype), chunks, f"{name}-{token}")
+            if units
+            else da.zeros(0, dtype=dtype)
+        )
+        data_vars[name] = xr.Variable("obs", arr, attrs=dict(POINT_ATTRS[name]))
     where = source.granules if isinstance(source.granules, str) else list(source.granules)
     return xr.Dataset(
         data_vars,
