@@ -203,7 +203,7 @@ def test_plan_refuses_a_granule_directory_that_is_not_there(tmp_path, capsys):
     assert err == (
         f"zagg: error: config key 'data_source.granules': {str(tmp_path / 'nowhere')!r} does "
         "not exist; give a directory, a glob, an s3:// prefix, a catalog file or a list of "
-        "granule files\n"
+        "granule files (or pass --granules)\n"
     )
     assert not (tmp_path / "s").exists()
     # the run refuses it with the same line, before any cluster starts

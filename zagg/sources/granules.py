@@ -149,7 +149,7 @@ def _list_local(loc: str, key: str) -> list[str]:
     raise _config_error(
         key,
         f"{loc!r} does not exist; give a directory, a glob, an s3:// "
-        "prefix, a catalog file or a list of granule files",
+        "prefix, a catalog file or a list of granule files (or pass --granules)",
     )
 
 
