@@ -133,13 +133,23 @@ def catalog_entries(source: GranuleSource):
 
 
 def _list_local(loc: str, key: str) -> list[str]:
+    """The granule files of a local directory or glob. A symlink is listed even when its
+    target is gone: dropping it would lose a granule without a word, so it is read like a
+    missing file named in a list (a failed granule under ``on_error: skip``, a refusal
+    under ``fail``), naming it."""
     if any(c in loc for c in "*?["):
         found = globmod.glob(loc, recursive=True)
-        return [p for p in found if p.lower().endswith(GRANULE_SUFFIXES) and os.path.isfile(p)]
+        return [
+            p
+            for p in found
+            if p.lower().endswith(GRANULE_SUFFIXES) and (os.path.isfile(p) or os.path.islink(p))
+        ]
     path = Path(loc)
     if path.is_dir():
         return [
-            str(p) for p in path.iterdir() if p.suffix.lower() in GRANULE_SUFFIXES and p.is_file()
+            str(p)
+            for p in path.iterdir()
+            if p.suffix.lower() in GRANULE_SUFFIXES and (p.is_file() or p.is_symlink())
         ]
     if path.is_file():
         return [str(path)]
