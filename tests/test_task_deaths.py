@@ -125,3 +125,23 @@ def test_a_run_with_longitudes_far_out_of_range_keys_them_and_exits(tmp_path, wo
     cells, counts = np.unique(words, return_counts=True)
     np.testing.assert_array_equal(store["morton"].values, cells)
     np.testing.assert_array_equal(store["count"].values, counts)
+
+
+def rust_panic(*_):
+    """What mortie's kernel does with a longitude of 1e30 degrees passed to it unwrapped."""
+    import mortie
+
+    mortie.geo2mort(np.zeros(1), np.array([1e30]), order=19)
+
+
+def test_a_granule_whose_reading_crashes_a_library_is_a_failed_granule():
+    from zagg.sources.census import _caught
+    from zagg.sources.errors import GranuleError, crashed
+
+    got = _caught(rust_panic, None, "/data/ATL03_x.h5")
+    assert isinstance(got, GranuleError)
+    assert str(got).startswith(
+        "granule /data/ATL03_x.h5: reading it crashed a library (PanicException: nested index"
+    )
+    assert str(got).endswith("or set data_source.on_error: skip to leave it out")
+    assert crashed("x", ValueError("a bug")) is None and crashed("x", KeyboardInterrupt()) is None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
 from zagg.sources.chunks import FetchSettings
-from zagg.sources.errors import GranuleError, GranuleReadError
+from zagg.sources.errors import GranuleError, GranuleReadError, crashed
 from zagg.sources.granule_config import (
     CATALOG_SUFFIXES,
     GRANULE_SUFFIXES,
@@ -411,6 +411,10 @@ def _scan_all(
             return scan(source, href, cover)
         except GranuleError as exc:
             return exc
+        except BaseException as exc:  # a crash a distributed gather could not carry
+            if crashed(href, exc) is None:
+                raise
+            return crashed(href, exc)
 
     results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs]) if hrefs else ()
     scans = []
