@@ -76,3 +76,20 @@ def test_a_few_aliases_are_fine_and_a_self_containing_one_is_refused():
     assert len(attrs["l2"]) == 9 and attrs["l2"][0][0] == ["lol"] * 9
     with pytest.raises(ConfigError, match="at line 1 contains itself through an alias"):
         yaml_text.load_yaml("a: &x\n  b: *x\n")
+
+
+@pytest.mark.parametrize("case", ["bomb", "twice"])
+def test_the_command_line_refuses_either_in_one_line(tmp_path, case):
+    import subprocess
+    import sys
+
+    text = bomb(9) if case == "bomb" else CONFIG + "output: {}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "zagg", "run", str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a walk of the expanded attrs would run for minutes
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("zagg: error: config ")
