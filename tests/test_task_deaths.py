@@ -145,3 +145,20 @@ def test_a_granule_whose_reading_crashes_a_library_is_a_failed_granule():
     )
     assert str(got).endswith("or set data_source.on_error: skip to leave it out")
     assert crashed("x", ValueError("a bug")) is None and crashed("x", KeyboardInterrupt()) is None
+
+
+def test_a_task_that_keeps_killing_its_workers_is_one_line():
+    from types import SimpleNamespace
+
+    from distributed.scheduler import KilledWorker
+
+    from zagg.engine.progress import TaskDied, died
+
+    exc = KilledWorker(("write-leaf-0a1b", 2), SimpleNamespace(address="tcp://127.0.0.1:1"), 3)
+    assert died(exc)
+    assert str(TaskDied.of(exc, ("write-leaf-0a1b", 2))) == (
+        "a 'write-leaf' task was tried on 4 workers and each died running it: a worker out "
+        "of memory (give workers more --memory-limit, or fewer --threads) or a crash in a "
+        "library; the store keeps only complete leaves: run the same command again to "
+        "finish it"
+    )

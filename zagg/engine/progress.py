@@ -40,8 +40,10 @@ class TaskDied(ZaggError, RuntimeError):
         text = str(exc).strip().splitlines()
         what = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
         if type(exc).__name__ == "KilledWorker":
+            tries = getattr(exc, "allowed_failures", None)
+            tries = "several" if not isinstance(tries, int) else tries + 1
             return cls(
-                f"{task} was tried on several workers and each died running it ({what}): "
+                f"{task} was tried on {tries} workers and each died running it: "
                 "a worker out of memory (give workers more --memory-limit, or fewer "
                 "--threads) or a crash in a library; the store keeps only complete leaves: "
                 "run the same command again to finish it"
