@@ -669,3 +669,21 @@ def test_s3_errors_never_show_credentials(s3):
     assert s3["secret"] not in msg and s3["key"] not in msg
     src = parse_granule_source(atl03_block("s3://granules/atl03/", storage_options=s3))
     assert s3["secret"] not in repr(src) and s3["key"] not in repr(src)
+
+
+def test_a_dangling_symlink_among_the_granules_is_named_not_dropped(atl03, tmp_path):
+    copy_granules(atl03[:2], tmp_path)
+    link = tmp_path / "ATL03_20190101000000_00000000_006_01.h5"
+    link.symlink_to(tmp_path / "moved_away.h5")
+    want = (
+        f"granule '{link.name}' ({link}) is a symbolic link to "
+        f"'{tmp_path / 'moved_away.h5'}', which does not exist: restore the file it points "
+        "to, or remove the link"
+    )
+    for where in (tmp_path, f"{tmp_path}/ATL03_*.h5"):
+        ds = open_granules(atl03_block(where, on_error="skip"))
+        assert ds.attrs["granules"] == [p.name for p in atl03[:2]]
+        assert ds.attrs["failed_granules"] == [{"granule": link.name, "error": want}]
+        with pytest.raises(GranuleError) as err:
+            open_granules(atl03_block(where, on_error="fail"))
+        assert str(err.value) == want

@@ -867,6 +867,13 @@ def main(argv=None) -> int:
                 raise
             print(f"zagg: error: {exc}", file=sys.stderr)
             return 2
+        except BaseException as exc:  # a task's death a local scheduler raised here
+            from zagg.engine.progress import TaskDied, died
+
+            if not died(exc):
+                raise
+            print(f"zagg: error: {TaskDied.of(exc)}", file=sys.stderr)
+            return 2
 
 
 def _check_store_argument(args) -> None:

@@ -30,6 +30,7 @@ from zagg.checks.validation import (
     fail,
     parse_bytes,
 )
+from zagg.checks.yaml_text import load_yaml
 from zagg.grid import MAX_ORDER, Grid
 from zagg.reducers import records as reducers
 from zagg.sources.record import DataSource
@@ -802,7 +803,7 @@ def load_config(source) -> Config:
     else:
         raise ConfigError(f"cannot load a config from {type(source).__name__}")
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)  # a key twice or an alias bomb is refused
     except yaml.YAMLError as exc:
         raise ConfigError(f"config is not valid YAML: {exc}") from exc
     if not isinstance(raw, Mapping):

@@ -38,6 +38,7 @@ import numpy as np
 from zagg import grid as G
 from zagg.errors import ZaggError
 from zagg.grid import MAX_ORDER
+from zagg.sources.errors import crashed
 from zagg.sources.granules import (
     GranuleError,
     GranuleSource,
@@ -218,6 +219,10 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
             return _entry(scan_source, href, order)
         except GranuleError as exc:
             return exc
+        except BaseException as exc:  # a crash a distributed gather could not carry
+            if crashed(href, exc) is None:
+                raise
+            return crashed(href, exc)
 
     results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs])
     entries, failed = [], []

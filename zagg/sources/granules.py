@@ -37,7 +37,7 @@ from zagg.checks.validation import ConfigError
 from zagg.errors import ZaggWarning
 from zagg.sources import beams
 from zagg.sources.chunks import FetchSettings
-from zagg.sources.errors import GranuleError, GranuleReadError
+from zagg.sources.errors import GranuleError, GranuleReadError, crashed
 from zagg.sources.granule_config import (
     CATALOG_SUFFIXES,
     GRANULE_SUFFIXES,
@@ -136,13 +136,23 @@ def catalog_entries(source: GranuleSource):
 
 
 def _list_local(loc: str, key: str) -> list[str]:
+    """The granule files of a local directory or glob. A symlink is listed even when its
+    target is gone: dropping it would lose a granule without a word, so it is read like a
+    missing file named in a list (a failed granule under ``on_error: skip``, a refusal
+    under ``fail``), naming it."""
     if any(c in loc for c in "*?["):
         found = globmod.glob(loc, recursive=True)
-        return [p for p in found if p.lower().endswith(GRANULE_SUFFIXES) and os.path.isfile(p)]
+        return [
+            p
+            for p in found
+            if p.lower().endswith(GRANULE_SUFFIXES) and (os.path.isfile(p) or os.path.islink(p))
+        ]
     path = Path(loc)
     if path.is_dir():
         return [
-            str(p) for p in path.iterdir() if p.suffix.lower() in GRANULE_SUFFIXES and p.is_file()
+            str(p)
+            for p in path.iterdir()
+            if p.suffix.lower() in GRANULE_SUFFIXES and (p.is_file() or p.is_symlink())
         ]
     if path.is_file():
         return [str(path)]
@@ -412,6 +422,10 @@ def _scan_all(
             return scan(source, href, cover)
         except GranuleError as exc:
             return exc
+        except BaseException as exc:  # a crash a distributed gather could not carry
+            if crashed(href, exc) is None:
+                raise
+            return crashed(href, exc)
 
     results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs]) if hrefs else ()
     scans = []

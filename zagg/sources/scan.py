@@ -370,6 +370,12 @@ def _opened(source: GranuleSource, href: str):
     except GranuleError:
         raise
     except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
+        if "://" not in href and os.path.islink(href) and not os.path.exists(href):
+            raise GranuleError(
+                f"granule {granule_id(href)!r} ({href}) is a symbolic link to "
+                f"{os.readlink(href)!r}, which does not exist: restore the file it points "
+                "to, or remove the link"
+            ) from None
         msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
         raise GranuleError(
             f"granule {granule_id(href)!r} ({href}): cannot open as HDF5: {msg}"
