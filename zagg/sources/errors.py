@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from zagg.errors import ZaggError
 
-__all__ = ["GranuleError", "GranuleReadError"]
+__all__ = [
+    "ArchiveError",
+    "ArchiveLoginError",
+    "ArchiveUnreachable",
+    "EmptySearch",
+    "GranuleError",
+    "GranuleReadError",
+]
 
 
 class GranuleError(ZaggError, ValueError):
@@ -24,3 +31,20 @@ class GranuleReadError(GranuleError):
 
     def __reduce__(self):  # keep granule and href across processes
         return (type(self), (str(self), self.granule, self.href))
+
+
+class ArchiveError(ZaggError, RuntimeError):
+    """NASA's Earthdata archive (its search, its login, its S3 or HTTPS reads) refused a
+    request or could not be reached; the message names the service and the fix."""
+
+
+class ArchiveLoginError(ArchiveError, PermissionError):
+    """The archive refused the Earthdata login or the S3 keys issued for it."""
+
+
+class ArchiveUnreachable(ArchiveError, ConnectionError):
+    """A service of the archive did not answer."""
+
+
+class EmptySearch(ArchiveError, LookupError):
+    """A granule search that found nothing; the message names the query."""
