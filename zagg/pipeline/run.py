@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zagg.cluster.clients import cluster_for, connected
-from zagg.config.model import Config, ConfigError, parse_memory_budget
+from zagg.config.model import Config, parse_memory_budget
 from zagg.pipeline import stream
 from zagg.pipeline.gate import record_granules, selector, source_ids
-from zagg.pipeline.plan import NO_INPUT, RunPlan, plan_run
+from zagg.pipeline.plan import RunPlan, plan_run
 from zagg.pyramid.icechunk import after_run, enabled
 from zagg.pyramid.icechunk_runs import finalize_run
+from zagg.sources import registry
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -26,33 +27,14 @@ if TYPE_CHECKING:
 
 
 def open_source(cfg: Config, *, shards=None, granules=None) -> xr.Dataset:
-    """The points Dataset a config names: HDF5 granules (only those a catalog says touch
-    ``shards``, when given, and only the ids ``granules`` when given), the built-in
-    generator, or a zarr/netCDF input."""
-
+    """The points Dataset a config names, opened by its registered source
+    (:mod:`zagg.sources.registry`): restricted to ``shards`` where the source can skip what
+    cannot reach them (a catalog's footprints, a read plan's rows), and to the read units
+    ``granules`` (ids) when given."""
     src = cfg.data_source
-    if src.granules is not None:
-        # the granule source decides what the shards let it skip (a catalog's footprints,
-        # a read plan's rows): zagg.sources.granules.open_for_config
-        from zagg.sources.granules import open_for_config
-
-        return open_for_config(cfg, shards=shards, only=granules)
-    if src.synthetic is not None:
-        from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
-
-        s = src.synthetic
-        return synthetic_photons(
-            int(s["points"]),
-            tuple(s.get("region") or DEFAULT_REGION),
-            chunk_size=int(s.get("chunk_size", 1_000_000)),
-            seed=int(s.get("seed", 0)),
-            noise_fraction=float(s.get("noise_fraction", 0.2)),
-        )
-    if src.input is not None:
-        from zagg.sources.inputs import open_input
-
-        return open_input(src.input, src.storage_options)
-    raise ConfigError(NO_INPUT)
+    return registry.of(src).open(
+        src, shards=shards, shard_order=cfg.grid.shard_order, only=granules
+    )
 
 
 def run(
@@ -77,13 +59,16 @@ def run(
     performance_report: str | None = None,
     timings: bool | None = None,
     memory_budget=None,
+    granules=None,
 ) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
     ``threads`` and ``memory_limit``; a scheduler address; a cluster object; or a
     ``distributed.Client`` (a dask-gateway notebook's, say), which is used and left open.
-    ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
+    ``granules`` (a path, URL, glob or list) reads the user's own granules (or points
+    file) in place of the location the config names, and ``catalog`` replaces the config's
+    granule location by a catalog file; ``region`` (a
     GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` (shard ids at
     the shard order, a list or comma-separated text) restrict the run to those shards, and
     with a catalog only granules that touch them are read. The store's manifest is checked before any work starts, so an
@@ -117,6 +102,7 @@ def run(
         source=source,
         storage_options=storage_options,
         catalog=catalog,
+        granules=granules,
         region=region,
         bbox=bbox,
         shards=shards,

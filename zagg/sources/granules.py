@@ -72,6 +72,7 @@ __all__ = [
     "hdf5_path",
     "list_granules",
     "open_for_config",
+    "open_for_source",
     "open_granules",
     "open_h5",
     "parse_granule_source",
@@ -188,17 +189,24 @@ def wants_processes(ds) -> bool:
 
 def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
     """The granules of a config (``cfg.data_source.granules``) for a run over ``shards``
-    (decimal ids or words at the shard order; None: every shard): a catalog keeps only the
-    granules touching them, and a read plan reads only the rows that can reach them.
-    ``only`` (granule ids) keeps just those granules."""
-    src = cfg.data_source.granules
+    (decimal ids or words at the shard order; None: every shard), see
+    :func:`open_for_source`."""
+    return open_for_source(
+        cfg.data_source.granules, shards=shards, shard_order=cfg.grid.shard_order, only=only
+    )
+
+
+def open_for_source(src: GranuleSource, *, shards=None, shard_order=None, only=None):
+    """The granules of ``src`` for a run over ``shards`` (at ``shard_order``): a catalog
+    keeps only the granules touching them, and a read plan reads only the rows that can
+    reach them. ``only`` (granule ids) keeps just those granules."""
     if not (src.is_catalog or src.read_plan is not None):
         shards = None  # neither footprints nor an index to restrict the read with
     return open_granules(
         src,
         shards=shards,
         only=only,
-        shard_order=cfg.grid.shard_order if shards is not None else None,
+        shard_order=shard_order if shards is not None else None,
     )
 
 

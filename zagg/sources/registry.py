@@ -1,0 +1,107 @@
+"""The registry of sources: every kind of points is one :class:`~zagg.sources.record.Source`
+record (its fields and their contracts: :mod:`zagg.sources.record`), registered here as the
+reducers are in theirs.
+
+A config's ``data_source`` block is parsed by the record it selects
+(:func:`parse_data_source`): the record whose ``key`` the block holds, those with an
+``accepts`` test on the key's value tried first (a catalog before plain granules, a Parquet
+input before zarr/netCDF), the latest registered first among equals; a block holding none of
+the records' keys is a Dataset handed in (the ``dataset`` record). A run then asks only the
+record (:func:`of`): ``open`` for the points, ``units`` for the re-run gate's fingerprints,
+``footprints`` for planning units before reading, ``describe`` and ``check`` for the plan.
+
+Adding a source is one module: define its record and register it::
+
+    from zagg.sources.record import DataSource, Source
+    from zagg.sources.registry import register
+
+    register(Source(name="mine", key="mine", parse=..., open=..., units=..., describe=...))
+
+The built-ins (:mod:`zagg.sources.builtin`, :mod:`zagg.sources.parquet`) are registered when
+this module is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from zagg.checks.validation import fail
+from zagg.sources import builtin, parquet
+from zagg.sources.record import DataSource, Source
+
+__all__ = ["REGISTRY", "get", "keys", "of", "parse_data_source", "register", "unregister"]
+
+REGISTRY: dict[str, Source] = {}
+
+
+def register(source: Source, *, replace: bool = False) -> Source:
+    """Make ``source`` available to configs (``data_source.<source.key>``). Refuses to shadow
+    a registered name unless ``replace``."""
+    if not isinstance(source, Source):
+        raise TypeError(f"register() needs a Source, got {type(source).__name__}")
+    if source.name in REGISTRY and not replace:
+        raise ValueError(
+            f"a source named {source.name!r} is already registered; pick another name or "
+            "pass replace=True"
+        )
+    if source.key is None and any(
+        s.key is None and s.name != source.name for s in REGISTRY.values()
+    ):
+        raise ValueError("only one source may be the fallback (key None)")
+    REGISTRY.pop(source.name, None)
+    REGISTRY[source.name] = source
+    return source
+
+
+def unregister(name: str) -> None:
+    """Remove a registered source (a test's plug-in, say)."""
+    REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Source:
+    """The registered source ``name``."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"no source named {name!r} is registered; registered: {', '.join(REGISTRY)}"
+        ) from None
+
+
+def of(source: DataSource) -> Source:
+    """The record reading a parsed data source's points."""
+    return get(source.kind)
+
+
+def keys() -> tuple[str, ...]:
+    """The data_source keys that name points, in registration order."""
+    return tuple(dict.fromkeys(s.key for s in REGISTRY.values() if s.key is not None))
+
+
+def select(raw: Mapping) -> Source:
+    """The record a data_source block selects (see the module docstring)."""
+    candidates = list(reversed(REGISTRY.values()))
+    candidates.sort(key=lambda s: s.accepts is None)  # stable: latest first within each
+    for s in candidates:
+        if s.key is not None and s.key in raw and (s.accepts is None or s.accepts(raw[s.key])):
+            return s
+    return next(s for s in REGISTRY.values() if s.key is None)
+
+
+def parse_data_source(raw, path: str = "data_source") -> DataSource:
+    """Validate a ``data_source`` block by the source it selects."""
+    if not isinstance(raw, Mapping):
+        fail(path, f"expected a mapping, got {type(raw).__name__} {raw!r}")
+    source = select(raw)
+    return source.parse(raw, path)
+
+
+for _source in (
+    builtin.DATASET,
+    builtin.SYNTHETIC,
+    builtin.INPUT,
+    parquet.PARQUET,
+    builtin.GRANULES,
+    builtin.CATALOG,
+):
+    register(_source)
