@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from zagg.checks.credentials import StorageOptions
 from zagg.sources.archive_endpoints import Endpoints, endpoints, in_region
 from zagg.sources.archive_login import bearer_token, refreshing_session, s3_keys
+from zagg.sources.archive_query import ACCESS
 from zagg.sources.errors import ArchiveError, ArchiveLoginError, ArchiveUnreachable
 
 __all__ = [
@@ -35,8 +36,6 @@ __all__ = [
     "read_url",
 ]
 
-#: the ways to read an archive granule; ``auto`` picks one where the run starts
-ACCESS = ("auto", "s3", "https")
 #: the storage-options key that marks an archive granule's access
 ARCHIVE_KEY = "archive"
 

@@ -21,10 +21,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from aiobotocore.credentials import AioRefreshableCredentials
-from aiobotocore.session import AioSession
-from botocore.credentials import CredentialProvider
-
 from zagg.checks.credentials import (
     EARTHDATA_TOKEN,
     EarthdataLogin,
@@ -197,29 +193,33 @@ def _said(r, token: str) -> str:
     return line.replace(token, "***") or "no message"
 
 
-def refreshing_session(url: str) -> AioSession:
+def refreshing_session(url: str):
     """An aiobotocore session whose credentials come from the S3 credentials endpoint
     ``url`` through this process's :func:`s3_keys`, and refresh themselves once their
     margin is reached. One session serves one event loop (botocore's refresh lock is an
     asyncio lock)."""
+    from aiobotocore.session import AioSession
+
     session = AioSession()
     resolver = session.get_component("credential_provider")
     resolver.insert_before("env", EarthdataKeys(url))
     return session
 
 
-class EarthdataKeys(CredentialProvider):
-    """botocore's credentials from a DAAC's credentials endpoint, refreshed before they
-    expire: every refresh is mandatory, so a failure is raised, never only logged."""
+class EarthdataKeys:
+    """A botocore credential provider (its resolver asks ``METHOD`` and ``load``): the
+    credentials endpoint's keys, refreshed before they expire. Every refresh is
+    mandatory, so a failure is raised, never only logged."""
 
     METHOD = "earthdata-s3credentials"
     CANONICAL_NAME = "customEarthdataS3Credentials"  # botocore: custom providers say custom
 
     def __init__(self, url: str):
-        super().__init__()
         self.url = url
 
     async def load(self):
+        from aiobotocore.credentials import AioRefreshableCredentials
+
         keys = s3_keys(self.url)
         return AioRefreshableCredentials.create_from_metadata(
             keys.metadata(),

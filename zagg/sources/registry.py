@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zagg.checks.validation import fail
-from zagg.sources import builtin, parquet
+from zagg.sources import archive_source, builtin, parquet
 from zagg.sources.record import DataSource, Source
 
 __all__ = ["REGISTRY", "get", "keys", "of", "parse_data_source", "register", "unregister"]
@@ -103,5 +103,6 @@ for _source in (
     parquet.PARQUET,
     builtin.GRANULES,
     builtin.CATALOG,
+    archive_source.SEARCH,
 ):
     register(_source)
