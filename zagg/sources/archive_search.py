@@ -142,7 +142,7 @@ def _record(item: Mapping) -> Found | None:
     https = [
         u["URL"]
         for u in urls
-        if str(u.get("URL", "")).startswith("https://")
+        if str(u.get("URL", "")).startswith(("https://", "http://"))
         and u.get("Type", "GET DATA") == "GET DATA"
         and str(u["URL"]).endswith("/" + name)
     ]
