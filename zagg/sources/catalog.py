@@ -232,7 +232,7 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
             failed.append({"granule": granule_id(href), "error": str(res)})
         else:
             entries.append(res)
-    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    where = source.where
     if not entries:
         raise CatalogError(
             f"none of the {len(hrefs)} granule(s) at {where!r} could be read, so the catalog "

@@ -95,6 +95,14 @@ class GranuleSource:
             return True
         return isinstance(self.granules, str) and is_catalog(self.granules)
 
+    @property
+    def where(self):
+        """The granules' location as records show it: the path, the list, or the search
+        (``{"search": {...}}``)."""
+        if isinstance(self.granules, Search):
+            return {"search": self.granules.as_dict()}
+        return self.granules if isinstance(self.granules, str) else list(self.granules)
+
     def items(self) -> tuple[tuple[str, str, int | None], ...]:
         """(name, path template, column) of everything read per group, coordinates first."""
         out = [("latitude", self.latitude, None), ("longitude", self.longitude, None)]

@@ -627,7 +627,7 @@ def _dataset(
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
     )
-    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    where = source.where
     return xr.Dataset(
         data_vars,
         attrs={

@@ -1,0 +1,166 @@
+"""From NASA's archive to the store, against local stand-ins (tests/archive_server.py): a
+run whose granules are a search writes the leaves a run over the same files on disk
+writes, read directly from S3 (with keys that expire while it runs) or over HTTPS; every
+refusal is one line, exit status 2, and nothing written; no secret enters a task graph.
+
+The archive server fronts moto's S3 with a proxy that honours only the keys it issued, and
+only until they expire (moto itself accepts any keys): the closest local stand-in for
+NSIDC's bucket, whose temporary keys expire after an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from builders import IN_PROCESS, atl03_source, fields, grid_orders, pipeline_config
+
+import zagg
+from zagg import hive
+from zagg.pipeline.run import run
+from zagg.sources.write_granules import write_granules
+
+HERE = Path(__file__).resolve().parent
+REGION = (-100.2, -75.6, -99.8, -75.4)  # inside the shipped pine_island region
+P, C = 8, 12
+SPAN = ["2019-01-01", "2024-12-31"]
+EXPIRE_S = 20
+
+
+@pytest.fixture(scope="module")
+def granules(tmp_path_factory):
+    """Six granules over Pine Island, and one far away that no search here finds."""
+    d = tmp_path_factory.mktemp("archive-granules")
+    near = write_granules(d, 6, points_per_granule=40_000, region=REGION, seed=11)
+    far = write_granules(d, 1, points_per_granule=2_000, region=(10.0, 40.0, 11.0, 41.0), seed=12)
+    return d, near, far
+
+
+@pytest.fixture(scope="module")
+def archive(granules):
+    """The archive server's JSON line; it serves the granules, 2 records a page, and
+    issues S3 keys that expire after EXPIRE_S seconds."""
+    folder, _, _ = granules
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "archive_server.py"), "--granules", str(folder)]
+        + ["--expire-s", str(EXPIRE_S), "--page-size", "2"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line, f"the archive server exited with {proc.wait()}"
+        yield json.loads(line)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def env(archive, monkeypatch):
+    """This process under the archive server's variables (the in-process cluster's
+    workers are threads of it, so they log in with the same environment)."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "EARTHDATA_USERNAME", "EARTHDATA_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    for k, v in archive["env"].items():
+        monkeypatch.setenv(k, v)
+    return archive
+
+
+def search_block(archive, **more) -> dict:
+    return {
+        "search": {
+            "short_name": archive["short_name"],
+            "version": archive["version"],
+            "region": "pine_island",
+            "temporal": SPAN,
+            **more,
+        }
+    }
+
+
+def config(granules, store) -> dict:
+    source = atl03_source("placeholder", confidence=3)
+    source["granules"] = granules if isinstance(granules, dict | list) else str(granules)
+    cfg = pipeline_config(
+        source, fields("count", "h_tdigest"), grid_orders(P, C), name="ATL03", store=store
+    )
+    return cfg
+
+
+def hashes(store) -> dict:
+    root = hive.StoreRoot(str(store))
+    return {sid: hive.read_stamp(root, leaf)["content_hashes"] for leaf, sid in hive.walk_leaves(store)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One in-process cluster for the module's runs (its workers are threads of this
+    process, so they read the environment a test sets, as a worker reads its own)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=IN_PROCESS["threads"],
+        processes=False,
+        dashboard_address="127.0.0.1:0",
+        silence_logs=50,
+    ) as lc, Client(lc) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def local_hashes(granules, tmp_path_factory, cluster):
+    """The leaves of a run over the searched granules straight from disk."""
+    _, near, _ = granules
+    store = tmp_path_factory.mktemp("local") / "store"
+    run(config([str(p) for p in near], store), progress=False, scheduler=cluster)
+    found = hashes(store)
+    assert found
+    return found
+
+
+def issued(archive) -> int:
+    with urllib.request.urlopen(f"{archive['data_url']}/_issued", timeout=10) as r:
+        return json.load(r)["issued"]
+
+
+def test_a_search_over_s3_with_expiring_keys_writes_the_leaves_of_a_local_run(
+    env, tmp_path, local_hashes, cluster
+):
+    before = issued(env)
+    store = tmp_path / "s3-store"
+    summary = run(config(search_block(env, access="s3"), store), progress=False, scheduler=cluster)
+    assert summary.failed_granules == [] and summary.granules == 6
+    assert hashes(store) == local_hashes
+    assert issued(env) > before  # this process logged in to S3 by itself
+
+
+def test_a_search_over_https_writes_the_leaves_of_a_local_run(
+    env, tmp_path, local_hashes, cluster
+):
+    store = tmp_path / "https-store"
+    block = search_block(env, access="https")
+    summary = run(config(block, store), progress=False, scheduler=cluster)
+    assert summary.failed_granules == [] and summary.granules == 6
+    assert hashes(store) == local_hashes
+
+
+def test_auto_access_reads_s3_only_in_the_archives_region(env, monkeypatch):
+    from zagg.sources.archive_access import ARCHIVE_KEY
+    from zagg.sources.archive_query import parse_search
+    from zagg.sources.archive_search import search_catalog
+
+    found = search_catalog(parse_search(search_block(env)["search"]))
+    assert found.storage_options[ARCHIVE_KEY]["access"] == "https"
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    found = search_catalog(parse_search(search_block(env, temporal=["2019-01-01", "2024-12-30"])["search"]))
+    assert found.storage_options[ARCHIVE_KEY]["access"] == "s3"
