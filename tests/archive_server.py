@@ -1,6 +1,7 @@
 """A local stand-in for NASA's Earthdata archive, on 127.0.0.1, serving granules from a folder.
 
-``python tests/archive_server.py --granules DIR [--expire-s N] [--page-size N]`` starts:
+``python tests/archive_server.py --granules DIR [--expire-s N] [--page-size N]
+[--latency-s S]`` starts:
 
 - a CMR-like search service (``/search/granules.umm_json``): the query parameters zagg's
   search sends as the CMR search API takes them (``short_name``, ``version``,
@@ -481,6 +482,7 @@ class S3Proxy(Handler):
     """S3 in front of moto: only keys this archive issued, unexpired, correctly signed."""
 
     moto: str  # host:port
+    latency: float = 0.0  # seconds each request waits, as across a continent
 
     def refuse(self, status: int, code: str, message: str):
         body = (
@@ -490,6 +492,7 @@ class S3Proxy(Handler):
         self.reply(status, body, "application/xml")
 
     def do_GET(self):
+        time.sleep(self.latency)
         why = self.verify()
         if why is not None:
             return self.refuse(*why)
@@ -595,6 +598,7 @@ def main(argv=None) -> None:
     p.add_argument("--granules", required=True, help="folder of granule files (.h5)")
     p.add_argument("--expire-s", type=float, default=3600.0, help="life of issued S3 keys")
     p.add_argument("--page-size", type=int, default=MAX_PAGE, help="records per page at most")
+    p.add_argument("--latency-s", type=float, default=0.0, help="delay of each S3 request")
     args = p.parse_args(argv)
     paths = sorted(Path(args.granules).glob("*.h5"))
     granules = [describe_granule(path) for path in paths]
@@ -605,7 +609,7 @@ def main(argv=None) -> None:
     cmr = serve(CMR, archive)
     edl = serve(EDL, archive)
     archive.data_url = serve(Data, archive)
-    s3 = serve(S3Proxy, archive, moto=moto)
+    s3 = serve(S3Proxy, archive, moto=moto, latency=args.latency_s)
     line = {
         "env": {
             "ZAGG_CMR_URL": f"{cmr}/search",
