@@ -172,3 +172,82 @@ def test_auto_access_reads_s3_only_in_the_archives_region(env, monkeypatch):
         parse_search(search_block(env, temporal=["2019-01-01", "2024-12-30"])["search"])
     )
     assert found.storage_options[ARCHIVE_KEY]["access"] == "s3"
+
+
+def write_config(tmp_path, block) -> tuple[Path, Path]:
+    store = tmp_path / "store"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config(block, store)))
+    return path, store
+
+
+def cli(*argv) -> int:
+    from zagg.cli.main import main
+
+    return main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["wrong token", "wrong password", "expired token", "no result", "unreachable catalogue"],
+)
+def test_refusals_are_one_line_exit_2_and_write_nothing(
+    case, env, tmp_path, cluster, monkeypatch, capsys
+):
+    block = search_block(env, access="s3")
+    said = {
+        "wrong token": "refused the Earthdata token (HTTP 401: ",
+        "wrong password": "Earthdata Login refused the username and password",
+        "expired token": "the Earthdata token in EARTHDATA_TOKEN expired at",
+        "no result": "found no granule for ATL03 version 006 over pine_island from "
+        "2010-01-01T00:00:00Z to 2010-12-31T23:59:59Z",
+        "unreachable catalogue": "the CMR search at http://127.0.0.1:9/search did not answer",
+    }[case]
+    if case == "wrong token":
+        monkeypatch.setenv("EARTHDATA_TOKEN", "not-a-token")
+    elif case == "wrong password":
+        monkeypatch.delenv("EARTHDATA_TOKEN")
+        monkeypatch.setenv("EARTHDATA_USERNAME", env["username"])
+        monkeypatch.setenv("EARTHDATA_PASSWORD", "not-the-password")
+    elif case == "expired token":
+        monkeypatch.setenv("EARTHDATA_TOKEN", env["expired_token"])
+    elif case == "no result":
+        block["search"]["temporal"] = ["2010-01-01", "2010-12-31"]
+    else:
+        monkeypatch.setenv("ZAGG_CMR_URL", "http://127.0.0.1:9/search")  # nothing listens
+    path, store = write_config(tmp_path, block)
+    assert cli("run", path, "--scheduler", cluster.scheduler.address, "--quiet") == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("zagg: error: ") and said in err, err
+    print(err)
+    for secret in (env["env"]["EARTHDATA_TOKEN"], env["password"], env["expired_token"]):
+        assert secret not in out + err
+    assert not store.exists()
+
+
+def test_a_username_and_password_log_in_for_a_token(env, tmp_path, cluster, monkeypatch):
+    monkeypatch.delenv("EARTHDATA_TOKEN")
+    monkeypatch.setenv("EARTHDATA_USERNAME", env["username"])
+    monkeypatch.setenv("EARTHDATA_PASSWORD", env["password"])
+    block = search_block(env, access="https", rgts=[int(env["granules"][0].split("_")[2][:4])])
+    summary = run(config(block, tmp_path / "store"), progress=False, scheduler=cluster)
+    assert summary.granules == 1 and summary.failed_granules == []
+
+
+def test_no_secret_enters_a_task_graph(env):
+    from zagg.sources.archive_login import s3_keys
+    from zagg.sources.granules import open_for_config
+
+    for access in ("s3", "https"):
+        cfg = zagg.load_config(config(search_block(env, access=access), "unused"))
+        ds = open_for_config(cfg)
+        graph = pickle.dumps(dict(ds.__dask_graph__()))
+        # the readers' tasks carry where to log in, never what with
+        assert f"{env['data_url']}/s3credentials".encode() in graph
+        secrets = [env["env"]["EARTHDATA_TOKEN"]]
+        if access == "s3":
+            url = f"{env['data_url']}/s3credentials"
+            keys = s3_keys(url)
+            secrets += [keys.key, keys.secret, keys.token]
+        for secret in secrets:
+            assert secret.encode() not in graph
