@@ -251,3 +251,44 @@ def test_no_secret_enters_a_task_graph(env):
             secrets += [keys.key, keys.secret, keys.token]
         for secret in secrets:
             assert secret.encode() not in graph
+
+
+def test_catalog_search_writes_a_catalog_a_run_reads_unchanged(
+    env, granules, tmp_path, cluster, local_hashes, capsys
+):
+    _, near, _ = granules
+    search = tmp_path / "search.yaml"
+    search.write_text(yaml.safe_dump(search_block(env)))
+    assert cli("catalog", "--search", search, tmp_path / "found.json") == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"catalog {tmp_path / 'found.json'}: 6 granules (")
+    doc = json.loads((tmp_path / "found.json").read_text())
+    entries = {g["id"]: g for g in doc["granules"]}
+    assert sorted(entries) == [p.name for p in near]
+    for p in near:
+        e = entries[p.name]
+        assert e["size"] == p.stat().st_size and e["rows"] is None
+        assert e["href"].startswith("s3://") and e["href"].endswith("/" + p.name)
+        assert e["time_start"] < e["time_end"] and e["footprint"]
+    assert doc["source"]["search"]["region"] == "pine_island"
+    # a catalog a search wrote is a catalog: a run reads it as it reads any other
+    store = tmp_path / "store"
+    summary = run(config(str(tmp_path / "found.json"), store), progress=False, scheduler=cluster)
+    assert summary.granules == 6 and hashes(store) == local_hashes
+
+
+def test_plan_lists_what_the_search_found_before_reading(env, granules, tmp_path, capsys):
+    from dask.utils import format_bytes
+
+    _, near, _ = granules
+    path, store = write_config(tmp_path, search_block(env, access="https"))
+    total = format_bytes(sum(p.stat().st_size for p in near))
+    assert cli("run", path, "--plan") == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("inputs"))
+    assert line.startswith(
+        "inputs          a search of NASA's archive (ATL03 version 006 over pine_island "
+        "from 2019-01-01T00:00:00Z to 2024-12-31T23:59:59Z): 6 granules, "
+    ), line
+    assert line.endswith(f"6 granules, {total}, read over HTTPS")
+    assert "planned from the catalog" in out and not store.exists()
