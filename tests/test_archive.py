@@ -254,7 +254,7 @@ def test_no_secret_enters_a_task_graph(env):
 
 
 def test_catalog_search_writes_a_catalog_a_run_reads_unchanged(
-    env, granules, tmp_path, cluster, local_hashes, capsys
+    env, granules, tmp_path, cluster, local_hashes, capsys, monkeypatch
 ):
     _, near, _ = granules
     search = tmp_path / "search.yaml"
@@ -271,9 +271,12 @@ def test_catalog_search_writes_a_catalog_a_run_reads_unchanged(
         assert e["href"].startswith("s3://") and e["href"].endswith("/" + p.name)
         assert e["time_start"] < e["time_end"] and e["footprint"]
     assert doc["source"]["search"]["region"] == "pine_island"
-    # a catalog a search wrote is a catalog: a run reads it as it reads any other
+    # a catalog a search wrote is a catalog: a run reads it as it reads any other (here in
+    # place of the config's search: no search is made)
+    monkeypatch.setenv("ZAGG_CMR_URL", "http://127.0.0.1:9/search")  # nothing listens
     store = tmp_path / "store"
-    summary = run(config(str(tmp_path / "found.json"), store), progress=False, scheduler=cluster)
+    cfg = config(search_block(env, temporal=["2019-01-02", "2024-12-31"]), store)
+    summary = run(cfg, catalog=str(tmp_path / "found.json"), progress=False, scheduler=cluster)
     assert summary.granules == 6 and hashes(store) == local_hashes
 
 

@@ -54,4 +54,5 @@ SEARCH = Source(
     describe=describe_search,
     check=found,
     footprints=catalog_footprints,
+    located=True,  # --catalog (a catalog the search wrote, say) or --granules replace it
 )
