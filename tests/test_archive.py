@@ -295,3 +295,52 @@ def test_plan_lists_what_the_search_found_before_reading(env, granules, tmp_path
     ), line
     assert line.endswith(f"6 granules, {total}, read over HTTPS")
     assert "planned from the catalog" in out and not store.exists()
+
+
+@pytest.mark.parametrize(
+    "block, said",
+    [
+        ({"version": "006"}, "search.short_name': is required but missing"),
+        ({"short_name": "ATL03", "version": 6}, "search.version': 6 is a number; quote it"),
+        ({"short_name": "ATL03", "region": "atlantis"}, "search.region': atlantis: no such"),
+        ({"short_name": "ATL03", "bbox": [1, 2, 3]}, "search.bbox': expected [west, south"),
+        (
+            {"short_name": "ATL03", "region": "pine_island", "bbox": [1, 2, 3, 4]},
+            "give one of region, bbox and polygon, not region and bbox",
+        ),
+        ({"short_name": "ATL03", "temporal": ["2019-12-31", "2019-01-01"]}, "is after the end"),
+        ({"short_name": "ATL03", "temporal": ["last year", "now"]}, "is not an ISO 8601 time"),
+        ({"short_name": "ATL03", "rgts": [0]}, "search.rgts[0]': expected a reference ground"),
+        ({"short_name": "ATL03", "access": "ftp"}, "search.access': 'ftp' is not one of auto"),
+        ({"short_name": "ATL03", "limit": 3}, "search.limit': unknown key"),
+    ],
+)
+def test_a_bad_search_block_is_refused_naming_its_key(block, said):
+    cfg = config({"search": block}, "unused")
+    with pytest.raises(zagg.ConfigError) as err:
+        zagg.load_config(cfg)
+    assert said in str(err.value), str(err.value)
+
+
+def test_the_query_is_cmrs_own():
+    from zagg.sources.archive_query import cmr_parameters, parse_search
+
+    search = parse_search(
+        {
+            "short_name": "ATL03",
+            "version": "006",
+            "bbox": [170, -10, -170, 10],
+            "temporal": ["2019-01-01", "2019-03-31T12:00:00Z"],
+            "cycles": [3],
+            "rgts": [1234, 56],
+        }
+    )
+    assert cmr_parameters(search) == [
+        ("short_name", "ATL03"),
+        ("version", "006"),
+        ("temporal", "2019-01-01T00:00:00Z,2019-03-31T12:00:00Z"),
+        ("bounding_box", "170,-10,-170,10"),
+        ("readable_granule_name[]", "ATL03_??????????????_005603??_*"),
+        ("readable_granule_name[]", "ATL03_??????????????_123403??_*"),
+        ("options[readable_granule_name][pattern]", "true"),
+    ]
