@@ -344,3 +344,35 @@ def test_the_query_is_cmrs_own():
         ("readable_granule_name[]", "ATL03_??????????????_123403??_*"),
         ("options[readable_granule_name][pattern]", "true"),
     ]
+
+
+def test_each_worker_process_logs_in_by_itself(env, tmp_path, local_hashes):
+    """Workers in processes of their own, started with the archive's variables as a
+    deployment gives them: each asks the credentials endpoint for its own keys."""
+    from distributed import Client, LocalCluster
+
+    from zagg.sources.archive_login import keys_held
+
+    before = issued(env)
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=50,
+        ) as lc,
+        Client(lc) as client,
+    ):
+        pids = set(client.run(os.getpid).values())
+        assert len(pids) == 2 and os.getpid() not in pids
+        store = tmp_path / "store"
+        summary = run(
+            config(search_block(env, access="s3"), store), progress=False, scheduler=client
+        )
+        held = client.run(keys_held)
+    assert summary.failed_granules == [] and hashes(store) == local_hashes
+    url = f"{env['data_url']}/s3credentials"
+    assert sorted(held.values()) == [[url], [url]]  # each worker fetched keys for itself
+    assert issued(env) - before >= 3  # this process's keys, and each worker's own

@@ -30,7 +30,14 @@ from zagg.checks.credentials import (
 from zagg.sources.archive_endpoints import TIMEOUT, Endpoints, endpoints
 from zagg.sources.errors import ArchiveError, ArchiveLoginError, ArchiveUnreachable
 
-__all__ = ["EarthdataKeys", "S3Keys", "bearer_token", "refreshing_session", "s3_keys"]
+__all__ = [
+    "EarthdataKeys",
+    "S3Keys",
+    "bearer_token",
+    "keys_held",
+    "refreshing_session",
+    "s3_keys",
+]
 
 #: a set of keys is replaced once less than this share of its life is left
 REFRESH_SHARE = 0.5
@@ -135,6 +142,13 @@ def s3_keys(url: str) -> S3Keys:
         if keys is None or not keys.fresh():
             keys = _keys[url] = _fetch_keys(url)
     return keys
+
+
+def keys_held() -> list[str]:
+    """The credentials endpoints this process holds keys of (what a worker fetched for
+    itself; never the keys)."""
+    with _keys_lock:
+        return sorted(_keys)
 
 
 def _fetch_keys(url: str) -> S3Keys:
