@@ -17,6 +17,7 @@ def _cmd_run(args) -> int:
         "store": args.store,
         "progress": not args.quiet,
         "catalog": args.catalog,
+        "granules": args.granules,
         "region": args.region,
         "bbox": args.bbox,
         "shards": args.shards,
@@ -54,6 +55,7 @@ def _print_plan(args) -> int:
         args.config,
         store=args.store,
         catalog=args.catalog,
+        granules=args.granules,
         region=args.region,
         bbox=args.bbox,
         shards=args.shards,
@@ -88,6 +90,7 @@ def _cmd_batch(args) -> int:
             client=client,
             progress=not args.quiet,
             timings=True,
+            granules=args.granules,
         )
     print("\n".join(summary.lines()))
     return 1 if summary.failed else 0
@@ -457,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
     r.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
+    r.add_argument(
         "--region",
         help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
     )
@@ -524,6 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=_at_least_one)
     b.add_argument("--memory-limit", type=_memory_limit)
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
     b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
 
     w = sub.add_parser(

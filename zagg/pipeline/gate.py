@@ -4,17 +4,19 @@ when it can.
 Each shard is a unit with an identity: the store's semantic hash and the unit's planned
 granule ids (:mod:`zagg.pipeline.reruns` holds the verdicts). Where a run's plan comes from:
 
-- **a catalog** (``data_source.granules`` names one): each granule's footprint says which
+- **a catalog** (``data_source.granules`` names one), or any source whose registered record
+  gives ``footprints`` (:mod:`zagg.sources.record`): each granule's footprint says which
   shards it touches, so every unit's plan is known before any granule is opened. The gate
   runs first and the run reads only the granules of the units it must rewrite; an
   unchanged re-run opens no granule at all. Leaves record their planned ids.
 - **any other source**: which shards a granule feeds is known only once it is read, so
   the run reads and reduces its points, then gates the shards it found (their planned ids
   are the granules that fed them, plus those the leaf recorded that the run read again)
-  and writes only the units that are not current. A directory or list of granules names
-  its granules by file name, the built-in generator is one granule ``synthetic`` (its
-  parameters are in the semantic hash), an input file is its file name; a Dataset passed
-  in without granule ids has no identity and is always rewritten.
+  and writes only the units that are not current. The source's record names the read
+  units (its ``units``): a directory or list of granules names its granules by file name,
+  the built-in generator is one granule ``synthetic`` (its parameters are in the semantic
+  hash), an input file is its file name; a Dataset passed in without granule ids has no
+  identity and is always rewritten.
 
 ``overwrite`` bypasses the gate (every unit rewritten, contraction included). A run's
 plan (:mod:`zagg.pipeline.plan`) classifies a catalog's units without acting on them; the

@@ -111,7 +111,7 @@ def parse_granules(raw, path: str = "data_source", kind: str = "granules") -> Da
     """A granule block: the aggregation sees ``latitude``, ``longitude``, the declared
     variables and ``time`` (from ``delta_time``), and the block's filters."""
     granules = parse_granule_source(raw, path)
-    names = tuple(v.name for v in granules.variables)
+    names = tuple(v.name for v in granules.variables) + granules.point_names
     time = "time" if granules.delta_time else None
     return DataSource(
         "latitude",

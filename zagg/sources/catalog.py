@@ -207,7 +207,8 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
     order = check_order(order)
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
-    scan_source = dataclasses.replace(source, variables=(), filters=())
+    # every beam's footprint: a run may pick beams by each granule's orientation
+    scan_source = dataclasses.replace(source, variables=(), filters=(), beams="all")
     known = {}
     if reuse is not None and reuse.order == order:
         known = {_absolute(e.href): e for e in reuse}

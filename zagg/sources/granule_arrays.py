@@ -166,14 +166,16 @@ class TemplateArray:
 
 
 class GranuleRows:
-    """The ``granule`` variable: per row the index of its granule, never touching a file."""
+    """A variable constant along each read unit, never touching a file: ``granule`` (per
+    row the index of its granule), or one of a granule's per-point metadata (its beam,
+    track, cycle)."""
 
-    def __init__(self, sizes, index):
+    def __init__(self, sizes, index, dtype=np.int32):
         self.bounds = np.cumsum([0] + list(sizes)).astype(np.int64)
-        self.index = np.asarray(index, dtype=np.int32)
+        self.dtype = np.dtype(dtype)
+        self.index = np.asarray(index, dtype=self.dtype)
         self.shape = (int(self.bounds[-1]),)
         self.ndim = 1
-        self.dtype = np.dtype(np.int32)
 
     def __len__(self) -> int:
         return self.shape[0]

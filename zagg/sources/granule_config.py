@@ -15,6 +15,7 @@ from zagg.checks.credentials import StorageOptions, parse_storage_options
 from zagg.checks.filters import Filter, parse_filters
 from zagg.checks.validation import check_keys, fail, parse_bytes
 from zagg.sources.archive_query import Search, parse_search
+from zagg.sources.beams import BEAM_SELECTIONS, POINT_VARIABLES, is_beam
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.readplan import ReadPlan, parse_read_plan
 
@@ -47,6 +48,7 @@ _KEYS = (
     "storage_options",
     "read_plan",
     "reads",
+    "beams",
 )
 _READS = ("metadata_block_size", "max_gap", "request_size", "concurrency")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -77,6 +79,20 @@ class GranuleSource:
     config_key: str = "data_source"  # where the block sits in the config, for messages
     read_plan: ReadPlan | None = None  # the along-track index a shard-restricted run uses
     reads: FetchSettings = field(default_factory=FetchSettings)
+    #: which beams each granule contributes by its orientation: strong, weak or all
+    beams: str = "all"
+
+    @property
+    def point_names(self) -> tuple[str, ...]:
+        """The per-point variables from the granules' metadata (:mod:`zagg.sources.beams`)
+        this source offers beside its declared ones: ``rgt`` and ``cycle``, and with beam
+        groups (``gt1l`` ... ``gt3r``) ``beam``, ``spot`` and ``strong``; a declared
+        variable of the same name is read from its path instead."""
+        beams = bool(self.groups) and all(is_beam(g) for g in self.groups)
+        declared = {v.name for v in self.variables}
+        return tuple(
+            n for n in POINT_VARIABLES if n not in declared and (beams or n in ("rgt", "cycle"))
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -137,7 +153,9 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
     delta_time = raw.get("delta_time")
     if delta_time is not None:
         delta_time = _template(delta_time, f"{path}.delta_time", grouped)
-    declared = [v.name for v in variables] + (["time"] if delta_time else [])
+    beams = _parse_beams(raw.get("beams", "all"), f"{path}.beams", groups)
+    offered = GranuleSource(granules, groups, lat, lon, variables).point_names
+    declared = [v.name for v in variables] + (["time"] if delta_time else []) + list(offered)
     filters = _parse_granule_filters(raw.get("filters"), declared, f"{path}.filters")
 
     on_error = raw.get("on_error", "fail")
@@ -177,7 +195,29 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
         path,
         plan,
         reads,
+        beams,
     )
+
+
+def _parse_beams(value, path: str, groups) -> str:
+    """``data_source.beams``: strong, weak or all (the default); strong or weak needs beam
+    groups, whose strength each granule's orientation decides."""
+    if value not in BEAM_SELECTIONS:
+        fail(path, f"{value!r} is not valid; use strong, weak or all")
+    if value != "all":
+        named = [g for g in groups or () if not is_beam(g)]
+        if not groups or named:
+            fail(
+                path,
+                f"{value} beams are picked among the ICESat-2 ground tracks, but "
+                + (
+                    f"the group {named[0]!r} is not one (gt1l ... gt3r)"
+                    if named
+                    else "data_source.groups is not set"
+                )
+                + "; list the groups [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r] or set beams: all",
+            )
+    return value
 
 
 def _parse_reads(value, path: str) -> FetchSettings:

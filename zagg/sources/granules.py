@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
+from zagg.sources import beams
 from zagg.sources.archive_access import is_archive, preflight
 from zagg.sources.archive_query import Search
 from zagg.sources.chunks import FetchSettings
@@ -442,7 +443,7 @@ def _scan_all(
                 "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
                 "and the coordinate paths",
             )
-        if missing and len(scans) > 1:
+        if missing and len(scans) > 1 and source.beams == "all":
             warnings.warn(
                 f"{source.config_key}.groups: {missing} are in none of the "
                 f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
@@ -505,6 +506,47 @@ def _width(template: str, name: str, scans: list[Scan]) -> int | None:
             "granule and group must store it alike"
         )
     return next(iter(seen), None)
+
+
+POINT_ATTRS = {
+    "beam": {
+        "long_name": "ground track of the row's beam (gt1l 10, gt1r 20, ... gt3r 60)",
+        "source_path": "group name",
+    },
+    "spot": {
+        "long_name": "ATLAS spot of the row's beam (1..6; odd spots are strong)",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "strong": {
+        "long_name": "1 where the row's beam is strong, 0 where weak",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "rgt": {"long_name": "reference ground track", "source_path": "/orbit_info/rgt"},
+    "cycle": {"long_name": "orbital cycle", "source_path": "/orbit_info/cycle_number"},
+}
+
+
+def point_values(source: GranuleSource, units) -> dict[str, list[int]]:
+    """Per read unit the value of each per-point variable the source offers
+    (:attr:`GranuleSource.point_names`) that every granule's metadata gives: ``rgt`` and
+    ``cycle`` from ``/orbit_info``, ``beam`` from the group's name, ``spot`` and ``strong``
+    from the group and the granule's orientation. A variable some granule lacks the
+    metadata of is left out of the Dataset."""
+    out = {}
+    orbits = [s.orbit for _, s, *_ in units]
+    for name in source.point_names:
+        if name == "beam":
+            out[name] = [beams.beam_code(g.group) for _, _, g, *_ in units]
+        elif name in ("spot", "strong"):
+            if any(o.sc_orient not in (beams.BACKWARD, beams.FORWARD) for o in orbits):
+                continue
+            rule = beams.spot if name == "spot" else beams.strong
+            out[name] = [int(rule(g.group, s.orbit.sc_orient)) for _, s, g, *_ in units]
+        else:
+            values = [getattr(o, name) for o in orbits]
+            if None not in values:
+                out[name] = values
+    return out
 
 
 def _dataset(
@@ -627,6 +669,14 @@ def _dataset(
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
     )
+    for name, values in point_values(source, units).items():
+        dtype = np.dtype(beams.DTYPES[name])
+        arr = (
+            lazy(GranuleRows(sizes, values, dtype), chunks, f"{name}-{token}")
+            if units
+            else da.zeros(0, dtype=dtype)
+        )
+        data_vars[name] = xr.Variable("obs", arr, attrs=dict(POINT_ATTRS[name]))
     where = source.where
     return xr.Dataset(
         data_vars,

@@ -199,25 +199,33 @@ def _check_crs(geo: bytes | None, column: str, path: str) -> None:
 
 
 def _read_table(part: Part, column: str, storage_options):
-    return (
-        _parquet_file(part.path, storage_options)
-        .read_row_group(part.row_group, columns=[column])
-        .column(0)
-    )
+    """One column of one row group (a damaged file refused naming it, whatever failed)."""
+    try:
+        table = _parquet_file(part.path, storage_options).read_row_group(
+            part.row_group, columns=[column]
+        )
+    except Exception as exc:
+        detail = StorageOptions(storage_options or {}).redact(" ".join(str(exc).split()))
+        raise ConfigError(
+            f"{KEY}: cannot read column {column!r} of row group {part.row_group} of "
+            f"{part.path} ({type(exc).__name__}: {detail}); if the file is cut short or "
+            "corrupt, export it again"
+        ) from exc
+    return table.column(0)
 
 
 def _read_column(parts, column, storage_options, block_id=None) -> np.ndarray:
     import pyarrow as pa
 
-    col = _read_table(parts[block_id[0]], column, storage_options)
+    part = parts[block_id[0]]
+    col = _read_table(part, column, storage_options)
     if pa.types.is_timestamp(col.type):
         col = col.cast(pa.timestamp("ns")).cast(pa.int64())
-    if col.null_count and (pa.types.is_floating(col.type)):
-        return col.to_numpy(zero_copy_only=False)
-    if col.null_count:
-        raise ValueError(
-            f"column {column!r} of {parts[block_id[0]].path} holds nulls in row group "
-            f"{parts[block_id[0]].row_group}; only float columns may (as NaN)"
+    if col.null_count and not pa.types.is_floating(col.type):
+        raise ConfigError(
+            f"{KEY}: column {column!r} of {part.path} holds nulls in row group "
+            f"{part.row_group}; only float columns may (read as NaN): fill them or store the "
+            "column as float"
         )
     return col.to_numpy(zero_copy_only=False)
 
@@ -231,7 +239,13 @@ def _read_points(parts, column, axis, storage_options, block_id=None) -> np.ndar
         out = field.to_numpy(zero_copy_only=False).astype(np.float64)
         out[~col.is_valid().to_numpy(zero_copy_only=False)] = np.nan
         return out
-    return wkb_points(col)[:, axis]
+    try:
+        return wkb_points(col)[:, axis]
+    except ValueError as exc:
+        raise ConfigError(
+            f"config key 'data_source.coordinates.geometry': column {column!r} of "
+            f"{parts[block_id[0]].path}, row group {parts[block_id[0]].row_group}: {exc}"
+        ) from None
 
 
 #: WKB geometry type 1 (point), with Z, M or ZM as ISO codes 1001/2001/3001

@@ -25,7 +25,10 @@ keeps theirs). Its fields are everything a run asks of where its points come fro
   knows before reading which shards each read unit touches (a catalog), the re-run gate
   plans every unit first and the run reads only what it must rewrite; None: known only once
   the points are read;
-- ``located``: whether the key's value is a location ``--granules`` may replace.
+- ``located``: whether the key's value is a location ``--granules`` may replace (where the
+  points are read from is packaging, not identity: the key should be among the store
+  spec's ``PACKAGING_SOURCE_KEYS``, as ``granules`` and ``input`` are, so a relocated run
+  fills the same store).
 """
 
 from __future__ import annotations

@@ -17,6 +17,13 @@ Adding a source is one module: define its record and register it::
 
     register(Source(name="mine", key="mine", parse=..., open=..., units=..., describe=...))
 
+Import that module before a config naming its key is loaded (a plug-in is registered when
+its module runs); on a cluster of worker processes, the functions its Dataset's tasks call
+must live in a module the workers can import too. A source reading HDF5 granules it finds
+elsewhere (an archive's search) can build on the granule record's pieces:
+:func:`zagg.sources.builtin.parse_granules` for the block and
+:func:`zagg.sources.granules.open_for_source` with the granules it found.
+
 The built-ins (:mod:`zagg.sources.builtin`, :mod:`zagg.sources.parquet`) are registered when
 this module is imported.
 """
@@ -29,7 +36,7 @@ from zagg.checks.validation import fail
 from zagg.sources import archive_source, builtin, parquet
 from zagg.sources.record import DataSource, Source
 
-__all__ = ["REGISTRY", "get", "keys", "of", "parse_data_source", "register", "unregister"]
+__all__ = ["REGISTRY", "get", "of", "parse_data_source", "register", "select", "unregister"]
 
 REGISTRY: dict[str, Source] = {}
 
@@ -71,11 +78,6 @@ def get(name: str) -> Source:
 def of(source: DataSource) -> Source:
     """The record reading a parsed data source's points."""
     return get(source.kind)
-
-
-def keys() -> tuple[str, ...]:
-    """The data_source keys that name points, in registration order."""
-    return tuple(dict.fromkeys(s.key for s in REGISTRY.values() if s.key is not None))
 
 
 def select(raw: Mapping) -> Source:

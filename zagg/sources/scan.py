@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from zagg.sources.beams import Orbit, kept_groups, read_orbit
 from zagg.sources.chunks import (
     FetchSettings,
     Layout,
@@ -107,6 +108,7 @@ class Scan:
     attrs: Mapping[str, Mapping]
     stamp: object  # size/mtime or ETag: part of the graph token
     index_bytes: int = 0
+    orbit: Orbit = field(default_factory=Orbit)  # /orbit_info: orientation, rgt, cycle
 
 
 def hdf5_path(template: str, group: str | None) -> str:
@@ -148,6 +150,9 @@ def scan_file(
 
     items = source.items()
     groups = source.groups or (None,)
+    orbit = read_orbit(f)
+    if source.beams != "all":  # by this granule's orientation
+        groups = kept_groups(groups, source.beams, orbit, gid, f"{source.config_key}.beams")
     prefix = group_prefix(source.latitude)
     shapes, dtypes, attrs = [], {}, {}
     index_bytes = 0
@@ -213,7 +218,7 @@ def scan_file(
             runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index, cover)
             index_bytes += nbytes
         shapes.append(GroupShape(group, int(rows), layouts, index, runs))
-    return Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes)
+    return Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes, orbit)
 
 
 def read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
