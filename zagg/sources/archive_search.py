@@ -32,7 +32,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as G
-from zagg.sources.archive_access import access_options
+from zagg.sources.archive_access import access_options, choose_access
 from zagg.sources.archive_endpoints import TIMEOUT, Endpoints, endpoints
 from zagg.sources.archive_query import Search, cmr_parameters, describe
 from zagg.sources.catalog import Catalog, CatalogEntry
@@ -272,7 +272,7 @@ def https_root(found: list[Found]) -> str:
     return roots.pop()
 
 
-_found: dict[tuple, Catalog] = {}  # (search, endpoints) -> its catalog, once per process
+_found: dict[tuple, Catalog] = {}  # (search, endpoints, access) -> its catalog, once per process
 _found_lock = threading.Lock()
 
 
@@ -282,7 +282,7 @@ def search_catalog(search: Search, where: Endpoints | None = None) -> Catalog:
     says (no secret: each process logs in by itself). Nothing found is an
     :class:`EmptySearch` naming the query."""
     where = where or endpoints()
-    key = (search, where)
+    key = (search, where, choose_access(search.access))
     with _found_lock:
         if key in _found:
             return _found[key]
