@@ -130,17 +130,19 @@ class S3Keys:
         }
 
 
-_keys: dict[str, S3Keys] = {}  # credentials endpoint -> the keys this process holds
+_keys: dict[tuple[str, str], S3Keys] = {}  # (endpoint, token) -> this process's keys
 _keys_lock = threading.Lock()
 
 
 def s3_keys(url: str) -> S3Keys:
-    """Fresh S3 keys from the credentials endpoint ``url``: this process's current ones
-    while more than their margin is left, else new ones (one request for all threads)."""
+    """Fresh S3 keys from the credentials endpoint ``url`` for this process's Earthdata
+    login: its current ones while more than their margin is left, else new ones (one
+    request for all threads)."""
+    token = bearer_token()
     with _keys_lock:
-        keys = _keys.get(url)
+        keys = _keys.get((url, token))
         if keys is None or not keys.fresh():
-            keys = _keys[url] = _fetch_keys(url)
+            keys = _keys[(url, token)] = _fetch_keys(url, token)
     return keys
 
 
@@ -148,15 +150,14 @@ def keys_held() -> list[str]:
     """The credentials endpoints this process holds keys of (what a worker fetched for
     itself; never the keys)."""
     with _keys_lock:
-        return sorted(_keys)
+        return sorted({url for url, _ in _keys})
 
 
-def _fetch_keys(url: str) -> S3Keys:
-    """Ask a DAAC's ``/s3credentials`` endpoint for keys with this process's token (its
+def _fetch_keys(url: str, token: str) -> S3Keys:
+    """Ask a DAAC's ``/s3credentials`` endpoint for keys with the bearer ``token`` (its
     JSON: ``accessKeyId``, ``secretAccessKey``, ``sessionToken``, ``expiration``)."""
     import requests
 
-    token = bearer_token()
     asked = time.time()
     try:
         r = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT)

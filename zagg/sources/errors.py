@@ -33,9 +33,10 @@ class GranuleReadError(GranuleError):
         return (type(self), (str(self), self.granule, self.href))
 
 
-class ArchiveError(ZaggError, RuntimeError):
+class ArchiveError(ZaggError, OSError):
     """NASA's Earthdata archive (its search, its login, its S3 or HTTPS reads) refused a
-    request or could not be reached; the message names the service and the fix."""
+    request or could not be reached; the message names the service and the fix. (One
+    builtin family, OSError, so that dask carries it between processes intact.)"""
 
 
 class ArchiveLoginError(ArchiveError, PermissionError):
@@ -46,5 +47,5 @@ class ArchiveUnreachable(ArchiveError, ConnectionError):
     """A service of the archive did not answer."""
 
 
-class EmptySearch(ArchiveError, LookupError):
+class EmptySearch(ArchiveError):
     """A granule search that found nothing; the message names the query."""
