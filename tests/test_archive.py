@@ -187,7 +187,14 @@ def cli(*argv) -> int:
 
 @pytest.mark.parametrize(
     "case",
-    ["wrong token", "wrong password", "expired token", "no result", "unreachable catalogue"],
+    [
+        "wrong token",
+        "wrong token over HTTPS",
+        "wrong password",
+        "expired token",
+        "no result",
+        "unreachable catalogue",
+    ],
 )
 def test_refusals_are_one_line_exit_2_and_write_nothing(
     case, env, tmp_path, cluster, monkeypatch, capsys
@@ -195,14 +202,17 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(
     block = search_block(env, access="s3")
     said = {
         "wrong token": "refused the Earthdata token (HTTP 401: ",
+        "wrong token over HTTPS": "the archive refused to read http://",
         "wrong password": "Earthdata Login refused the username and password",
         "expired token": "the Earthdata token in EARTHDATA_TOKEN expired at",
         "no result": "found no granule for ATL03 version 006 over pine_island from "
         "2010-01-01T00:00:00Z to 2010-12-31T23:59:59Z",
         "unreachable catalogue": "the CMR search at http://127.0.0.1:9/search did not answer",
     }[case]
-    if case == "wrong token":
+    if case.startswith("wrong token"):
         monkeypatch.setenv("EARTHDATA_TOKEN", "not-a-token")
+        if case.endswith("HTTPS"):
+            block["search"]["access"] = "https"
     elif case == "wrong password":
         monkeypatch.delenv("EARTHDATA_TOKEN")
         monkeypatch.setenv("EARTHDATA_USERNAME", env["username"])
@@ -217,7 +227,6 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(
     assert cli("run", path, "--scheduler", cluster.scheduler.address, "--quiet") == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("zagg: error: ") and said in err, err
-    print(err)
     for secret in (env["env"]["EARTHDATA_TOKEN"], env["password"], env["expired_token"]):
         assert secret not in out + err
     assert not store.exists()
