@@ -36,7 +36,7 @@ $(READY): pyproject.toml $(if $(STALE),FORCE)
 	$(if $(STALE),rm -rf $(VENV)  # Python $(STALE): made anew with $(PYTHON))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,dev,plot,xdggs,gateway,dashboard,icechunk]"
+	$(PY) -m pip install --quiet -e ".[test,dev,plot,xdggs,gateway,dashboard,icechunk,archive]"
 	$(PY) -m zagg warm  # compile and cache the numba kernels once, ahead of the first run
 	touch $(READY)
 

@@ -32,6 +32,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FIGURES = {
     "quickstart": ["quickstart-map.png"],
     "granules_on_a_cluster": ["granules-map.png"],
+    "season_from_the_archive": ["season-map.png"],
     "reading_a_store": ["reading-quantiles.png", "reading-level.png"],
     "strata_and_composition": ["strata-maps.png"],
 }

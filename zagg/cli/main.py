@@ -209,13 +209,20 @@ def _cmd_catalog(args) -> int:
     from zagg.config.model import ConfigError, load_config
     from zagg.sources.catalog import build_catalog, check_catalog_path, check_order, write_catalog
 
+    if args.search is not None:
+        return _catalog_search(args)
+    if args.granules is None:
+        raise ConfigError(
+            "zagg catalog needs the granules to scan (a directory, glob or s3:// prefix), "
+            "or --search FILE to catalogue what a search of NASA's archive finds"
+        )
     if not args.config:
         raise ConfigError(
             "zagg catalog needs --config: its data_source says which HDF5 paths "
             "hold the coordinates"
         )
     check_catalog_path(args.output)  # refuse a bad suffix or order before scanning anything
-    order = check_order(args.order)
+    order = check_order(9 if args.order is None else args.order)
     cfg = load_config(args.config)
     if cfg.data_source.granules is None:
         raise ConfigError("the config's data_source has no 'granules' block")
@@ -226,6 +233,42 @@ def _cmd_catalog(args) -> int:
     print(f"catalog {args.output}: {len(catalog)} granules{skipped}, footprints at order {order}")
     for f in catalog.failed:
         print(f"  skipped {f['granule']}: {f['error']}")
+    return 0
+
+
+def _catalog_search(args) -> int:
+    """``zagg catalog --search FILE OUTPUT``: what a search of NASA's archive finds, as a
+    catalog (nothing is read but the archive's records)."""
+    import yaml
+    from dask.utils import format_bytes
+
+    from zagg.config.model import ConfigError
+    from zagg.sources.archive_query import describe, parse_search
+    from zagg.sources.archive_search import search_catalog
+    from zagg.sources.catalog import check_catalog_path, check_order, write_catalog
+
+    check_catalog_path(args.output)
+    try:
+        with open(args.search) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--search {args.search}: cannot read it as YAML ({exc})") from None
+    path = "search"
+    if isinstance(doc, dict) and isinstance(doc.get("data_source"), dict):
+        doc, path = doc["data_source"].get("granules"), "data_source.granules"
+    if isinstance(doc, dict) and "search" in doc:
+        doc, path = doc["search"], f"{path}.search" if path != "search" else path
+    if args.order is not None and isinstance(doc, dict):
+        doc = {**doc, "order": check_order(args.order)}
+    search = parse_search(doc, path)
+    catalog = search_catalog(search)
+    write_catalog(catalog, args.output, storage_options={})
+    sizes = [e.size for e in catalog]
+    size = format_bytes(sum(sizes)) if None not in sizes else "size unknown"
+    print(
+        f"catalog {args.output}: {len(catalog)} granules ({size}) found by a search of NASA's "
+        f"archive ({describe(search)}), footprints at order {catalog.order}"
+    )
     return 0
 
 
@@ -600,10 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
-    c.add_argument("granules", help="directory, glob or s3:// prefix of granule files")
+    c.add_argument("granules", nargs="?", help="directory, glob or s3:// prefix of granule files")
     c.add_argument("output", help="catalog file to write (.json or .parquet)")
     c.add_argument("--config", help="pipeline config whose data_source names the paths")
-    c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
+    c.add_argument("--order", type=int, default=None, help="footprint order (default 9)")
+    c.add_argument(
+        "--search",
+        metavar="FILE",
+        help="catalogue what a search of NASA's archive finds instead: a YAML search block "
+        "(short_name, version, region, temporal, ...) or a config whose "
+        "data_source.granules is one",
+    )
     c.set_defaults(func=_cmd_catalog)
 
     m = sub.add_parser(

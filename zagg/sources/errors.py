@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from zagg.errors import ZaggError
 
-__all__ = ["GranuleError", "GranuleReadError", "crashed"]
+__all__ = [
+    "ArchiveError",
+    "ArchiveLoginError",
+    "ArchiveUnreachable",
+    "EmptySearch",
+    "GranuleError",
+    "GranuleReadError",
+    "crashed",
+]
 
 
 class GranuleError(ZaggError, ValueError):
@@ -39,3 +47,21 @@ def crashed(href: str, exc: BaseException) -> GranuleError | None:
         f"granule {href}: reading it crashed a library ({what}); check the file (fetch it "
         "again), or set data_source.on_error: skip to leave it out"
     )
+
+
+class ArchiveError(ZaggError, OSError):
+    """NASA's Earthdata archive (its search, its login, its S3 or HTTPS reads) refused a
+    request or could not be reached; the message names the service and the fix. (One
+    builtin family, OSError, so that dask carries it between processes intact.)"""
+
+
+class ArchiveLoginError(ArchiveError, PermissionError):
+    """The archive refused the Earthdata login or the S3 keys issued for it."""
+
+
+class ArchiveUnreachable(ArchiveError, ConnectionError):
+    """A service of the archive did not answer."""
+
+
+class EmptySearch(ArchiveError):
+    """A granule search that found nothing; the message names the query."""

@@ -21,7 +21,7 @@ import numpy as np
 from zagg.checks.credentials import StorageOptions
 from zagg.errors import ZaggWarning
 from zagg.sources.chunks import ChunkError, FetchSettings, Layout, read_direct
-from zagg.sources.errors import GranuleReadError
+from zagg.sources.errors import ArchiveError, GranuleReadError
 
 __all__ = ["GranuleRows", "Piece", "TemplateArray", "lazy"]
 
@@ -50,6 +50,8 @@ def _read_piece(p: Piece, options: StorageOptions, settings: FetchSettings) -> n
 
         with open_h5(p.href, options, settings.metadata_block_size) as f:
             return np.asarray(f[p.hpath][p.start : p.stop])
+    except ArchiveError:  # the archive refused this process's login: not a damaged granule
+        raise
     except ChunkError as exc:
         a, b = exc.rows
         what = f"its storage chunk of rows {a}:{min(b, p.layout.rows)} cannot be decoded ({exc})"

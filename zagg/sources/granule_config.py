@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from zagg.checks.credentials import StorageOptions, parse_storage_options
 from zagg.checks.filters import Filter, parse_filters
 from zagg.checks.validation import check_keys, fail, parse_bytes
+from zagg.sources.archive_query import Search, parse_search
 from zagg.sources.beams import BEAM_SELECTIONS, POINT_VARIABLES, is_beam
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.readplan import ReadPlan, parse_read_plan
@@ -66,7 +67,7 @@ class GranuleVariable:
 class GranuleSource:
     """A validated granule ``data_source`` block (paths keep their ``{group}`` placeholder)."""
 
-    granules: str | tuple[str, ...]
+    granules: str | tuple[str, ...] | Search  # a search of NASA's archive is a catalog
     groups: tuple[str, ...] | None
     latitude: str
     longitude: str
@@ -105,7 +106,18 @@ class GranuleSource:
 
     @property
     def is_catalog(self) -> bool:
+        """Whether the granules are listed by a catalog: a catalog file or a search."""
+        if isinstance(self.granules, Search):
+            return True
         return isinstance(self.granules, str) and is_catalog(self.granules)
+
+    @property
+    def where(self):
+        """The granules' location as records show it: the path, the list, or the search
+        (``{"search": {...}}``)."""
+        if isinstance(self.granules, Search):
+            return {"search": self.granules.as_dict()}
+        return self.granules if isinstance(self.granules, str) else list(self.granules)
 
     def items(self) -> tuple[tuple[str, str, int | None], ...]:
         """(name, path template, column) of everything read per group, coordinates first."""
@@ -229,11 +241,14 @@ def _parse_reads(value, path: str) -> FetchSettings:
     return FetchSettings(**out)
 
 
-def _parse_location(value, path: str) -> str | tuple[str, ...]:
+def _parse_location(value, path: str) -> str | tuple[str, ...] | Search:
     what = (
         "a local directory, a glob, an s3://bucket/prefix/, a catalog file (.json or "
-        ".parquet) or a list of granule files"
+        ".parquet), a list of granule files or {search: {...}} (NASA's archive)"
     )
+    if isinstance(value, Mapping):
+        check_keys(value, ("search",), path, ("search",))
+        return parse_search(value["search"], f"{path}.search")
     if isinstance(value, list):
         if not value:
             fail(path, f"the list of granule files is empty; give {what}")

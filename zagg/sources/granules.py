@@ -16,6 +16,7 @@ out granules found damaged mid-read under ``on_error: skip``.
 
 from __future__ import annotations
 
+import dataclasses
 import glob as globmod
 import math
 import os
@@ -36,6 +37,8 @@ from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
 from zagg.errors import ZaggWarning
 from zagg.sources import beams
+from zagg.sources.archive_access import is_archive, preflight
+from zagg.sources.archive_query import Search
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.errors import GranuleError, GranuleReadError, crashed
 from zagg.sources.granule_config import (
@@ -43,7 +46,6 @@ from zagg.sources.granule_config import (
     GRANULE_SUFFIXES,
     GranuleSource,
     GranuleVariable,
-    is_catalog,
     parse_granule_source,
 )
 from zagg.sources.readplan import ShardCover, blocks
@@ -100,7 +102,7 @@ def list_granules(source: GranuleSource) -> list[str]:
     loc, key = source.granules, f"{source.config_key}.granules"
     if isinstance(loc, tuple):
         hrefs = [local_path(h) for h in loc]
-    elif is_catalog(loc):
+    elif source.is_catalog:
         hrefs = [e.href for e in catalog_entries(source)]
     elif loc.startswith("s3://"):
         hrefs = _list_s3(loc, source.storage_options, key)
@@ -112,7 +114,7 @@ def list_granules(source: GranuleSource) -> list[str]:
             f"no granule files ({', '.join(GRANULE_SUFFIXES)}) found at "
             f"{loc!r}; check the path or the glob",
         )
-    if not (isinstance(loc, str) and is_catalog(loc)):
+    if not source.is_catalog:
         hrefs = sorted(hrefs, key=granule_id)
     ids = [granule_id(h) for h in hrefs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -126,9 +128,14 @@ def list_granules(source: GranuleSource) -> list[str]:
 
 
 def catalog_entries(source: GranuleSource):
-    """The entries of the catalog file a source names (refused as its config key)."""
+    """The entries of the catalog file a source names (refused as its config key), or
+    of what its search of NASA's archive finds."""
     from zagg.sources.catalog import CatalogError, read_catalog
 
+    if isinstance(source.granules, Search):
+        from zagg.sources.archive_search import search_catalog
+
+        return search_catalog(source.granules)
     try:
         return read_catalog(source.granules, storage_options=source.storage_options)
     except CatalogError as exc:
@@ -335,6 +342,8 @@ def scan_granules(source, *, shards=None, shard_order=None, skip=(), only=None) 
         from zagg.sources.catalog import select
 
         catalog = catalog_entries(source)
+        if is_archive(catalog.storage_options):  # read as the archive's catalog says
+            source = dataclasses.replace(source, storage_options=catalog.storage_options)
         if shards is not None:
             catalog = select(catalog, shards, shard_order=shard_order)
         failed += [dict(f) for f in catalog.failed]
@@ -370,6 +379,8 @@ def scan_granules(source, *, shards=None, shard_order=None, skip=(), only=None) 
         hrefs = [h for h in hrefs if granule_id(h) in keep]
     failed += skip
 
+    if hrefs and is_archive(source.storage_options):
+        preflight(hrefs[0], source.storage_options)  # a refused login: one line, nothing read
     cover = None
     if shards is not None and source.read_plan is not None:
         cover = shard_cover(shards, shard_order, source.read_plan.margin)
@@ -684,7 +695,7 @@ def _dataset(
             else da.zeros(0, dtype=dtype)
         )
         data_vars[name] = xr.Variable("obs", arr, attrs=dict(POINT_ATTRS[name]))
-    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    where = source.where
     return xr.Dataset(
         data_vars,
         attrs={

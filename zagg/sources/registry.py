@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zagg.checks.validation import fail
-from zagg.sources import builtin, parquet
+from zagg.sources import archive_source, builtin, parquet
 from zagg.sources.record import DataSource, Source
 
 __all__ = ["REGISTRY", "get", "of", "parse_data_source", "register", "select", "unregister"]
@@ -105,5 +105,6 @@ for _source in (
     parquet.PARQUET,
     builtin.GRANULES,
     builtin.CATALOG,
+    archive_source.SEARCH,
 ):
     register(_source)

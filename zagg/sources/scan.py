@@ -28,7 +28,7 @@ from zagg.sources.chunks import (
     layout_of,
     read_direct,
 )
-from zagg.sources.errors import GranuleError
+from zagg.sources.errors import ArchiveError, GranuleError
 from zagg.sources.granule_config import GranuleSource
 from zagg.sources.readplan import ShardCover, group_rows, needed_rows, shard_photons
 
@@ -367,7 +367,7 @@ def _opened(source: GranuleSource, href: str):
             stamp,
         ):
             yield f, stamp
-    except GranuleError:
+    except (GranuleError, ArchiveError):  # an archive's refused login is no damaged granule
         raise
     except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
         if "://" not in href and os.path.islink(href) and not os.path.exists(href):
