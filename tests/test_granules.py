@@ -205,7 +205,7 @@ def test_open_reads_no_data_and_reads_bypass_h5py(atl03, atl03_ds, monkeypatch):
     ds = open_granules(atl03_block(atl03[0].parent))
     # open reads only each granule's orbit metadata (three scalars), never a group's rows
     orbit = ["/orbit_info/sc_orient", "/orbit_info/rgt", "/orbit_info/cycle_number"]
-    assert reads == orbit * len(atl03)
+    assert sorted(reads) == sorted(orbit * len(atl03))  # granules open on threads
     reads.clear()
     # the data are fetched and inflated outside h5py (whose lock would serialise threads)
     with dask.config.set(scheduler="threads"):

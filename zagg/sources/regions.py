@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mortie
 import numpy as np
 
 from zagg import grid as G
@@ -131,8 +130,20 @@ def cover_rings(rings, order: int) -> np.ndarray:
         lons.append(arr[:, 0])
         lats.append(arr[:, 1])
     if len(rings) == 1:
-        return np.asarray(mortie.morton_coverage(lats[0], lons[0], order=order), np.uint64)
-    return np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64)
+        return _coverage(lats[0], lons[0], order)
+    return _coverage(lats, lons, order)
+
+
+def _coverage(lats, lons, order: int) -> np.ndarray:
+    """mortie's cover of rings at ``order``, checked to be at that order. mortie is
+    imported here, as :mod:`zagg.grid` imports it, so a config that names a region or a
+    search loads without it."""
+    import mortie
+
+    words = np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64)
+    if words.size and not np.all(mortie.orders_of(words) == order):
+        raise RegionError(f"mortie returned a cover not at order {order}")
+    return words
 
 
 def region_polygons(geojson: str | Path) -> tuple[Path, list[list]]:
@@ -176,10 +187,7 @@ def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -
     if bbox is not None:
         box = parse_bbox(bbox) if isinstance(bbox, str) else bbox
         for lats, lons in box_rings(box):
-            words.append(np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64))
+            words.append(_coverage(lats, lons, order))
     if not words:
         raise RegionError("give a region: a GeoJSON polygon file or a lon0,lat0,lon1,lat1 box")
-    merged = np.unique(np.concatenate(words))
-    if merged.size and not np.all(mortie.orders_of(merged) == order):
-        raise RegionError(f"mortie returned a cover not at order {order}")
-    return G.to_decimal(merged)
+    return G.to_decimal(np.unique(np.concatenate(words)))
