@@ -142,8 +142,8 @@ def test_digest_levels_hold_exact_weights_and_close_quantiles(store, points, r):
     np.testing.assert_array_equal(cells, ours["morton"].values)
     est = zagg.quantile(ours, "h_tdigest", q).values
     spread = (ours["h_max"].values - ours["h_min"].values)[:, None]
-    # stated tolerance at the default overview_delta 128 (about 65 centroids a cell, merged
-    # 1-7 times): every estimate within 3 % of its cell's value range, the median within 0.2 %
+    # stated tolerance at the default overview_delta 128 (up to about 177 centroids a cell,
+    # merged 1-7 times): every estimate within 3 % of its cell's value range, the median within 0.2 %
     err = np.abs(est - np.asarray(raw))
     assert np.all(err <= 0.03 * spread + 1e-3)
     assert np.median(err / np.maximum(spread, 1e-3)) <= 0.002
