@@ -65,7 +65,7 @@ def main() -> int:
         "--region", nargs=4, type=float, default=DENSE, metavar=("LON0", "LAT0", "LON1", "LAT1")
     )
     ap.add_argument("--chunk", type=int, default=2_000_000)
-    ap.add_argument("--accuracy-size", type=float, default=3.2e6)
+    ap.add_argument("--accuracy-size", type=float, default=1e6)
     ap.add_argument(
         "--rounds",
         type=int,
@@ -175,9 +175,10 @@ def main() -> int:
             f"re-sweep of the unchanged store: {zagg.sweep(f'{tmp}/columns').folded} nodes folded"
         )
         if args.accuracy_size:
-            from pyramid_accuracy import run_accuracy
+            from pyramid_accuracy import BOXES, REFERENCE_SETUP, run_accuracy
 
-            print("\n".join(run_accuracy(int(args.accuracy_size), tmp)))
+            lines = run_accuracy(int(args.accuracy_size), tmp, BOXES, REFERENCE_SETUP[2])
+            print("\n".join(lines))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

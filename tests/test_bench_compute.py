@@ -102,7 +102,8 @@ def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios():
     assert len(re.findall(r"peak RSS, .* GiB \((under|over) the 3 GiB target\)", text)) == 4
     assert "re-sweep of the unchanged store: 0 nodes folded" in text
     # the digests' budget and accuracy: one row per level holding compressed cells, the
-    # columns' groups folded from raw equal to the direct digests
+    # columns' groups folded from raw holding more centroids than a digest at delta 128
+    # (the pyramid's size law)
     rows = {
         int(m.group(1)): m
         for m in re.finditer(
@@ -113,4 +114,4 @@ def test_bench_pyramid_counts_the_ladder_and_prints_the_ratios():
     }
     assert set(rows) >= {13, 12, 11, 10, 9}
     for r in (13, 12, 11):
-        assert rows[r].group(2) == rows[r].group(3) and rows[r].group(4) == "1.00"
+        assert int(rows[r].group(2)) > int(rows[r].group(3)) and float(rows[r].group(4)) > 1

@@ -142,8 +142,8 @@ def test_digest_levels_hold_exact_weights_and_close_quantiles(store, points, r):
     np.testing.assert_array_equal(cells, ours["morton"].values)
     est = zagg.quantile(ours, "h_tdigest", q).values
     spread = (ours["h_max"].values - ours["h_min"].values)[:, None]
-    # stated tolerance at the default overview_delta 128 (about 65 centroids a cell, merged
-    # 1-7 times): every estimate within 3 % of its cell's value range, the median within 0.2 %
+    # stated tolerance at the default overview_delta 128 (up to about 177 centroids a cell,
+    # merged 1-7 times): every estimate within 3 % of its cell's value range, the median within 0.2 %
     err = np.abs(est - np.asarray(raw))
     assert np.all(err <= 0.03 * spread + 1e-3)
     assert np.median(err / np.maximum(spread, 1e-3)) <= 0.002
@@ -152,10 +152,11 @@ def test_digest_levels_hold_exact_weights_and_close_quantiles(store, points, r):
 @pytest.mark.parametrize("r", [8, 7, 5])  # a column group folded from raw, two fold levels
 def test_digest_levels_hold_the_direct_digests_budget_and_accuracy(store, points, r):
     """Every cell whose digest compresses (at least twice overview_delta points) holds
-    exactly the centroids a digest built from its raw points at overview_delta 128 holds,
-    and over 99 quantiles its median error (relative to each cell's range) is within 1.5x
-    that direct digest's (the stated tolerance for a fold of folds)."""
-    from zagg.kernels import tdigest
+    exactly the centroids a digest built from its raw points under the pyramid's size law
+    at overview_delta 128 holds (more than the 65-70 of a digest at 128), and over 99
+    quantiles its median error (relative to each cell's range) is within 1.5x that direct
+    digest's (the stated tolerance for a fold of folds)."""
+    from zagg.kernels import fold, tdigest
 
     q = np.linspace(0.01, 0.99, 99)
     ours = open_level(store, r).compute()
@@ -166,8 +167,8 @@ def test_digest_levels_hold_the_direct_digests_budget_and_accuracy(store, points
     errors = {"fold": [], "direct": []}
     for i in big:
         rows = np.frombuffer(ours["h_tdigest"].values[i], "<f4").reshape(-1, 2)
-        direct = tdigest.build(raw[i], [0, raw[i].size], 128)
-        assert len(rows) == direct[0].size  # the delta's budget, no more and no less
+        direct = tdigest.build(raw[i], [0, raw[i].size], fold.compression(raw[i].size, 128))
+        assert len(rows) == direct[0].size > 70  # the law's budget, no more and no less
         exact = np.quantile(raw[i], q, method="hazen")
         for name, digest in (("fold", rows), ("direct", np.c_[direct[0], direct[1]])):
             errors[name].append(np.abs(tdigest.quantile(digest, q) - exact) / np.ptp(raw[i]))

@@ -29,11 +29,28 @@ def _cell_values(rng, n_cells, parts, size):
     return values
 
 
-def _digests(values, delta=DELTA):
-    """Direct digests (float32 rows, as stored) of each piece of ``values``."""
-    sizes = [v.size for v in values]
-    m, w, o = td.build(np.concatenate(values), _offsets(sizes), delta, out_dtype=np.float32)[:3]
+def _digests(values):
+    """Digests (float32 rows, as stored) of each piece of ``values`` under the pyramid's
+    size law: a finer level's cells."""
+    m, w, o = _direct(values, np.float32)
     return m, w.astype(np.float32), o
+
+
+def _law(n, delta=DELTA):
+    """The k1 compression the pyramid's size law bins ``n`` observations at (a cell of at
+    most ``delta`` is kept whole, as a leaf digest keeps it)."""
+    return fold.compression(n, delta) if n > delta else delta
+
+
+def _direct(cells, dtype=np.float64):
+    """Each cell's digest built from its raw values under the pyramid's size law."""
+    built = [td.build(c, [0, c.size], _law(c.size), out_dtype=dtype)[:3] for c in cells]
+    sizes = [b[0].size for b in built]
+    return (
+        np.concatenate([b[0] for b in built]),
+        np.concatenate([b[1] for b in built]),
+        _offsets(sizes),
+    )
 
 
 def _fold(digests, parts, delta=DELTA):
@@ -66,8 +83,8 @@ def test_a_fold_holds_the_direct_digests_centroids_with_its_accuracy(cells):
     parts, raw = cells
     pm, pw, po = _digests(parts)
     m, w, o = _fold((pm, pw, po), 4)
-    direct = td.build(np.concatenate(raw), _offsets([r.size for r in raw]), DELTA)[:3]
-    # the budget: exactly the centroids a digest of the cell's raw points holds
+    direct = _direct(raw)
+    # the budget: exactly the centroids a digest of the cell's raw points holds under the law
     np.testing.assert_array_equal(np.diff(o), np.diff(direct[2]))
     # every weight an integer count, summing to the cell's count; the parts' sum kept up to
     # the float32 rounding of the folded means
@@ -93,12 +110,30 @@ def test_a_cascade_of_folds_keeps_the_budget_and_the_accuracy():
     raw = [np.concatenate(parts[i : i + 16]).astype(np.float64) for i in range(0, 256, 16)]
     middle = _fold(_digests(parts), 4)
     m, w, o = _fold(middle, 4)
-    direct = td.build(np.concatenate(raw), _offsets([r.size for r in raw]), DELTA)[:3]
+    direct = _direct(raw)
     np.testing.assert_array_equal(np.diff(o), np.diff(direct[2]))
     assert [w[o[j] : o[j + 1]].sum() for j in range(16)] == [r.size for r in raw]
     ours, theirs = _errors((m, w, o), raw), _errors(direct, raw)
     assert np.median(ours) <= 1.6 * np.median(theirs)  # stated tolerance for two folds
     assert ours.max() <= 0.02
+    # sharper than a digest of the raw points at the declared delta (the leaf's law, about
+    # half the centroids): stated tolerance, the median error at most 0.75x its
+    leaf_law = td.build(np.concatenate(raw), _offsets([r.size for r in raw]), DELTA)[:3]
+    assert np.median(ours) <= 0.75 * np.median(_errors(leaf_law, raw))
+
+
+def test_the_size_law_grows_with_the_points_a_cell_summarizes():
+    """Delta up to delta observations, then 0.28 delta per doubling, at most 2.75 delta:
+    a cell never holds more than 1.4 delta centroids, however many points it summarizes."""
+    assert fold.compression(DELTA, DELTA) == DELTA
+    assert fold.compression(4 * DELTA, DELTA) == pytest.approx(DELTA * 1.56)
+    assert fold.compression(1e9, DELTA) == 2.75 * DELTA
+    counts = [fold.bins(n, DELTA).size - 1 for n in (200, 1_000, 10_000, 100_000, 10**7)]
+    # more with more points, up to the ceiling's k1 bins (the law's k1 bins at the ceiling
+    # hold a few more where some tail bins are still single observations)
+    assert counts == [84, 125, 179, 177, 177]
+    for n in np.unique(np.geomspace(DELTA + 1, 2e7, 300).astype(np.int64)):
+        assert fold.bins(n, DELTA).size - 1 <= 1.4 * DELTA
 
 
 def test_a_fold_of_single_observations_is_the_direct_digest():
@@ -109,9 +144,7 @@ def test_a_fold_of_single_observations_is_the_direct_digest():
         np.concatenate(runs), None, _offsets(sizes)[:-1], sizes, np.arange(0, 241, 6), DELTA
     )
     cells = [np.concatenate(runs[i : i + 6]) for i in range(0, 240, 6)]
-    want = td.build(
-        np.concatenate(cells), _offsets([c.size for c in cells]), DELTA, out_dtype=np.float32
-    )
+    want = _direct(cells, np.float32)
     assert m.tobytes() == want[0].tobytes()
     assert w.tobytes() == want[1].astype(np.float32).tobytes()
     np.testing.assert_array_equal(o, want[2])
@@ -215,7 +248,7 @@ def test_a_located_fold_of_single_observations_is_their_located_build():
     values, words = values[order], words[order]  # each part sorted, ties in input order
     ones = np.ones(values.size, np.float32)
     got = lc.located_fold(values, ones, words, parts[:-1], sizes, np.arange(0, 61, 10), DELTA)
-    want = lc.located_build(values, words, _offsets(np.full(6, 1000)), DELTA)
+    want = lc.located_build(values, words, _offsets(np.full(6, 1000)), _law(1000))
     for a, b in zip(got, want, strict=True):  # rows as stored (float32), words exactly
         kind = np.float32 if b.dtype.kind == "f" else b.dtype
         np.testing.assert_array_equal(np.asarray(a, kind), np.asarray(b, kind))

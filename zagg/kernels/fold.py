@@ -15,11 +15,18 @@ each part as a distribution and re-quantizes their sum:
   reconstruction, the weights as widths), crosses the rank between the two; beside a single
   observation it is that observation; a digest's outermost centroid mirrors its inner
   extent. The mass is uniform on either side of the mean, split so that the mean is kept.
-- The fold's centroids are the ones a digest built from the cell's raw points at the same
-  delta has: the k1 greedy bins over the total weight N (:func:`bins`), each holding the
-  parts' mass over its rank interval, at that mass's mean. So a fold holds the delta's
-  budget, its weights are integers summing to N, the cell's sum (means times weights) is
-  kept, and a fold of single observations (every weight 1) is the direct digest itself.
+- The fold's centroids are the k1 greedy bins over the total weight N under the pyramid's
+  size law (:func:`bins`), each holding the parts' mass over its rank interval, at that
+  mass's mean. The law spends the declared delta on a compression that grows with the
+  observations a cell summarizes (:func:`compression`): delta itself up to delta
+  observations (the cell is kept whole), then :data:`GROWTH` more per doubling of N /
+  delta, up to :data:`CEILING` times delta (about 1.4 delta centroids). A coarse cell
+  summarizes many children and is one of few, so its sharper digest costs little, while
+  a fine cell of a few hundred observations keeps about the leaf law's size; and since
+  each fold of a cascade reads its children's centroids as the observations they stand
+  for, sharper children lose less at every merge below. So a fold holds its law's budget,
+  its weights are integers summing to N, the cell's sum (means times weights) is kept,
+  and a fold of single observations (every weight 1) is the direct digest under the law.
 - A cell whose parts hold no more rows than its bins (a loss-free cell, or one part
   already at the budget) keeps the parts' rows, sorted by mean: a fold invents no rows.
 
@@ -38,24 +45,40 @@ from numba import njit
 from zagg.kernels.tdigest import weight_limit
 
 _ZERO = np.int64(0)
+#: the size law's compression grows by this fraction of delta per doubling of N / delta
+GROWTH = 0.28
+#: ... up to this multiple of delta
+CEILING = 2.75
 #: tolerance on cumulative weight, relative to the cell's total: sums of cut masses are
 #: inexact in float64 (sums of whole unit weights are exact)
 _EPS = 1e-12
 
 
 @njit(cache=True, nogil=True)
+def _compression(total, delta):
+    """The k1 compression a fold of ``total`` observations bins at, under declared
+    ``delta``: delta up to delta observations, then :data:`GROWTH` delta more per doubling
+    of ``total / delta``, at most :data:`CEILING` delta."""
+    if total <= delta:
+        return delta
+    return delta * min(CEILING, 1.0 + GROWTH * math.log2(total / delta))
+
+
+@njit(cache=True, nogil=True)
 def _bins(total, delta, edges, most):
-    """The k1 greedy bin edges over ``total`` unit weights into ``edges``; returns their
-    number (bins + 1), or 0 when there would be more than ``most`` bins. The edges are those
-    of :func:`zagg.kernels.tdigest.build`'s centroids over ``total`` observations: each bin
-    holds as many as fit under its k1 limit, at least one."""
+    """The k1 greedy bin edges over ``total`` unit weights into ``edges`` at the size law's
+    compression (:func:`_compression`); returns their number (bins + 1), or 0 when there
+    would be more than ``most`` bins. The edges are those of
+    :func:`zagg.kernels.tdigest.build`'s centroids over ``total`` observations at that
+    compression: each bin holds as many as fit under its k1 limit, at least one."""
+    scale = _compression(total, delta)
     edges[0] = 0.0
     k = 1
     edge = 0.0
     while edge < total:
         if k > most:
             return 0
-        nxt = math.floor(weight_limit(edge, total, delta))
+        nxt = math.floor(weight_limit(edge, total, scale))
         nxt = min(max(nxt, edge + 1.0), total)
         edges[k] = nxt
         edge = nxt
@@ -533,9 +556,16 @@ def _member_lists(ids, first, last, k, member_index, member_offsets):
             cursor[o] += 1
 
 
+def compression(total, delta) -> float:
+    """The k1 compression the pyramid's size law gives a cell of ``total`` observations
+    under declared ``delta`` (see the module's docstring)."""
+    return float(_compression(float(total), float(delta)))
+
+
 def bins(total, delta):
-    """The edges (cumulative weights) of the k1 bins of ``total`` observations at
-    ``delta``: where the centroids of a digest built from them begin and end."""
+    """The edges (cumulative weights) of the bins of ``total`` observations under declared
+    ``delta``: where the centroids of the cell's folded digest begin and end (those of a
+    k1 digest built from them at :func:`compression`)."""
     total = float(total)
     edges = np.empty(int(total) + 2, np.float64)
     return edges[: _bins(total, float(delta), edges, int(total) + 1)].copy()
