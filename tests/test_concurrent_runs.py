@@ -78,8 +78,8 @@ def test_writers_at_once_lose_no_update(tmp_path, where, request):
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_one_sweep_claims_a_stale_lease(tmp_path, where, request):
     """Eight sweeps find one stale lease at once: exactly one claims it (naming the dead
-    sweep), the others are refused naming the claimant; the holder's beat keeps its lease
-    and its release deletes only its own."""
+    sweep), the others are refused naming the claimant; the dead sweep's beat stops it and
+    its release leaves the claimant's lease; the holder's beat and release work on its own."""
     url, options = _store(where, request, tmp_path, "lease")
     root = StoreRoot(url, options)
     old = lease.acquire(root, "stage-dead", ttl_s=0)
@@ -97,7 +97,8 @@ def test_one_sweep_claims_a_stale_lease(tmp_path, where, request):
     assert len(held) == 1 and held[0].payload["claimed_from"] == "stage-dead"
     winner = held[0].run_id
     assert all(f"sweep {winner!r} holds this store" in g for g in got if isinstance(g, str))
-    old.beat()  # the dead sweep wakes: its lease is not its own any more
+    with pytest.raises(lease.SweepRefused, match=f"sweep {winner!r} claimed this sweep's"):
+        old.beat()  # the dead sweep wakes: its lease is not its own any more, so it stops
     old.release()
     assert root.read_json(lease.LEASE_KEY)["run_id"] == winner
     held[0].beat()

@@ -44,13 +44,21 @@ class Lease:
 
     def beat(self) -> None:
         """Move ``heartbeat_at``: a compare-and-swap of the lease that only ever rewrites
-        this sweep's own lease (one claimed by another sweep meanwhile is left alone)."""
+        this sweep's own lease. A lease another sweep claimed meanwhile (this one's
+        heartbeat went stale) is left alone and stops this sweep with
+        :class:`SweepRefused`: the claimant completes the work."""
         self.payload["heartbeat_at"] = now_iso()
 
         def mine(current):
             return self.payload if _holder(current) == self.run_id else None
 
-        self.root.update_json(LEASE_KEY, mine, replace_unreadable=True)
+        left = self.root.update_json(LEASE_KEY, mine, replace_unreadable=True)
+        if _holder(left) != self.run_id:
+            raise SweepRefused(
+                f"{self.root.url_of(LEASE_KEY)}: sweep {_holder(left)!r} claimed this "
+                f"sweep's lease ({self.run_id}) after its heartbeat went stale; it completes "
+                "the work (a longer ttl_s keeps a slow sweep's lease)"
+            )
 
     def release(self) -> None:
         """Delete the lease (the finisher's last act), only while it is this sweep's: one
