@@ -16,7 +16,7 @@ from benches import BENCH
 from test_hive_builders import NORTH, OCCUPIED, SOUTH, new_store, write_shard
 
 import zagg
-from zagg.hive.coverage import read_root_coverage, update_root_coverage
+from zagg.hive.coverage import expand_ranges, read_root_coverage, update_root_coverage
 from zagg.hive.manifest import build_manifest, read_manifest, update_manifest, write_manifest
 from zagg.hive.storage import StoreRoot
 from zagg.pyramid import lease
@@ -73,6 +73,41 @@ def test_writers_at_once_lose_no_update(tmp_path, where, request):
         assert p.returncode == 0, err[-3000:]
     items = StoreRoot(url, options).read_json("shared.json")["items"]
     assert items == sorted(f"{me}-{i}" for me in "abcd" for i in range(30))
+
+
+#: one publisher process: lists its own order-4 shards in the root coverage, one at a time
+PUBLISHER = """
+import json, sys
+from zagg.hive.coverage import update_root_coverage
+from zagg.hive.storage import StoreRoot
+url, options, base, n = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+root = StoreRoot(url, options or None)
+for i in range(n):
+    digits = "".join(str((i >> (2 * k)) % 4 + 1) for k in range(4))
+    assert update_root_coverage(root, [base + digits], 4) is not None
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_runs_publishing_at_once_lose_no_shard(tmp_path, where, request):
+    """Four processes each list 25 shards of their own in one store's root coverage, one
+    update each, all at once: every one of the 100 is listed."""
+    import json
+
+    url, options = _store(where, request, tmp_path, "publish")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PUBLISHER, url, json.dumps(options), base, "25"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for base in "1234"
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    listed = set(expand_ranges(read_root_coverage(StoreRoot(url, options))))
+    assert len(listed) == 100 and {s[0] for s in listed} == set("1234")
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
