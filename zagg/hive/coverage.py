@@ -349,8 +349,10 @@ def _union(
         envelope["temporal"] = compose_section(held, temporal)
     elif held is not None:
         envelope["temporal"] = held
-    if existing is not None and same_but_times(existing, envelope):
-        return None  # nothing new: a re-run leaves the object as it is
+    if existing is not None and same_but_times(
+        existing, {**envelope, "source": existing.get("source")}
+    ):
+        return None  # nothing new (whoever adds it): a re-run leaves the object as it is
     return envelope
 
 
