@@ -39,8 +39,6 @@ def execute(path: Path, work: Path) -> nbformat.NotebookNode:
 
 def main(names: list[str]) -> None:
     os.environ.pop("ZAGG_GATEWAY_URL", None)  # the committed outputs are a local cluster's
-    # icechunk logs its local-filesystem commits on the kernel's stdout when it pleases
-    os.environ.setdefault("ICECHUNK_LOG", "error")
     paths = [HERE / f"{n}.ipynb" for n in names] if names else sorted(HERE.glob("*.ipynb"))
     IMAGES.mkdir(parents=True, exist_ok=True)
     for path in paths:

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import dask
 import dask.array
@@ -75,6 +76,7 @@ print(sorted(zagg.__all__))
     assert json.loads(out.stdout.replace("'", '"')) == sorted(
         [
             "aggregate",
+            "brief_warnings",
             "load_config",
             "ConfigError",
             "cdf",
@@ -92,6 +94,7 @@ print(sorted(zagg.__all__))
             "run",
             "sweep",
             "to_hive",
+            "ZaggWarning",
         ]
     )
     import zagg
@@ -101,8 +104,9 @@ print(sorted(zagg.__all__))
 
 
 def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
-    """Before any task runs, each worker has imported what its tasks run and has paid
-    numba's one-time set-up (a compiled kernel's first call)."""
+    """Before any task runs, each worker has imported what its tasks run, has paid
+    numba's one-time set-up (a compiled kernel's first call) and shows zagg's warnings as
+    one line each."""
     from zagg.cluster.clients import client_for
 
     def state():
@@ -120,6 +124,7 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
                 if m in sys.modules
             ),
             "numba ready": bool(setup and setup._first_call.signatures),
+            "brief warnings": hasattr(warnings.showwarning, "zagg_previous"),
         }
 
     with client_for(None, workers=1, threads=1) as client:
@@ -134,6 +139,7 @@ def test_workers_of_a_started_cluster_load_their_task_modules_as_they_start():
                 "zagg.hive.leaf",
             ],
             "numba ready": True,
+            "brief warnings": True,
         }
     ]
 

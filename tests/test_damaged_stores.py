@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import yaml
+import zarr
 from builders import IN_PROCESS_CLI, fields, grid_orders, pipeline_config, synthetic_source
 
 from zagg import hive
@@ -91,10 +92,16 @@ def flip(path, at):
 
 # -- damaged leaf arrays -------------------------------------------------------------------
 CRC = "a shard index fails its crc32c checksum: the object is corrupt or truncated"
+# zarr 3.4 refuses a shard shorter than its index before it checks the index's crc32c
+SHORT = (
+    "a shard is shorter than its index: the object is corrupt or truncated"
+    if tuple(int(p) for p in zarr.__version__.split(".")[:2]) >= (3, 4)
+    else CRC
+)
 DAMAGES = {
     # the last 20 bytes of a sharded object are its (offset, nbytes) index and crc32c
     "flipped shard index": ("12/count/c/0", lambda p: flip(p, -10), "12/count", CRC),
-    "truncated dense object": ("12/count/c/0", truncate, "12/count", CRC),
+    "truncated dense object": ("12/count/c/0", truncate, "12/count", SHORT),
     "truncated t-digest object": ("12/h_tdigest/c/0", truncate, "12/h_tdigest", CRC),
     "truncated array zarr.json": (
         "12/count/zarr.json",

@@ -179,6 +179,6 @@ def test_cli_verifies_and_inspects_an_s3_store(
     assert "all stamped leaves intact" in capsys.readouterr().out
     assert main(["inspect", "s3://zagg-out/cli", "--storage-option", endpoint]) == 0
     out = capsys.readouterr().out
-    assert '"spec": "morton-hive/1"' in out and options["secret"] not in out
+    assert "(morton-hive/1, semantic hash " in out and options["secret"] not in out
     assert main(["verify", "s3://zagg-out/cli", "--storage-option", "endpoint_url"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err

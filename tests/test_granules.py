@@ -157,6 +157,12 @@ def test_values_equal_h5py_in_granule_group_order(atl03, atl03_ds):
         "land_ice_conf",
         "time",
         "granule",
+        # the granules' own metadata, per point (zagg.sources.beams)
+        "beam",
+        "spot",
+        "strong",
+        "rgt",
+        "cycle",
     }
     assert ds.latitude.dims == ("obs",)
     assert ds.attrs["granules"] == [p.name for p in atl03]
@@ -197,7 +203,10 @@ def test_open_reads_no_data_and_reads_bypass_h5py(atl03, atl03_ds, monkeypatch):
 
     monkeypatch.setattr(h5py.Dataset, "__getitem__", counting)
     ds = open_granules(atl03_block(atl03[0].parent))
-    assert reads == []
+    # open reads only each granule's orbit metadata (three scalars), never a group's rows
+    orbit = ["/orbit_info/sc_orient", "/orbit_info/rgt", "/orbit_info/cycle_number"]
+    assert reads == orbit * len(atl03)
+    reads.clear()
     # the data are fetched and inflated outside h5py (whose lock would serialise threads)
     with dask.config.set(scheduler="threads"):
         c = ds.compute()
@@ -587,7 +596,7 @@ def test_the_documented_examples_parse():
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
     configs = [b for b in blocks if "data_source" in b]
     pieces = [b for b in blocks if "data_source" not in b]
-    assert len(configs) == 2 and len(pieces) == 2
+    assert len(configs) == 3 and len(pieces) == 2
     for piece in pieces:  # snippets of a data_source block: read_plan, strata variables
         src = parse_granule_source(atl03_block("/d", **piece))
         assert src.read_plan is not None and src.read_plan.kind == "segments"
@@ -660,3 +669,21 @@ def test_s3_errors_never_show_credentials(s3):
     assert s3["secret"] not in msg and s3["key"] not in msg
     src = parse_granule_source(atl03_block("s3://granules/atl03/", storage_options=s3))
     assert s3["secret"] not in repr(src) and s3["key"] not in repr(src)
+
+
+def test_a_dangling_symlink_among_the_granules_is_named_not_dropped(atl03, tmp_path):
+    copy_granules(atl03[:2], tmp_path)
+    link = tmp_path / "ATL03_20190101000000_00000000_006_01.h5"
+    link.symlink_to(tmp_path / "moved_away.h5")
+    want = (
+        f"granule '{link.name}' ({link}) is a symbolic link to "
+        f"'{tmp_path / 'moved_away.h5'}', which does not exist: restore the file it points "
+        "to, or remove the link"
+    )
+    for where in (tmp_path, f"{tmp_path}/ATL03_*.h5"):
+        ds = open_granules(atl03_block(where, on_error="skip"))
+        assert ds.attrs["granules"] == [p.name for p in atl03[:2]]
+        assert ds.attrs["failed_granules"] == [{"granule": link.name, "error": want}]
+        with pytest.raises(GranuleError) as err:
+            open_granules(atl03_block(where, on_error="fail"))
+        assert str(err.value) == want

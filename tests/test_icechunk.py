@@ -21,9 +21,10 @@ import zagg  # noqa: E402
 from zagg.checks.validation import ConfigError  # noqa: E402
 from zagg.config.model import load_config  # noqa: E402
 from zagg.engine.aggregate import shard_collection  # noqa: E402
+from zagg.hive.icechunk import IcechunkError, repo_storage  # noqa: E402
 from zagg.hive.manifest import read_manifest  # noqa: E402
 from zagg.hive.storage import StoreRoot  # noqa: E402
-from zagg.hive.walk import walk_windows  # noqa: E402
+from zagg.hive.walk import walk_leaves, walk_windows  # noqa: E402
 from zagg.pyramid.icechunk import commit, levels_of  # noqa: E402
 from zagg.pyramid.icechunk_runs import summary_lines  # noqa: E402
 from zagg.read.levels import open_level  # noqa: E402
@@ -282,7 +283,12 @@ def test_the_manifest_split_is_recorded_used_and_only_ratchets_coarser(tmp_path,
     assert one.rows == ["2021", "2023", "all"]
 
 
-def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
+def everything(store) -> dict[str, bytes]:
+    """Every object of a local store, ``icechunk/`` included: key → bytes."""
+    return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("*") if p.is_file()}
+
+
+def test_a_run_commits_the_repo_and_an_unchanged_rerun_writes_nothing(
     tmp_path, photons, worker_process
 ):
     store = tmp_path / "store"
@@ -299,17 +305,23 @@ def test_a_run_commits_the_repo_and_an_unchanged_rerun_commits_nothing(
     assert_levels_equal(str(store))
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(store / "icechunk")))
     assert repo.lookup_tag(f"run-{one.run_id}") == repo.lookup_branch("main")
-    n = len(list(repo.ancestry(branch="main")))
+    before = everything(store)
     two = zagg.run(cfg, source=photons, scheduler=worker_process, progress=False)
-    # every shard is current: no leaf is written and no overview refolded; only the leaf
-    # columns, whose trees the lifecycle touch re-stamps (moving their checksums), are
-    # referenced afresh, and the sweep commits nothing; the run is closed and tagged
-    leaves = sum(len(v) for v in walk_windows(str(store)).values())
-    assert two.records == [] and two.icechunk["changed"] == leaves, two.icechunk
+    # every shard is current: no leaf is written, no overview refolded, no reference
+    # renewed (the lifecycle touch leaves the objects the references checksum alone), and
+    # the run is not tagged: the first run's tag reads the same snapshot
+    assert two.records == [] and two.bytes_written == 0
+    assert two.icechunk["commits"] == [] and two.icechunk["changed"] == 0, two.icechunk
     assert two.sweep.icechunk["commits"] == []
-    assert two.icechunk["finalize"]["tag"] == f"run-{two.run_id}"
-    messages = [s.message.split(" ")[0] for s in repo.ancestry(branch="main")]
-    assert len(messages) == n + 2 and messages[:2] == ["finalize", "leaf"]
+    assert two.icechunk["finalize"]["same_as"] == f"run-{one.run_id}"
+    assert "tag" not in two.icechunk["finalize"]
+    assert summary_lines(two) == [
+        f"icechunk        nothing new; not tagged: nothing changed since run-{one.run_id}, "
+        "whose tag reads this run's store"
+    ]
+    after = everything(store)
+    assert sorted(after) == sorted(before)  # not one object added or removed
+    assert [k for k in before if after[k] != before[k]] == []  # nor one changed
     assert commit(str(store)).commits == []
     assert_levels_equal(str(store))
 
@@ -384,3 +396,280 @@ def test_the_repo_on_the_local_s3_server_equals_open_level(photons, moto_s3):
     again = build(photons.isel(photon=slice(0, 20_000)), url, options)
     assert again.changed > 0
     assert_levels_equal(url, options, orders=[C, 2])
+
+
+#: two shards of order 8 the small synthetic run below fills, one per racing run
+RACE_SHARDS = ("-512113221", "-512113222")
+
+
+def race_config(path):
+    """Two short tracks' points in two order-8 shards, without windows or pyramid."""
+    import yaml
+
+    cfg = pipeline_config(
+        synthetic_source(points=20_000, seed=1, chunk_size=4_000, region=REGION),
+        fields("count", "h_sum"),
+        grid_orders(8, 12),
+        name="RACE",
+    )
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_two_runs_committing_at_once_both_land_on_main(tmp_path, worker_process):
+    """Two ``zagg run`` processes into one store at once, each writing one shard: they
+    race to create the repository, to init it, to commit their leaves and to close their
+    runs. Whichever loses a race derives its commit again from the new tip and the hive,
+    so main ends holding both runs' leaves."""
+    import subprocess
+    import sys
+
+    cfg = race_config(tmp_path / "race.yaml")
+    for attempt in range(3):
+        store = tmp_path / f"store{attempt}"
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "zagg", "run", str(cfg), "--store", str(store)]
+                + ["--scheduler", worker_process, "--shards", shard, "--quiet"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for shard in RACE_SHARDS
+        ]
+        outs = [r.communicate(timeout=600) for r in runs]
+        for r, (out, err) in zip(runs, outs, strict=True):
+            assert r.returncode == 0, err
+            # tagged, or (when the other run's commit already took in its leaf) pointing
+            # at the tag that reads its store; never an error
+            line = next(x for x in out.splitlines() if x.startswith("icechunk "))
+            assert "; tagged run-" in line or "not tagged: nothing changed since run-" in line
+        leaves = {sid for _, sid in walk_leaves(store)}
+        assert leaves == set(RACE_SHARDS)
+        assert repo_matches_hive(str(store)) == 1
+        base = zagg.open_icechunk(str(store))
+        for sid in RACE_SHARDS:  # each run's leaf, read through main, is the hive's
+            want = open_level(str(store), 12).compute()
+            nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+            got = base["count"].isel(window=0, cells=nested).values
+            np.testing.assert_array_equal(got, want["count"].values)
+            assert int(want["count"].sum()) > 0, sid
+        repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+        assert 1 <= len([t for t in repo.list_tags() if t.startswith("run-")]) <= 2
+        ledger = next(
+            s.metadata["zagg_refs"]
+            for s in repo.ancestry(branch="main")
+            if "zagg_refs" in (s.metadata or {})
+        )
+        assert {k.split("|")[2] for k in ledger} == set(RACE_SHARDS)
+
+
+def test_a_commit_that_loses_a_race_is_derived_again_from_the_new_tip(tmp_path, photons):
+    """The retry path itself: a session opened before another writer's commit landed
+    fails on the conflict, and the retry derives the commit again from the new tip and
+    the hive as it then stands, keeping what the winner committed. Errors that are not a
+    lost race are not retried; a race lost every time is one line."""
+    from zagg.engine.write import write_shards
+    from zagg.hive import icechunk as ic
+    from zagg.pyramid.icechunk import RepoDocs, coordinate_chunk, retrying
+
+    store = str(tmp_path / "store")
+    build(photons.isel(photon=slice(0, 15_000)), store, sweep=False)  # run one, committed
+    with dask.config.set(scheduler="sync"):  # run two's leaves: every shard written again
+        write_shards(shard_collection(photons, load_config(raw_config()), chunk_size=15_000), store)
+    repo = ic.open_repo(StoreRoot(store))
+    tried = []
+
+    def attempt():
+        if not tried:
+            stale = RepoDocs(repo.writable_session("main"))
+            tried.append(commit(store, run_id="winner"))  # lands while `stale` is open
+            stale.put_chunk("window_start/c/0", coordinate_chunk([]))
+            stale.session.commit("stale")  # based on the old tip: a conflict
+        tried.append("again")
+        return commit(store, run_id="loser")
+
+    got = retrying(attempt, "a test commit")
+    winner = tried[0]
+    assert tried[1:] == ["again"] and winner.commits == ["leaf"] and winner.changed > 0
+    assert got.commits == [] and got.snapshot == winner.snapshot  # nothing left to commit
+    assert [s.message for s in repo.ancestry(branch="main")][0] == "leaf winner"
+    assert_levels_equal(store, orders=[C])
+
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise KeyError("not a race")
+
+    with pytest.raises(KeyError):
+        retrying(broken, "a broken commit")
+    assert calls == [1]
+
+    def always_lost():
+        calls.append(1)
+        stale, winner = (RepoDocs(repo.writable_session("main")) for _ in range(2))
+        for docs in (winner, stale):
+            docs.put_chunk("window_start/c/0", coordinate_chunk([len(calls)]))
+            docs.session.commit("lost")
+
+    calls.clear()
+    with pytest.raises(ic.IcechunkError, match=r"^a lost commit lost 3 races to other writers"):
+        retrying(always_lost, "a lost commit", tries=3)
+    assert len(calls) == 3
+
+
+def test_open_icechunk_without_the_extra_names_it_in_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from zagg.errors import ZaggError
+
+    monkeypatch.setitem(sys.modules, "icechunk", None)  # the package as if not installed
+    with pytest.raises(ZaggError) as got:
+        zagg.open_icechunk(str(tmp_path))
+    assert str(got.value) == (
+        "zagg.open_icechunk needs the icechunk package: pip install 'zagg[icechunk]'"
+    )
+    assert isinstance(got.value, ImportError)
+
+
+def plain_copy(store: str, to) -> None:
+    """Materialize main's tip of ``store``'s repo as a plain zarr v3 hierarchy at
+    ``to/icechunk`` (every document and every chunk, the references resolved)."""
+    from icechunk_checks import plain_session
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+    from zarr.storage import LocalStore
+
+    source = plain_session(StoreRoot(store)).store
+    target = LocalStore(str(to / "icechunk"))
+    proto = default_buffer_prototype()
+
+    async def copy():
+        async for key in source.list():
+            await target.set(key, await source.get(key, proto))
+
+    sync(copy())
+
+
+def test_a_plain_zarr_root_opens_with_the_same_levels_and_root_attrs(tmp_path, photons):
+    store = str(tmp_path / "store")
+    build(photons, store)
+    plain = tmp_path / "plain"
+    plain_copy(store, plain)
+    assert not (plain / "icechunk" / "repo").exists() and (plain / "icechunk/zarr.json").exists()
+    repo_root = zagg.open_icechunk(store).attrs["root_attrs"]
+    assert set(repo_root) == {"zagg_icechunk", "zarr_conventions", "multiscales"}
+    assert repo_root["multiscales"]["layout"][0]["asset"] == str(C)
+    block = repo_root["zagg_icechunk"]
+    for order in (C, 10, 3):
+        via_repo = zagg.open_icechunk(store, order)
+        via_zarr = zagg.open_icechunk(str(plain), order)
+        assert via_zarr.attrs["root_attrs"] == repo_root
+        assert via_zarr.attrs["zagg_icechunk"] == {**block, "snapshot": None}
+        assert list(via_zarr.data_vars) == list(via_repo.data_vars)
+        assert dict(via_zarr.sizes) == dict(via_repo.sizes)
+        assert list(via_zarr["window"].values) == block["rows"]
+        np.testing.assert_array_equal(via_zarr["window_start"], via_repo["window_start"])
+        for w, label in enumerate(block["rows"]):
+            if label == "all" and order >= 10:  # the leaves and columns are per window
+                continue
+            want = open_level(store, order, window=None if label == "all" else label).compute()
+            nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+            got = via_zarr["count"].isel(window=w, cells=nested).values
+            np.testing.assert_array_equal(got, want["count"].values)
+    with pytest.raises(IcechunkError, match="plain zarr hierarchy"):
+        zagg.open_icechunk(str(plain), tag="run-x")
+
+
+@pytest.mark.parametrize(
+    "name", ["with space", "hash#mark", "question?mark", "acc\u00e9nt", "pct%20"]
+)
+def test_a_store_path_with_characters_a_url_encodes_works_end_to_end(tmp_path, photons, name):
+    store = str(tmp_path / name / "store")
+    first = build(photons.isel(photon=slice(0, 10_000)), store, sweep=False)
+    assert first.commits == ["init", "leaf"] and first.refs > 0
+    assert_levels_equal(store, orders=[C])
+    want = open_level(store, C, window="2021").compute()
+    nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+    ds = zagg.open_icechunk(store)
+    got = ds["count"].isel(window=first.rows.index("2021"), cells=nested).values
+    np.testing.assert_array_equal(got, want["count"].values)
+    assert int(want["count"].sum()) > 0
+
+
+def test_a_store_path_icechunk_cannot_name_is_refused_before_anything_is_written(tmp_path, photons):
+    store = tmp_path / "line\nbreak"
+    with pytest.raises(IcechunkError, match="control character"):
+        build(photons.isel(photon=slice(0, 5_000)), str(store), sweep=False)
+    assert not (store / "icechunk").exists()
+
+
+def test_a_reference_that_no_longer_resolves_is_one_line_never_fill(tmp_path, photons):
+    store = tmp_path / "store"
+    first = build(photons.isel(photon=slice(0, 10_000)), str(store), sweep=False)
+    want = open_level(str(store), C, window="2021").compute()
+    nested = np.asarray(mortie.mort2healpix(want["morton"].values)[0], dtype=np.int64)
+    # a referenced object rewritten out of band (its modification time moved)
+    shard = next(p for p in store.rglob("c/0") if "/run-" in str(p) and f"/{C}/count/" in str(p))
+    later = shard.stat().st_mtime + 10
+    os.utime(shard, (later, later))
+    ds = zagg.open_icechunk(str(store))
+    with pytest.raises(IcechunkError) as got:
+        np.asarray(ds["count"].isel(window=first.rows.index("2021"), cells=nested))
+    text = str(got.value)
+    assert "\n" not in text and "does not resolve" in text and "run again" in text
+    # a repo whose commits of references never landed: refused, not read as fill
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(f"{store}/icechunk"))
+    init = [s.id for s in repo.ancestry(branch="main") if s.message.startswith("init")][0]
+    repo.reset_branch("main", init)
+    with pytest.raises(IcechunkError, match="no reference to its objects"):
+        zagg.open_icechunk(str(store))
+
+
+def test_a_key_prefix_with_a_space_on_the_local_s3_server(photons, moto_s3):
+    options, fs = moto_s3
+    fs.mkdir("ice-spaced")
+    url = "s3://ice-spaced/my product"
+    first = build(photons.isel(photon=slice(0, 10_000)), url, options, sweep=False)
+    assert first.commits == ["init", "leaf"] and first.refs > 0
+    assert_levels_equal(url, options, orders=[C])
+
+
+def test_commits_racing_on_the_local_s3_server_all_land(photons, moto_s3):
+    """Three writers commit and close runs into one S3 store at once (no lock there: the
+    object store's conditional writes make the losers' commits conflict, and they are
+    derived again); every one lands, main equals the hive and every run is tagged."""
+    import threading
+
+    from zagg.engine.write import write_shards
+    from zagg.pyramid.icechunk_runs import finalize
+
+    options, fs = moto_s3
+    fs.mkdir("ice-race")
+    url = "s3://ice-race/prod"
+    with dask.config.set(scheduler="sync"):
+        write_shards(
+            shard_collection(photons, load_config(raw_config()), chunk_size=15_000),
+            url,
+            storage_options=options,
+        )
+    done, failed = {}, []
+
+    def writer(i):
+        try:
+            done[i] = commit(url, options, run_id=f"r{i}").commits
+            done[i] += [finalize(url, options, run_id=f"{i:032x}")["tag"]]
+        except Exception as exc:  # reported below, with the others' outcome
+            failed.append(f"{i}: {exc!r}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed == [] and len(done) == 3, (failed, done)
+    assert sorted(c for d in done.values() for c in d[:-1]) == ["init", "leaf"]
+    repo = icechunk.Repository.open(repo_storage(StoreRoot(url, options)))
+    assert {d[-1] for d in done.values()} == set(repo.list_tags())
+    assert_levels_equal(url, options, orders=[C])

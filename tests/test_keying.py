@@ -153,3 +153,74 @@ def test_granules_where_a_dropped_row_separates_two_runs_of_one_granule():
     one["q"][:] = 2  # one point, one cell
     single = reduce_chunk(plan, *(one[k] for k in plan.inputs))
     assert list(single.granules.values()) == [[6]] and single.partial.cells.size == 1
+
+
+#: longitudes no sane writer should produce but a file may hold: each is an angle, keyed as
+#: the same angle in [-180, 180)
+HOSTILE_LONS = np.array(
+    [1e30, -1e300, 1e5, float(2**62), -1e-20, 5e-324, -5e-324, 180.0, -180.0, -0.0, 540.0,
+     -540.0, 359.99999999999994, -180.00000000000003, 179.99999999999997, 1.7976931348623157e308]
+)  # fmt: skip
+
+
+def test_wrapped_longitudes_are_the_same_angles_in_one_range():
+    # exact values: the float 1e30 is an integer whose remainder by 360 is 16 (Python's
+    # integers say so), and the remainder is computed exactly
+    w = G.wrap_longitude(HOSTILE_LONS)
+    want = [int(v) % 360 for v in HOSTILE_LONS[:4]]
+    assert w[:4].tolist() == [float(r - 360 if r >= 180 else r) for r in want]
+    assert ((w >= -180.0) & (w < 180.0)).all()
+    assert w[7:12].tolist() == [-180.0, -180.0, 0.0, -180.0, -180.0]
+    assert not np.signbit(w[9])  # -0.0 becomes 0.0
+    assert w[14] == 179.99999999999997 and w[13] == 179.99999999999997
+    # the keying pass wraps by the same rule, bit for bit
+    rows, _, lon, _ = keep_rows.keyable_rows(None, np.zeros(HOSTILE_LONS.size), HOSTILE_LONS)
+    assert rows.size == HOSTILE_LONS.size
+    np.testing.assert_array_equal(lon.view(np.uint64), w.view(np.uint64))
+    # an in-range longitude is not touched
+    inside = np.random.default_rng(3).uniform(-180.0, 180.0, 100_000)
+    np.testing.assert_array_equal(G.wrap_longitude(inside).view(np.uint64), inside.view(np.uint64))
+    # non-finite longitudes stay unkeyable
+    rows, *_ = keep_rows.keyable_rows(None, np.zeros(3), np.array([np.nan, np.inf, -np.inf]))
+    assert rows.size == 0
+
+
+def test_one_position_keys_to_one_cell_however_its_longitude_is_spelled():
+    # latitudes over every base-cell row, the polar caps included (where raw mortie keys
+    # 180 and -180, 0.0 and -0.0 into different base cells)
+    rng = np.random.default_rng(4)
+    lat = np.concatenate([rng.uniform(-90.0, 90.0, 2_000), [-90.0, 90.0, 0.0, 60.0, -60.0]])
+    lon = rng.uniform(-180.0, 180.0, lat.size)
+    want_pts, ok = G.point_words(lat, lon)
+    want_cells, _ = G.cell_words(lat, lon, C)
+    assert ok.all()
+    for k in (1, -1, 2, 32, 33, -32, -33, 1000):
+        np.testing.assert_array_equal(G.point_words(lat, lon + k * 360.0)[0], want_pts)
+        np.testing.assert_array_equal(G.cell_words(lat, lon + k * 360.0, C)[0], want_cells)
+    one = np.ones_like(lat)
+    for a, b in ((180.0, -180.0), (0.0, -0.0), (540.0, -180.0), (-360.0, 0.0)):
+        np.testing.assert_array_equal(
+            G.point_words(lat, a * one)[0], G.point_words(lat, b * one)[0]
+        )
+    # the chunk's keying gives the same cells as the canonical spelling, and keys every point
+    plan = plan_of(filters=False)
+    arrs = {"lat": lat, "lon": lon + 33 * 360.0, "q": np.ones(lat.size, np.int8),
+            "h": np.zeros(lat.size, np.float32)}  # fmt: skip
+    points, counts = key_chunk(plan, arrs)
+    np.testing.assert_array_equal(points.cell_words, want_cells)
+    assert counts["keyed"] == lat.size and counts["invalid_coordinates"] == 0
+
+
+def test_a_longitude_far_out_of_range_is_keyed_as_its_angle():
+    # each of these made mortie's kernel panic when passed through unchanged
+    lat = np.full(HOSTILE_LONS.size, -75.0)
+    words, ok = G.cell_words(lat, HOSTILE_LONS, C)
+    assert ok.all()
+    want = mortie.geo2mort(lat, G.wrap_longitude(HOSTILE_LONS), order=C)
+    np.testing.assert_array_equal(words, want)
+    plan = plan_of(filters=False)
+    arrs = {"lat": lat, "lon": HOSTILE_LONS, "q": np.ones(lat.size, np.int8),
+            "h": np.zeros(lat.size, np.float32)}  # fmt: skip
+    points, counts = key_chunk(plan, arrs)
+    np.testing.assert_array_equal(np.sort(points.cell_words), np.sort(want))
+    assert counts["keyed"] == HOSTILE_LONS.size

@@ -66,9 +66,8 @@ def snapshot(store) -> dict:
 
 
 def contents(snap: dict) -> dict:
-    """The hive's objects by content. The Icechunk companion is left out: it renews its
-    references to objects the lifecycle touch gave new mtimes (spec §11.6), so an
-    unchanged re-run commits a snapshot there while the hive stays as it was."""
+    """The hive's objects by content. The Icechunk companion is left out here (that an
+    unchanged re-run leaves it byte-identical too is tests/test_icechunk.py's)."""
     return {k: sha for k, (sha, _) in snap.items() if not k.startswith("icechunk/")}
 
 
@@ -360,13 +359,14 @@ def test_two_runs_at_once_never_tear_a_leaf(tmp_path, small_granules, where, req
 
 def test_the_command_line_refuses_then_allows_a_contraction(tmp_path, granules, capsys):
     from zagg.cli.main import main
+    from zagg.pipeline.reruns import EXIT_REFUSED
 
     store = tmp_path / "s"
     go(catalog(granules, tmp_path / "all.json"), store)
     cfg = tmp_path / "fewer.yaml"
     cfg.write_text(yaml.safe_dump(atl03_config(catalog(granules[1:], tmp_path / "f.json"))))
     cli = ["run", str(cfg), "--store", str(store), "--quiet", "--workers", "1"]
-    assert main(cli) == 0
+    assert main(cli) == EXIT_REFUSED  # a batch script notices the refusal
     out = capsys.readouterr().out
     refused = int(
         re.search(r"re-run +\d+ shards current, 0 rewritten, (\d+) refused", out).group(1)

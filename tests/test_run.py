@@ -434,7 +434,7 @@ def test_cli_run_inspect_verify(tmp_path):
         text=True,
         check=True,
     )
-    assert '"spec": "morton-hive/1"' in result.stdout and "stamped" in result.stdout
+    assert "(morton-hive/1, semantic hash " in result.stdout and "stamped" in result.stdout
     assert f"config: {tmp_path / 'cli' / 'aggregation.yaml'}" in result.stdout
     assert "q50=" in result.stdout
     ok = subprocess.run(

@@ -10,6 +10,8 @@ lazy_package(
     __name__,
     {
         "aggregate": ".engine.aggregate",
+        "brief_warnings": ".errors",
+        "ZaggWarning": ".errors",
         "load_config": ".config.model",
         "ConfigError": ".config.model",
         "cdf": ".read",

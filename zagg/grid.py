@@ -11,8 +11,11 @@ needed, straight as the area word at the cell order, which is the point word's a
 Coarsening a word to an ancestor uses the public bit layout (clearing the tuples below the
 order and writing the order suffix), which mortie documents and which is bit-identical to
 ``clip2order`` for orders up to 27; orders 28 and 29 go through ``clip2order`` itself.
-mortie is imported by the functions that call it, so the config's checks can read
-:data:`MAX_ORDER` without loading it.
+Longitudes are angles: every finite longitude is wrapped into [-180, 180) (-0.0 as 0.0,
+:func:`wrap_longitude`) before mortie sees it, so one position has one cell whatever its
+spelling (``lon + 360 * k``, 180 or -180, -0.0 or 0.0), and a longitude far out of range
+never reaches mortie's kernels. mortie is imported by the functions that call it, so the
+config's checks can read :data:`MAX_ORDER` without loading it.
 """
 
 from __future__ import annotations
@@ -155,8 +158,9 @@ def cell_words(lat, lon, order: int) -> tuple[np.ndarray, np.ndarray]:
 
 def keyable_words(lat, lon, order: int | None) -> np.ndarray:
     """:func:`cell_words` at ``order`` (:func:`point_words` for None) of coordinates known
-    to be keyable (finite, latitude within [-90, 90]): mortie's words alone, no mask, for
-    callers that already dropped the rest (:mod:`zagg.kernels.keep`)."""
+    to be keyable (finite, latitude within [-90, 90], longitude wrapped into [-180, 180)):
+    mortie's words alone, no mask, for callers that already dropped the rest and wrapped
+    the longitudes (:func:`zagg.kernels.keep.keyable_rows`)."""
     import mortie
 
     lat = np.asarray(lat, dtype=np.float64)
@@ -180,11 +184,21 @@ def keyed_ancestor(words, ok, order: int) -> np.ndarray:
     return ancestor(words, order)
 
 
+def wrap_longitude(lon) -> np.ndarray:
+    """``lon`` degrees as the same angles in [-180, 180), exactly, -0.0 as 0.0 (NaN for a
+    non-finite longitude); an in-range longitude other than -0.0 is unchanged bit for bit.
+    :func:`zagg.kernels.keep.wrap_longitude` is the same rule inside the keying pass."""
+    with np.errstate(invalid="ignore"):
+        r = np.fmod(np.asarray(lon, dtype=np.float64), 360.0)  # exact, in (-360, 360)
+    r = np.where(r >= 180.0, r - 360.0, np.where(r < -180.0, r + 360.0, r))  # exact shifts
+    return r + 0.0
+
+
 def _keyed(lat, lon, order: int | None) -> tuple[np.ndarray, np.ndarray]:
     import mortie
 
     lat = np.asarray(lat, dtype=np.float64)
-    lon = np.asarray(lon, dtype=np.float64)
+    lon = wrap_longitude(lon)
     words = mortie.geo2mort(lat, lon, order=order)  # non-finite input gives the null word 0
     polar = np.abs(lat) > 90.0  # NaN compares False here; geo2mort already nulled it
     if polar.any():

@@ -9,6 +9,7 @@ close match for a misspelt name.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 
 from zagg.errors import ZaggError
@@ -77,17 +78,30 @@ _UNITS = {
 }
 
 
+#: the largest size any knob takes (bytes; the int64 sizes numpy and the OS count in)
+MAX_BYTES = 2**63 - 1
+
+
 def parse_bytes(value, path: str) -> int:
-    """A positive size: bytes, or text such as ``'2GiB'`` or ``'512 MiB'``."""
+    """A positive, finite size: bytes, or text such as ``'2GiB'`` or ``'512 MiB'``; at
+    most :data:`MAX_BYTES` (``'inf'``, ``'1e400'`` are refused, not overflowed)."""
+    size = None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
+        size = value
+    elif isinstance(value, str):
         s = value.strip().lower().replace(" ", "")
         num = s.rstrip("kmgtib")
         unit = s[len(num) :]
         try:
-            if unit in _UNITS and float(num) > 0:
-                return int(float(num) * _UNITS[unit])
+            x = float(num)
         except ValueError:
-            pass
+            x = None
+        if unit in _UNITS and x is not None and x > 0:
+            if not math.isfinite(x) or x * _UNITS[unit] > MAX_BYTES:
+                fail(path, f"{value!r} is not a usable size: at most {MAX_BYTES} bytes (8 EiB)")
+            size = int(x * _UNITS[unit])
+    if size is not None and size > MAX_BYTES:
+        fail(path, f"{value!r} is not a usable size: at most {MAX_BYTES} bytes (8 EiB)")
+    if size is not None and size > 0:
+        return size
     fail(path, f"{value!r} is not a positive size; use bytes or e.g. '2GiB', '512MiB'")

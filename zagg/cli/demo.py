@@ -1,5 +1,5 @@
 """The built-in demo: seeded ATL03 HDF5 granules over Pine Island Glacier → a hive store,
-a printed summary and a PNG map of photon count and median height per cell.
+a printed summary and a PNG map of what the product holds per cell (:data:`MAPS`).
 
 Two products: ``tdigest`` (the default: count, height statistics and a height t-digest) and
 ``strata`` (the shipped ``atl03_strata_granules`` config: signal and noise strata digests
@@ -13,6 +13,13 @@ from pathlib import Path
 
 DEMO_SHORT_NAME = "ZAGG-DEMO"
 PRODUCTS = ("tdigest", "strata")
+#: what each product's map draws, one panel a field (zagg.plot_map's ``field`` and
+#: keywords): photon count and median height; the median heights of the signal and noise
+#: strata and the high-confidence fraction of the signal photons (a composition lane)
+MAPS = {
+    "tdigest": (["count", "h_tdigest"], {}),
+    "strata": (["h_tdigest_signal", "h_tdigest_noise", "composition"], {"lane": "high"}),
+}
 
 
 BEAMS = ["gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r"]
@@ -134,7 +141,7 @@ def demo(
     summary = run(cfg, store=str(path), workers=workers)
     print("\n".join(summary.lines()))
     png = Path(map_path) if map_path else path.with_name(path.name + ".png")
-    made = plot_map(str(path), str(png))
+    made = plot_map(str(path), str(png), product=product)
     if made:
         print(f"map             {png}")
     if product == "tdigest":
@@ -145,9 +152,9 @@ def demo(
     return {"summary": summary, "map": str(png) if made else None}
 
 
-def plot_map(store: str, png: str) -> bool:
-    """Maps of count and median height per occupied cell (:func:`zagg.plot_map`); False
-    without matplotlib."""
+def plot_map(store: str, png: str, product: str = "tdigest") -> list[str] | None:
+    """The map of a demo store of ``product`` (:data:`MAPS`, drawn by :func:`zagg.plot_map`)
+    per occupied cell; returns its panels' titles (None without matplotlib)."""
     try:
         import matplotlib
 
@@ -155,14 +162,15 @@ def plot_map(store: str, png: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         print("map             skipped (install matplotlib for the PNG map)")
-        return False
+        return None
     from zagg.read import open_hive
     from zagg.read.plot import plot_map as draw
 
     ds = open_hive(store)
-    axes = draw(ds, ["count", "h_tdigest"], projection="lonlat")
+    fields, options = MAPS[product]
+    axes = draw(ds, fields, projection="lonlat", **options)
     fig = axes[0].figure
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100)
     plt.close(fig)
-    return True
+    return [a.get_title("left") or a.get_title() for a in axes]

@@ -5,27 +5,39 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 import sys
+
+
+def _plan_options(args) -> dict:
+    """The options of ``zagg run`` that decide its plan: the run and ``--plan`` pass the
+    same ones to :func:`zagg.pipeline.plan.plan_run` (through ``zagg.run``)."""
+    return {
+        "store": args.store,
+        "catalog": args.catalog,
+        "granules": args.granules,
+        "region": args.region,
+        "bbox": args.bbox,
+        "shards": args.shards,
+        "sweep": args.sweep,
+        "overwrite": args.overwrite,
+        "allow_contraction": args.allow_contraction,
+        "memory_budget": args.memory_budget,
+    }
 
 
 def _cmd_run(args) -> int:
     if args.plan:
         return _print_plan(args)
+    from zagg.pipeline.reruns import EXIT_REFUSED
     from zagg.pipeline.run import run
 
     knobs = {
-        "store": args.store,
+        **_plan_options(args),
         "progress": not args.quiet,
-        "catalog": args.catalog,
-        "region": args.region,
-        "bbox": args.bbox,
-        "shards": args.shards,
-        "sweep": args.sweep,
         "dashboard": args.dashboard,
         "performance_report": args.performance_report,
-        "overwrite": args.overwrite,
-        "allow_contraction": args.allow_contraction,
-        "memory_budget": args.memory_budget,
     }
     if args.gateway is None and args.adaptive is None:
         summary = run(
@@ -42,33 +54,28 @@ def _cmd_run(args) -> int:
     from zagg.pyramid.icechunk_runs import summary_lines
 
     print("\n".join(summary.lines() + summary_lines(summary)))
-    return 0
+    refused = summary.gate is not None and summary.gate.of("refused")
+    return EXIT_REFUSED if refused else 0
 
 
 def _print_plan(args) -> int:
     """``zagg run --plan``: what the run would do, decided as the run decides it, printed;
-    no cluster starts and nothing is written."""
+    no cluster starts and nothing is written. Exits as the run would: with
+    :data:`~zagg.pipeline.reruns.EXIT_REFUSED` when it plans to refuse units."""
     from zagg.pipeline.plan import plan_run
+    from zagg.pipeline.reruns import EXIT_REFUSED, REFUSED
 
-    plan = plan_run(
-        args.config,
-        store=args.store,
-        catalog=args.catalog,
-        region=args.region,
-        bbox=args.bbox,
-        shards=args.shards,
-        sweep=args.sweep,
-        overwrite=args.overwrite,
-        allow_contraction=args.allow_contraction,
-    )
+    plan = plan_run(args.config, **_plan_options(args))
     print("\n".join(["plan (nothing started, nothing written):", *plan.lines()]))
-    return 0
+    refused = plan.verdicts is not None and any(v.kind == REFUSED for v in plan.verdicts.values())
+    return EXIT_REFUSED if refused else 0
 
 
 def _cmd_batch(args) -> int:
     from zagg.cluster.clients import connect
     from zagg.config.model import load_config
     from zagg.pipeline.batch import batch
+    from zagg.pipeline.reruns import EXIT_REFUSED
 
     cfg = load_config(args.config)  # a bad config is refused before any cluster starts
     if args.gateway is not None or args.adaptive is not None:
@@ -88,9 +95,14 @@ def _cmd_batch(args) -> int:
             client=client,
             progress=not args.quiet,
             timings=True,
+            granules=args.granules,
         )
     print("\n".join(summary.lines()))
-    return 1 if summary.failed else 0
+    refused = any(
+        r.summary is not None and r.summary.gate is not None and r.summary.gate.of("refused")
+        for r in summary.results
+    )
+    return 1 if summary.failed else EXIT_REFUSED if refused else 0
 
 
 def _connected(args):
@@ -197,13 +209,20 @@ def _cmd_catalog(args) -> int:
     from zagg.config.model import ConfigError, load_config
     from zagg.sources.catalog import build_catalog, check_catalog_path, check_order, write_catalog
 
+    if args.search is not None:
+        return _catalog_search(args)
+    if args.granules is None:
+        raise ConfigError(
+            "zagg catalog needs the granules to scan (a directory, glob or s3:// prefix), "
+            "or --search FILE to catalogue what a search of NASA's archive finds"
+        )
     if not args.config:
         raise ConfigError(
             "zagg catalog needs --config: its data_source says which HDF5 paths "
             "hold the coordinates"
         )
     check_catalog_path(args.output)  # refuse a bad suffix or order before scanning anything
-    order = check_order(args.order)
+    order = check_order(9 if args.order is None else args.order)
     cfg = load_config(args.config)
     if cfg.data_source.granules is None:
         raise ConfigError("the config's data_source has no 'granules' block")
@@ -217,16 +236,62 @@ def _cmd_catalog(args) -> int:
     return 0
 
 
+def _catalog_search(args) -> int:
+    """``zagg catalog --search FILE OUTPUT``: what a search of NASA's archive finds, as a
+    catalog (nothing is read but the archive's records)."""
+    import yaml
+    from dask.utils import format_bytes
+
+    from zagg.config.model import ConfigError
+    from zagg.sources.archive_query import describe, parse_search
+    from zagg.sources.archive_search import search_catalog
+    from zagg.sources.catalog import check_catalog_path, check_order, write_catalog
+
+    check_catalog_path(args.output)
+    try:
+        with open(args.search) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--search {args.search}: cannot read it as YAML ({exc})") from None
+    path = "search"
+    if isinstance(doc, dict) and isinstance(doc.get("data_source"), dict):
+        doc, path = doc["data_source"].get("granules"), "data_source.granules"
+    if isinstance(doc, dict) and "search" in doc:
+        doc, path = doc["search"], f"{path}.search" if path != "search" else path
+    if args.order is not None and isinstance(doc, dict):
+        doc = {**doc, "order": check_order(args.order)}
+    search = parse_search(doc, path)
+    catalog = search_catalog(search)
+    write_catalog(catalog, args.output, storage_options={})
+    sizes = [e.size for e in catalog]
+    size = format_bytes(sum(sizes)) if None not in sizes else "size unknown"
+    print(
+        f"catalog {args.output}: {len(catalog)} granules ({size}) found by a search of NASA's "
+        f"archive ({describe(search)}), footprints at order {catalog.order}"
+    )
+    return 0
+
+
 def _cmd_configs(args) -> int:
+    import shutil
+    import textwrap
+
     from zagg.packaged import find, names, summary
 
+    indent = " " * 31
+    width = max(60, shutil.get_terminal_size().columns)
     for kind, title in (
         ("config", "configs (zagg run NAME)"),
         ("region", "regions (zagg run CONFIG --region NAME)"),
     ):
         print(f"{title}:")
         for name in names(kind):
-            print(f"  {name:<28} {summary(find(kind, name))}".rstrip())
+            # the whole description, wrapped under its column
+            text = summary(find(kind, name), width=sys.maxsize)
+            lines = textwrap.wrap(
+                text, width, initial_indent=f"  {name:<28} ", subsequent_indent=indent
+            )
+            print("\n".join(lines) if lines else f"  {name}")
     return 0
 
 
@@ -297,7 +362,10 @@ def _cmd_inspect(args) -> int:
 
     print(
         inspect_store(
-            args.store, leaves=args.leaves, storage_options=_storage_options(args.storage_option)
+            args.store,
+            leaves=args.leaves,
+            storage_options=_storage_options(args.storage_option),
+            manifest=args.manifest,
         )
     )
     return 0
@@ -329,7 +397,7 @@ def _at_least_one(text: str) -> int:
 def _memory_budget(text: str):
     """argparse type of --memory-budget: a size, auto or off."""
     from zagg.config.model import ConfigError
-    from zagg.pipeline.run import budget_argument
+    from zagg.pipeline.plan import budget_argument
 
     try:
         return budget_argument(int(text) if text.isdigit() else text)
@@ -349,15 +417,29 @@ def _memory_limit(text: str):
     return value
 
 
+VERBOSE_ICECHUNK_LOG = "warn"  # the level of Icechunk's log lines under --verbose
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from zagg import __version__
+
     ap = argparse.ArgumentParser(
-        prog="python -m zagg",
+        prog=program_name(),
         description="Aggregate point "
         "observations onto HEALPix morton cells as a morton-hive store.",
     )
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
+    )
+    sub = ap.add_subparsers(
+        dest="command", required=True, help="what to do (COMMAND --help: its options)"
+    )
 
-    r = sub.add_parser("run", help="run a pipeline config into its store")
+    r = sub.add_parser(
+        "run",
+        help="run a pipeline config into its store (exit status 4: it refused shards whose "
+        "granules are gone from its input, listed in the store's refusals_*.json)",
+    )
     r.add_argument(
         "config",
         help="pipeline config: a YAML file, or the name of a shipped one "
@@ -414,6 +496,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--catalog", help="granule catalog (JSON or parquet) to read from")
     r.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
+    r.add_argument(
         "--region",
         help="GeoJSON polygon file, or a shipped region's name: only the shards it covers",
     )
@@ -464,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "batch",
         help="run a config over regions, one after another, into one "
-        "store (exit status 1 when a region failed)",
+        "store (exit status 1 when a region failed, else 4 when one refused shards)",
     )
     b.add_argument("config", help="pipeline config (YAML file or shipped name)")
     b.add_argument(
@@ -475,12 +563,34 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--store", help="output store (path or s3:// URL); overrides output.store")
     b.add_argument("--scheduler", help="address of an existing dask scheduler")
     b.add_argument("--gateway", metavar="URL", help="a new dask-gateway cluster for the batch")
-    b.add_argument("--gateway-option", action="append", metavar="NAME=VALUE")
-    b.add_argument("--adaptive", type=_adaptive, metavar="MIN,MAX")
-    b.add_argument("--workers", type=_at_least_one)
-    b.add_argument("--threads", type=_at_least_one)
-    b.add_argument("--memory-limit", type=_memory_limit)
+    b.add_argument(
+        "--gateway-option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="another cluster option the gateway declares; repeatable",
+    )
+    b.add_argument(
+        "--adaptive",
+        type=_adaptive,
+        metavar="MIN,MAX",
+        help="let the cluster adapt between MIN and MAX workers (local or gateway)",
+    )
+    b.add_argument(
+        "--workers", type=_at_least_one, help="local cluster workers (default: cores / 2)"
+    )
+    b.add_argument("--threads", type=_at_least_one, help="threads per local worker (default 2)")
+    b.add_argument(
+        "--memory-limit",
+        type=_memory_limit,
+        help="memory limit per local worker, e.g. 4GiB, 0.5 (of the machine) or auto",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument(
+        "--granules",
+        metavar="PATH|URL|GLOB",
+        help="read your own granules (a directory, glob, s3:// prefix or catalog) or points "
+        "file in place of the location the config names (data_source.granules or input)",
+    )
     b.set_defaults(func=_cmd_batch, dashboard=False, performance_report=None)
 
     w = sub.add_parser(
@@ -488,7 +598,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="build or refresh a store's pyramid ladder from its leaf "
         "columns (the overviews above the shard order)",
     )
-    w.add_argument("store")
+    w.add_argument(
+        "store",
+        help="the store's root folder (path or s3:// URL, the folder holding morton_hive.json)",
+    )
     w.add_argument(
         "--scope",
         help="comma-separated node ids (decimal, e.g. -5112,-5113): "
@@ -504,10 +617,22 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_cmd_sweep)
 
     d = sub.add_parser("demo", help="aggregate synthetic ATL03-like photons into ./demo-store")
-    d.add_argument("--store", default="demo-store")
-    d.add_argument("--points", type=_at_least_one, default=4_000_000)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--workers", type=_at_least_one)
+    d.add_argument(
+        "--store",
+        default="demo-store",
+        help="the demo store to write (default demo-store; an earlier demo store there is "
+        "replaced, anything else is refused)",
+    )
+    d.add_argument(
+        "--points",
+        type=_at_least_one,
+        default=4_000_000,
+        help="synthetic photons to write into the granules (default 4000000)",
+    )
+    d.add_argument("--seed", type=int, default=0, help="seed of the synthetic granules (default 0)")
+    d.add_argument(
+        "--workers", type=_at_least_one, help="local cluster workers (default: cores / 2)"
+    )
     d.add_argument("--map", default=None, help="PNG map path (default: STORE.png beside it)")
     d.add_argument(
         "--product",
@@ -518,10 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     c = sub.add_parser("catalog", help="build a granule catalog (ids, times, footprints)")
-    c.add_argument("granules", help="directory, glob or s3:// prefix of granule files")
+    c.add_argument("granules", nargs="?", help="directory, glob or s3:// prefix of granule files")
     c.add_argument("output", help="catalog file to write (.json or .parquet)")
     c.add_argument("--config", help="pipeline config whose data_source names the paths")
-    c.add_argument("--order", type=int, default=9, help="footprint order (default 9)")
+    c.add_argument("--order", type=int, default=None, help="footprint order (default 9)")
+    c.add_argument(
+        "--search",
+        metavar="FILE",
+        help="catalogue what a search of NASA's archive finds instead: a YAML search block "
+        "(short_name, version, region, temporal, ...) or a config whose "
+        "data_source.granules is one",
+    )
     c.set_defaults(func=_cmd_catalog)
 
     m = sub.add_parser(
@@ -547,7 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_profile)
 
     g = sub.add_parser("gc", help="remove superseded versions of versioned leaves")
-    g.add_argument("store")
+    g.add_argument(
+        "store",
+        help="the store's root folder (path or s3:// URL, the folder holding morton_hive.json)",
+    )
     g.add_argument(
         "--keep",
         type=int,
@@ -565,9 +700,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dry-run", action="store_true", help="list what would be removed")
     g.set_defaults(func=_cmd_gc)
 
-    i = sub.add_parser("inspect", help="show a store's manifest, leaves, stamps and coverage")
-    i.add_argument("store")
+    i = sub.add_parser(
+        "inspect",
+        help="summarise a store: its product, leaves, stamps, coverage and levels "
+        "(--manifest adds the manifest in full)",
+    )
+    i.add_argument(
+        "store",
+        help="the store's root folder (path or s3:// URL, the folder holding morton_hive.json)",
+    )
     i.add_argument("--leaves", type=int, default=10, help="leaves to list (default 10)")
+    i.add_argument(
+        "--manifest",
+        action="store_true",
+        help="also print the store's manifest (morton_hive.json) in full, after the summary",
+    )
     i.set_defaults(func=_cmd_inspect)
 
     v = sub.add_parser(
@@ -575,7 +722,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute every leaf's content hashes (exit status 0: "
         "intact, 1: damaged, 3: incomplete)",
     )
-    v.add_argument("store")
+    v.add_argument(
+        "store",
+        help="the store's root folder (path or s3:// URL, the folder holding morton_hive.json)",
+    )
     v.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr, only the report"
     )
@@ -588,6 +738,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="fsspec option of an s3:// store, e.g. endpoint_url=... or "
             "profile=...; repeatable (credentials are better left to the "
             "AWS_* environment variables or a profile)",
+        )
+    for command in sub.choices.values():
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show warnings with the line of code that gave them, and the libraries' "
+            "log lines at their own levels (Icechunk's at warn)",
         )
     return ap
 
@@ -615,21 +772,57 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _joined_negative_values(argv: list[str]) -> list[str]:
-    """``--bbox -102,-76,-98,-75`` as ``--bbox=-102,...`` (and ``--shards -5121...`` alike):
-    argparse would take a value that starts with ``-`` (a western or southern box, a
-    southern shard) for an option."""
+#: a value that starts with a minus and a digit (``-5112,-5113``, ``-102.5,-76,...``): no
+#: option of zagg starts so, and argparse would otherwise read it as an unknown option
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+
+
+def _joined_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--scope -5112,-5113`` as ``--scope=-5112,-5113``, for every option that takes a
+    value (southern shard and node ids, a western or southern ``--bbox``): argparse takes
+    only a plain negative number for a value, and a comma-separated list that starts with
+    ``-`` for an option it does not know."""
+    valued = _valued_options(parser, argv)
     out = []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--bbox", "--shards") and i + 1 < len(argv) and argv[i + 1].startswith("-"):
-            out.append(f"{a}={argv[i + 1]}")
+        if a in valued and i + 1 < len(argv) and _NEGATIVE_VALUE.match(argv[i + 1]):
+            out.append(f"{valued[a]}={argv[i + 1]}")
             i += 2
             continue
         out.append(a)
         i += 1
     return out
+
+
+def _valued_options(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, str]:
+    """The options that take a value, of ``parser`` and of the subcommand ``argv`` names
+    (each option string, and each unambiguous abbreviation of a long one, mapped to its
+    full string)."""
+    parsers = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            named = next((a for a in argv if a in action.choices), None)
+            if named is not None:
+                parsers.append(action.choices[named])
+    every = {o: a for p in parsers for a in p._actions for o in a.option_strings}
+    valued = {o: o for o, a in every.items() if a.nargs != 0}
+    for option in [o for o in valued if o.startswith("--")]:
+        for n in range(3, len(option)):
+            prefix = option[:n]
+            if prefix not in every and [o for o in every if o.startswith(prefix)] == [option]:
+                valued[prefix] = option
+    return valued
+
+
+def program_name() -> str:
+    """The name the command was invoked as, for usage lines: ``zagg`` (the script) or
+    ``python -m zagg``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if not name or name.endswith(".py") or name in ("-c", "-m"):
+        return "python -m zagg"
+    return name
 
 
 class _CommandProcess:
@@ -640,52 +833,48 @@ class _CommandProcess:
     so an interrupt Python swallows (one landing in an object's ``__del__`` or a garbage
     collector callback, which distributed runs) still stops the run at its next wait. A
     SIGINT ignored at start (a background job) stays ignored. zagg's own warnings show as
-    ``zagg: warning: ...`` lines."""
+    ``zagg: warning: ...`` lines and Icechunk logs only its errors, unless ``verbose``:
+    then warnings show as Python shows them and Icechunk logs at its own default level."""
+
+    def __init__(self, verbose: bool = False):
+        self.verbose = verbose
 
     def __enter__(self):
         import logging
+        import os
         import signal
         import warnings
+
+        from zagg.errors import brief
 
         self.logger = logging.getLogger("asyncio")
         self.logger.addFilter(_drop_all_exit)
         self.showwarning = warnings.showwarning
-        warnings.showwarning = _show_warning(self.showwarning)
+        self.icechunk_log = os.environ.get("ICECHUNK_LOG")
+        if self.verbose:
+            os.environ.setdefault("ICECHUNK_LOG", VERBOSE_ICECHUNK_LOG)
+        else:
+            warnings.showwarning = brief(self.showwarning)
         self.previous = signal.getsignal(signal.SIGINT)
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
         return self
 
     def __exit__(self, *exc):
+        import os
         import signal
         import warnings
 
         from zagg.engine.progress import clear_stop
 
         warnings.showwarning = self.showwarning
+        if self.icechunk_log is None:
+            os.environ.pop("ICECHUNK_LOG", None)
         if self.previous is signal.default_int_handler:
             signal.signal(signal.SIGINT, self.previous)
         self.logger.removeFilter(_drop_all_exit)
         clear_stop()
         return False
-
-
-def _show_warning(previous):
-    """The command's display of warnings: zagg's own as one ``zagg: warning: ...`` line on
-    stderr (what a command-line user reads; no source line), others as Python shows them."""
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        ours = category.__module__.startswith("zagg.") or os.path.abspath(filename).startswith(
-            here + os.sep
-        )
-        if not ours:
-            return previous(message, category, filename, lineno, file, line)
-        print(f"zagg: warning: {message}", file=file or sys.stderr)
-
-    return show
 
 
 def _drop_all_exit(record) -> bool:
@@ -703,9 +892,11 @@ def _interrupt(signum, frame):
 def main(argv=None) -> int:
     """Run one command; returns its exit status (what the ``zagg`` script exits with)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(_joined_negative_values(argv))
-    with _CommandProcess():
+    parser = build_parser()
+    args = parser.parse_args(_joined_negative_values(parser, argv))
+    with _CommandProcess(verbose=getattr(args, "verbose", False)):
         try:
+            _check_store_argument(args)
             code = args.func(args)
             sys.stdout.flush()
             return code
@@ -726,6 +917,57 @@ def main(argv=None) -> int:
                 raise
             print(f"zagg: error: {exc}", file=sys.stderr)
             return 2
+        except BaseException as exc:  # a task's death a local scheduler raised here
+            from zagg.engine.progress import TaskDied, died
+
+            if not died(exc):
+                raise
+            print(f"zagg: error: {TaskDied.of(exc)}", file=sys.stderr)
+            return 2
+
+
+def _check_store_argument(args) -> None:
+    """Refuse a store path that is a folder inside a store (``STORE/-5/1``), naming the
+    store root above it: every command takes the root, the folder holding the manifest."""
+    store = getattr(args, "store", None)
+    if not isinstance(store, str) or not store:
+        return
+    from zagg.hive import StoreRoot, StoreRootError
+    from zagg.hive.paths import MANIFEST_KEY
+
+    root = StoreRoot(store, _storage_options(getattr(args, "storage_option", None)))
+    if not root.is_local and not hasattr(args, "storage_option"):
+        return  # a run's remote store takes the config's storage options: checked by the run
+    try:
+        above = None if root.exists(MANIFEST_KEY) else enclosing_store(root)
+    except Exception:  # what cannot be looked at is reported by the command itself
+        return
+    if above is not None:
+        raise StoreRootError(
+            f"no store here ({root.url} is a folder inside a store); the store root is {above}"
+        )
+
+
+def enclosing_store(root) -> str | None:
+    """The root of the store that holds ``root`` (a :class:`~zagg.hive.StoreRoot`) as one of
+    its folders: the nearest folder above it with a manifest (None: none above)."""
+    from zagg.hive import StoreRoot
+    from zagg.hive.paths import MANIFEST_KEY
+
+    if root.is_local:
+        path = os.path.abspath(root.path)
+        above = []
+        while os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+            above.append(path)
+    else:
+        scheme, _, rest = root.url.partition("://")
+        parts = rest.split("/")
+        above = [f"{scheme}://{'/'.join(parts[:n])}" for n in range(len(parts) - 1, 0, -1)]
+    for url in above:
+        if StoreRoot(url, root.storage_options).exists(MANIFEST_KEY):
+            return url
+    return None
 
 
 def _reader_gone() -> int:

@@ -17,7 +17,7 @@ import os
 
 from zagg.cluster.profile import local_cluster_config, worker_environ
 from zagg.engine.progress import active_client
-from zagg.errors import ZaggError
+from zagg.errors import ZaggError, ZaggWarning
 
 
 def machine_defaults() -> dict:
@@ -47,7 +47,7 @@ class ClusterError(ZaggError, ValueError):
     """Cluster settings zagg refuses, or a scheduler it cannot reach."""
 
 
-class OversubscribedWarning(UserWarning):
+class OversubscribedWarning(ZaggWarning):
     """A local cluster asked for more threads than the machine has cores."""
 
 
@@ -332,7 +332,7 @@ def connect(
 WORKERS_WAIT_S = 120
 
 
-class SlowWorkersWarning(UserWarning):
+class SlowWorkersWarning(ZaggWarning):
     """A new gateway cluster started fewer workers than asked for in time."""
 
 

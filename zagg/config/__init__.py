@@ -15,6 +15,6 @@ lazy_package(
     {
         "Config": ".model",
         "load_config": ".model",
-        "ConfigError": ".validation",
+        "ConfigError": ".model",
     },
 )

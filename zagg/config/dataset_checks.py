@@ -40,7 +40,36 @@ def check_dataset(config: Config, ds) -> None:
                 f"config key '{path}': variable {name!r} is not in the Dataset{did}; "
                 f"it has: {', '.join(sorted(map(str, have)))}"
             )
+    check_points(wanted, ds)
     check_shapes(config, ds)
+
+
+def check_points(wanted, ds) -> None:
+    """Refuse coordinates that are not 1-D numbers, and a variable read (``wanted``: config
+    key, Dataset variable; the latitude first, the longitude second) that does not run
+    along the points' dimension (the latitude's)."""
+    (lat_path, lat), (lon_path, lon) = wanted[:2]
+    for path, name in ((lat_path, lat), (lon_path, lon)):
+        v = ds.variables[name]
+        if v.ndim != 1:
+            fail(path, f"{name!r} has dims {v.dims}: a coordinate holds one value per point (1-D)")
+        if v.dtype.kind not in "iuf":
+            fail(
+                path,
+                f"{name!r} has dtype {v.dtype}, not numbers: coordinates are degrees; "
+                f"convert it (e.g. ds[{name!r}].astype('float64') when it holds numbers "
+                "written as text) and read that",
+            )
+    dim = ds.variables[lat].dims[0]
+    for path, name in wanted[1:]:
+        dims = ds.variables[name].dims
+        if not dims or dims[0] != dim:
+            fail(
+                path,
+                f"{name!r} has dims {dims}, but the points run along {dim!r} (the latitude's "
+                f"dimension): every variable zagg reads needs one value per point along "
+                f"{dim!r}; read a variable of the points, or put it on their dimension",
+            )
 
 
 def check_shapes(config: Config, ds) -> None:

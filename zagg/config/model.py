@@ -20,7 +20,7 @@ import yaml
 
 from zagg.checks import predicate
 from zagg.checks.credentials import parse_storage_options
-from zagg.checks.filters import Filter, parse_filters
+from zagg.checks.filters import Filter
 from zagg.checks.validation import (
     ConfigError,
     check_keys,
@@ -30,9 +30,12 @@ from zagg.checks.validation import (
     fail,
     parse_bytes,
 )
+from zagg.checks.yaml_text import load_yaml
 from zagg.grid import MAX_ORDER, Grid
 from zagg.reducers import records as reducers
-from zagg.windows.clock import check_one_clock, clock_of, source_clock, with_source_clock
+from zagg.sources.record import DataSource
+from zagg.sources.registry import parse_data_source
+from zagg.windows.clock import check_one_clock, clock_of, with_source_clock
 
 #: Attrs keys the store format owns; a config's field attrs may never set them.
 SPEC_OWNED_ATTRS = ("ragged", "weights", "composition", "temporal", "located", "times")
@@ -76,28 +79,6 @@ class ReadOnlyDict(dict):
 
     def __reduce__(self):
         return (ReadOnlyDict, (dict(self),))
-
-
-@dataclass(frozen=True)
-class DataSource:
-    latitude: str
-    longitude: str
-    variables: tuple[str, ...]  # declared names fields, filters and predicates may read
-    time: str | None = None
-    filters: tuple[Filter, ...] = ()
-    input: str | None = None  # a zarr store or netCDF file with the points
-    synthetic: Mapping[str, object] | None = None  # built-in generator parameters
-    #: declared name → (Dataset variable, column or None); a column picks one of a 2-D one
-    columns: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
-    granules: object | None = None  # a zagg.sources.granules.GranuleSource when reading HDF5
-    #: s3fs options of an ``input`` URL (credentials masked in every repr)
-    storage_options: Mapping[str, object] = field(default_factory=dict, repr=False)
-    #: how the time variable counts, ``(time, epoch, scale, units)``
-    #: (:mod:`zagg.windows.clock`); None: the source declares no clock
-    clock: tuple[str, str, str, str] | None = None
-
-    def dataset_variable(self, name: str) -> str:
-        return self.columns.get(name, (name, None))[0]
 
 
 @dataclass(frozen=True)
@@ -253,19 +234,6 @@ class Config:
 
 
 _TOP = ("data_source", "aggregation", "output")
-_SOURCE = (
-    "coordinates",
-    "variables",
-    "time",
-    "epoch",
-    "scale",
-    "units",
-    "filters",
-    "input",
-    "synthetic",
-    "storage_options",
-)
-_SYNTHETIC = ("points", "region", "seed", "chunk_size", "noise_fraction")
 _FIELD = (
     "function",
     "source",
@@ -294,137 +262,6 @@ _OUTPUT = (
     "memory_budget",
 )
 _GRID = ("type", "parent_order", "chunk_inner", "child_order", "sharded")
-
-
-def _parse_source(raw) -> DataSource:
-    if isinstance(raw, Mapping) and "granules" in raw:
-        from zagg.sources.granules import parse_granule_source
-
-        granules = parse_granule_source(raw)
-        # the aggregation's view of the Dataset the granules open: names and filters
-        names = tuple(v.name for v in granules.variables)
-        time = "time" if granules.delta_time else None
-        return DataSource(
-            "latitude",
-            "longitude",
-            names + ((time,) if time else ()),
-            time,
-            granules.filters,
-            granules=granules,
-            clock=source_clock(raw, time, "delta_time"),
-        )
-    check_keys(raw, _SOURCE, "data_source", ("coordinates", "variables"))
-    coords = raw["coordinates"]
-    check_keys(
-        coords, ("latitude", "longitude"), "data_source.coordinates", ("latitude", "longitude")
-    )
-    lat = check_name(coords["latitude"], "data_source.coordinates.latitude")
-    lon = check_name(coords["longitude"], "data_source.coordinates.longitude")
-    variables, columns = _parse_variables(raw["variables"])
-    time = raw.get("time")
-    if time is not None:
-        time = check_name(time, "data_source.time")
-    clock = source_clock(raw, time, "time")
-    if clock is not None and time not in variables:
-        fail(
-            "data_source.time",
-            f"{time!r} is not declared in data_source.variables "
-            f"({', '.join(variables)}); the clock is read from a variable the run reads, "
-            "so declare it there",
-        )
-    filters = parse_filters(raw.get("filters"), variables, "data_source.filters")
-    inp = raw.get("input")
-    if inp is not None and (not isinstance(inp, str) or not inp):
-        fail(
-            "data_source.input",
-            f"expected a path or URL of a zarr store or netCDF file, got {inp!r}",
-        )
-    synthetic = _parse_synthetic(raw.get("synthetic"))
-    if inp is not None and synthetic is not None:
-        fail("data_source", "give either 'input' or 'synthetic', not both")
-    options = parse_storage_options(raw.get("storage_options"), "data_source.storage_options")
-    if options and (inp is None or "://" not in inp):
-        fail(
-            "data_source.storage_options",
-            "only an input URL (s3://...) takes storage "
-            "options; remove them or give data_source.input as a URL",
-        )
-    return DataSource(
-        lat,
-        lon,
-        variables,
-        time,
-        filters,
-        inp,
-        synthetic,
-        columns,
-        storage_options=options,
-        clock=clock,
-    )
-
-
-def _parse_variables(raw) -> tuple[tuple[str, ...], dict]:
-    """``variables`` as a list of Dataset variable names, or a mapping of declared names to
-    a Dataset variable name or ``{variable, column}`` (one column of a 2-D variable)."""
-    path = "data_source.variables"
-    if isinstance(raw, list):
-        names = tuple(check_name(v, f"{path}[{i}]") for i, v in enumerate(raw))
-        dup = {v for v in names if names.count(v) > 1}
-        if dup:
-            fail(path, f"{sorted(dup)} listed more than once")
-        return names, {}
-    if not isinstance(raw, Mapping) or not raw:
-        fail(
-            path,
-            f"expected a list of variable names or a mapping of names to variables, got {raw!r}",
-        )
-    columns = {}
-    for name, spec in raw.items():
-        p = f"{path}.{name}"
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-            fail(p, "declared names must be identifiers (letters, digits, underscores)")
-        if isinstance(spec, str):
-            columns[name] = (check_name(spec, p), None)
-            continue
-        check_keys(spec, ("variable", "column"), p, ("variable",))
-        column = spec.get("column")
-        if column is not None and (
-            isinstance(column, bool) or not isinstance(column, int) or column < 0
-        ):
-            fail(f"{p}.column", f"expected a non-negative column index, got {column!r}")
-        columns[name] = (check_name(spec["variable"], f"{p}.variable"), column)
-    return tuple(columns), {k: v for k, v in columns.items() if v != (k, None)}
-
-
-def _parse_synthetic(raw) -> dict | None:
-    if raw is None:
-        return None
-    path = "data_source.synthetic"
-    check_keys(raw, _SYNTHETIC, path, ("points",))
-    out = dict(raw)
-    for key, lo in (("points", 1), ("chunk_size", 1), ("seed", 0)):
-        v = raw.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-            fail(f"{path}.{key}", f"expected an integer >= {lo}, got {v!r}")
-    region = raw.get("region")
-    if region is not None:
-        ok = (
-            isinstance(region, list)
-            and len(region) == 4
-            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in region)
-        )
-        if not ok or not (region[0] < region[2] and -90 <= region[1] < region[3] <= 90):
-            fail(
-                f"{path}.region",
-                f"expected [lon_min, lat_min, lon_max, lat_max] with "
-                f"min < max and latitudes within -90..90, got {region!r}",
-            )
-    nf = raw.get("noise_fraction")
-    if nf is not None and (
-        isinstance(nf, bool) or not isinstance(nf, int | float) or not 0 <= nf < 1
-    ):
-        fail(f"{path}.noise_fraction", f"expected a number in [0, 1), got {nf!r}")
-    return out
 
 
 def _check_json(value, path: str) -> None:
@@ -862,7 +699,7 @@ def _parse_pyramid(raw, grid: Grid) -> tuple:
 def parse_config(raw: Mapping) -> Config:
     """Validate a config mapping (as read from YAML) into a :class:`Config`."""
     check_keys(raw, _TOP, "", _TOP)
-    source = _parse_source(raw["data_source"])
+    source = parse_data_source(raw["data_source"])
     agg = raw["aggregation"]
     check_keys(agg, ("variables",), "aggregation", ("variables",))
     fields_raw = agg["variables"]
@@ -905,7 +742,7 @@ def _parse_windowing(raw, source: DataSource, output: Output, fields: Mapping):
     )
     check_one_clock(windowing, source.clock)
     clocked = source.clock is not None or windowing is not None
-    time_key = "delta_time" if source.granules is not None else "time"
+    time_key = source.time_key
     how = (
         f"declare the clock beside the time variable (data_source.{time_key} with "
         "data_source.epoch, scale and units, as a windowing block gives them) or add an "
@@ -966,7 +803,7 @@ def load_config(source) -> Config:
     else:
         raise ConfigError(f"cannot load a config from {type(source).__name__}")
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)  # a key twice or an alias bomb is refused
     except yaml.YAMLError as exc:
         raise ConfigError(f"config is not valid YAML: {exc}") from exc
     if not isinstance(raw, Mapping):

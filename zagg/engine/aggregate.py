@@ -279,7 +279,8 @@ class Discovery:
         made right after its chunk is reduced: on a distributed cluster nothing waits for
         the last reduction before the summaries start (a local scheduler persists them
         first, then summarizes)."""
-        (reductions,) = dask.persist(reductions)  # a distributed client returns at once
+        with progress_.task_deaths():  # a local scheduler runs the reductions here
+            (reductions,) = dask.persist(reductions)  # a distributed client returns at once
         blocks = collection.block_tasks(reductions)
         take = dask.delayed(_result, pure=False)
         summarize = dask.delayed(_summary, pure=False)

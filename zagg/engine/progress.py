@@ -5,6 +5,13 @@ line can follow them (``progress=True``) and a stop asked for from elsewhere
 (:func:`request_stop`, what the command line's Ctrl-C handler calls) ends the wait with
 ``KeyboardInterrupt`` at the next step. With the local schedulers, dask's ProgressBar
 prints to stderr once work passes a second.
+
+A failed task ends the wait at once, and its failure is raised in the caller without
+asking distributed to gather it: a task that dies of a ``BaseException`` that is no
+``Exception`` (pyo3's ``PanicException``, a Rust panic inside a library) would otherwise
+stop distributed's gather short of waking the waiting thread, and the run would wait
+forever. Such a death, and a worker process that keeps dying on one task, is raised as
+:class:`TaskDied`, one line naming the task.
 """
 
 from __future__ import annotations
@@ -16,8 +23,53 @@ import time
 
 import dask
 
+from zagg.errors import ZaggError, ZaggWarning
+
 _stop = threading.Event()
 STEP_SECONDS = 0.2  # how often a wait looks at its futures and at a stop request
+
+
+class TaskDied(ZaggError, RuntimeError):
+    """A task died of something no Python code raises on purpose: a crash inside a library
+    (a Rust panic), or the worker process running it died every time it was tried."""
+
+    @classmethod
+    def of(cls, exc: BaseException, key=None) -> TaskDied:
+        """The one-line error for ``exc``, the death of task ``key`` (None: unknown)."""
+        task = f"a {_task_name(key)!r} task" if key is not None else "a task"
+        text = str(exc).strip().splitlines()
+        what = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        if type(exc).__name__ == "KilledWorker":
+            tries = getattr(exc, "allowed_failures", None)
+            tries = "several" if not isinstance(tries, int) else tries + 1
+            return cls(
+                f"{task} was tried on {tries} workers and each died running it: "
+                "a worker out of memory (give workers more --memory-limit, or fewer "
+                "--threads) or a crash in a library; the store keeps only complete leaves: "
+                "run the same command again to finish it"
+            )
+        return cls(
+            f"{task} died of {what} (a crash inside a library zagg calls, not an error it "
+            "reports): the run stopped; the store keeps only complete leaves: report this "
+            "line, and run the same command again once its cause is fixed"
+        )
+
+
+def _task_name(key) -> str:
+    """A task key's stage, as the dashboard groups it: ``('reduce-chunk-ab12…', 3)`` is
+    ``reduce-chunk``."""
+    from dask.utils import key_split
+
+    return key_split(key)
+
+
+def died(exc: BaseException) -> bool:
+    """Whether ``exc`` is a task's death rather than an exception to raise as it is: a
+    ``BaseException`` that is no ``Exception`` (and not an interrupt or exit, which keep
+    their own meaning), or distributed's ``KilledWorker``."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return False
+    return not isinstance(exc, Exception) or type(exc).__name__ == "KilledWorker"
 
 
 def request_stop() -> None:
@@ -78,12 +130,25 @@ def compute(
             if on_failure is not None:
                 _salvage(client, futures, on_failure)
             raise
-    if progress:
-        if label:
-            print(label, file=sys.stderr)
-        with progress_bar():
-            return list(dask.compute(*tasks))
-    return list(dask.compute(*tasks))
+    with task_deaths():
+        if progress:
+            if label:
+                print(label, file=sys.stderr)
+            with progress_bar():
+                return list(dask.compute(*tasks))
+        return list(dask.compute(*tasks))
+
+
+@contextlib.contextmanager
+def task_deaths():
+    """A task's death on a local scheduler (which raises it in the calling thread) raised
+    as :class:`TaskDied`; around every local ``dask.compute``/``persist`` of a run's tasks."""
+    try:
+        yield
+    except BaseException as exc:
+        if died(exc):
+            raise TaskDied.of(exc) from exc
+        raise
 
 
 def persist(objs, *, progress: bool = False, label: str = "", optimize: bool = True) -> list:
@@ -91,7 +156,8 @@ def persist(objs, *, progress: bool = False, label: str = "", optimize: bool = T
     asked) until every result is held. ``optimize=False`` keeps the tasks' annotations
     (graph optimization fuses tasks and drops them)."""
     client = active_client()
-    out = list(dask.persist(*objs, optimize_graph=optimize))
+    with task_deaths():
+        out = list(dask.persist(*objs, optimize_graph=optimize))
     if client is not None:
         from distributed import futures_of
 
@@ -100,9 +166,10 @@ def persist(objs, *, progress: bool = False, label: str = "", optimize: bool = T
 
 
 def wait(futures, *, progress: bool = False, label: str = "") -> None:
-    """Wait until every future is done (finished, failed or cancelled), in steps of
+    """Wait until every future is done (finished or cancelled), in steps of
     :data:`STEP_SECONDS`, printing a progress line to stderr when asked; raises
-    ``KeyboardInterrupt`` at the step after :func:`request_stop`."""
+    ``KeyboardInterrupt`` at the step after :func:`request_stop`, and a failed task's
+    exception (:class:`TaskDied` for a death) as soon as one fails."""
     futures = list(futures)
     bar = new_bar(label, len(futures)) if progress and futures else None
     from distributed import wait as wait_for
@@ -114,8 +181,11 @@ def wait(futures, *, progress: bool = False, label: str = "") -> None:
             pending = [f for f in pending if not f.done()]
             if bar is not None:
                 bar.show(len(futures) - len(pending))
-            if not pending or any(f.status == "error" for f in futures):
-                break  # (gather raises a failed task's exception)
+            failed = next((f for f in futures if f.status == "error"), None)
+            if failed is not None:
+                _raise_failure(failed)
+            if not pending:
+                break
             try:
                 wait_for(pending, timeout=STEP_SECONDS, return_when="FIRST_COMPLETED")
             except TimeoutError:
@@ -123,6 +193,15 @@ def wait(futures, *, progress: bool = False, label: str = "") -> None:
     finally:
         if bar is not None:
             bar.close()
+
+
+def _raise_failure(future) -> None:
+    """Raise the failed ``future``'s exception here, read without gathering it (see the
+    module's docstring)."""
+    exc = future.exception()
+    if died(exc):
+        raise TaskDied.of(exc, future.key) from exc
+    raise exc.with_traceback(future.traceback())
 
 
 def in_notebook() -> bool:
@@ -207,4 +286,6 @@ def _salvage(client, futures, on_failure) -> None:
     try:
         on_failure(client.gather([f for f in futures if f.status == "finished"]))
     except Exception as exc:
-        warnings.warn(f"could not collect the finished tasks' results: {exc}", stacklevel=3)
+        warnings.warn(
+            f"could not collect the finished tasks' results: {exc}", ZaggWarning, stacklevel=3
+        )

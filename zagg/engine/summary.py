@@ -35,6 +35,8 @@ class RunSummary:
     stages: object = None  # where the tasks' time went (zagg.pipeline.timings.StageTimes)
     #: why and in how many shard groups a run was read (None: one pass; zagg.pipeline.stream)
     shard_groups: str | None = None
+    #: the superseded versions the leaves this run wrote now hold: (count, bytes)
+    superseded: tuple[int, int] = (0, 0)
 
     @property
     def points_per_second(self) -> float | None:
@@ -121,6 +123,17 @@ class RunSummary:
             )
         return lines
 
+    def _superseded_lines(self) -> list[str]:
+        """The earlier versions of the leaves the run rewrote, which stay on disk until
+        ``zagg gc`` removes them."""
+        count, nbytes = self.superseded
+        if not count:
+            return []
+        return [
+            f"superseded      {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB) in {count:,} earlier "
+            f"version(s) of the leaves written; zagg gc {self.store} removes them"
+        ]
+
     def lines(self) -> list[str]:
         rate = self.points_per_second
         pts = "unknown" if self.points is None else f"{self.points:,}"
@@ -143,6 +156,7 @@ class RunSummary:
             ],
             *self._gate_lines(),
             f"bytes written   {self.bytes_written:,} ({self.bytes_written / 2**20:.1f} MiB)",
+            *self._superseded_lines(),
             f"wall time       {self.wall_seconds:.1f} s",
             *(self.stages.lines() if self.stages is not None else []),
             *(

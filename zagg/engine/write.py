@@ -37,7 +37,7 @@ from zagg.hive.encode import EncodedArray
 from zagg.hive.layout import MORTON
 from zagg.hive.leaf import LeafSpec, ShardLeaf, encode_leaf_array, write_shard_leaf
 from zagg.hive.paths import MANIFEST_KEY, leaf_stem
-from zagg.hive.versions import new_run_id
+from zagg.hive.versions import new_run_id, superseded
 from zagg.pyramid.icechunk import with_carriers
 from zagg.stages import DATASET_CELLS, ENCODE_LEAF, WRITE_LEAF, layer_name
 
@@ -303,6 +303,9 @@ class HiveWrite:
             wall_seconds=time.perf_counter() - self.t0,
             records=written,
             point_counts=self.info.get("point_counts"),
+            superseded=superseded(
+                self.root, [(r["path"], r["version"]) for r in written if r.get("version")]
+            ),
         )
 
 

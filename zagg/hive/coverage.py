@@ -15,6 +15,7 @@ import numpy as np
 import zstandard
 
 from zagg import grid
+from zagg.errors import ZaggWarning
 from zagg.hive.manifest import path_grouping, read_manifest
 from zagg.hive.paths import ROOT_COVERAGE_KEY, leaf_path
 from zagg.hive.stamp import now_iso, read_stamp
@@ -298,7 +299,9 @@ def update_root_coverage(
             replace_unreadable=True,
         )
     except Exception as exc:  # fail-open by contract
-        warnings.warn(f"root coverage at {root.url} was not updated: {exc}", stacklevel=2)
+        warnings.warn(
+            f"root coverage at {root.url} was not updated: {exc}", ZaggWarning, stacklevel=2
+        )
         return None
 
 
@@ -331,6 +334,7 @@ def _union(
         warnings.warn(
             f"root coverage at {root.url} is at order {existing['order']}, not {order}; "
             "replacing it",
+            ZaggWarning,
             stacklevel=4,
         )
         existing = None
@@ -339,7 +343,9 @@ def _union(
             ids |= set(expand_ranges(existing))
         except ValueError as exc:
             warnings.warn(
-                f"root coverage at {root.url} is malformed ({exc}); replacing it", stacklevel=4
+                f"root coverage at {root.url} is malformed ({exc}); replacing it",
+                ZaggWarning,
+                stacklevel=4,
             )
     envelope = root_envelope(ids, order, source=source)
     held = existing.get("temporal") if existing is not None else None

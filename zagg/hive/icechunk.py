@@ -12,15 +12,18 @@ fails loudly on read instead of decoding other bytes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
 import math
 import os
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 import numpy as np
 
+from zagg.errors import ZaggError
 from zagg.hive import paths
 from zagg.hive.storage import StoreRoot
 
@@ -62,12 +65,123 @@ class ObjectArray:
 
 # -- where the repo lives ---------------------------------------------------------------
 
+QUIET_LOGS = "error"  # icechunk's log filter while ICECHUNK_LOG, its own switch, is unset
+_logs_set = False
+
+
+def _icechunk():
+    """``icechunk``, imported; on first use in a process its Rust log lines are limited to
+    errors (:data:`QUIET_LOGS`) unless ``ICECHUNK_LOG`` says otherwise: its warnings, such
+    as a local repository's not being safe for concurrent commits (zagg commits from one
+    process), are not a run's or a reader's to act on."""
+    global _logs_set
+    import icechunk
+
+    if not _logs_set:
+        _logs_set = True
+        if "ICECHUNK_LOG" not in os.environ:
+            icechunk.set_logs_filter(QUIET_LOGS)
+    return icechunk
+
+
+class IcechunkError(ZaggError, ValueError):
+    """The store's Icechunk companion cannot be written or read as asked."""
+
+
+class IcechunkMissing(ZaggError, ImportError):
+    """The ``icechunk`` package (the ``zagg[icechunk]`` extra) is not installed."""
+
+
+def require(what: str) -> None:
+    """Refuse ``what`` in one line naming the extra when the icechunk package is absent."""
+    try:
+        import icechunk  # noqa: F401
+    except ImportError:
+        raise IcechunkMissing(
+            f"{what} needs the icechunk package: pip install 'zagg[icechunk]'"
+        ) from None
+
+
+def _split_url(root: StoreRoot) -> tuple[str, str]:
+    """The store root as ``(scheme and authority, absolute path)``: ``("file://",
+    "/data/store")``, ``("s3://bucket", "/product")``."""
+    if root.is_local:
+        return "file://", os.path.abspath(root.path).rstrip("/")
+    scheme, _, rest = root.url.partition("://")
+    bucket, _, path = rest.partition("/")
+    return f"{scheme}://{bucket}", "/" + path.strip("/") if path.strip("/") else ""
+
+
+def _encoded(path: str) -> str:
+    """A path as a URL path: every byte but letters, digits, ``_.-~`` and ``/``
+    percent-encoded (UTF-8), so a space, ``#``, ``?``, ``%`` or ``é`` in a store path or key
+    reads back as itself."""
+    return quote(path, safe="/")
+
+
+def check_path(root: StoreRoot) -> None:
+    """Refuse a store path Icechunk cannot name: one holding a control character (a
+    newline, a tab), which no object-store path admits."""
+    bad = [c for c in root.url if ord(c) < 32 or ord(c) == 127]
+    if bad:
+        raise IcechunkError(
+            f"{root.url!r}: the Icechunk companion cannot reference objects under a path "
+            f"holding the control character {bad[0]!r}; rename the store or set "
+            "output.icechunk: false"
+        )
+
 
 def url_prefix(root: StoreRoot) -> str:
-    """The virtual chunk container's prefix: the store root URL with a trailing ``/``."""
-    if root.is_local:
-        return "file://" + os.path.abspath(root.path).rstrip("/") + "/"
-    return root.url.rstrip("/") + "/"
+    """The store root as a URL with a trailing ``/``, its path percent-encoded: every
+    reference's location is this prefix and the object's encoded key (§11.3)."""
+    base, path = _split_url(root)
+    return base + _encoded(path) + "/"
+
+
+def container_prefix(root: StoreRoot) -> str:
+    """The prefix of the repo's one virtual chunk container: the store root, or, when the
+    root's path holds a character a URL encodes, its nearest ancestor that holds none.
+    Icechunk matches a reference against its container by the encoded form when one is
+    set and by the decoded form when one is read, so the container must read the same
+    both ways; the references below it still name the store root's objects exactly."""
+    base, path = _split_url(root)
+    while path and _encoded(path) != path:
+        path = path.rsplit("/", 1)[0]
+    return base + path + "/"
+
+
+def location(prefix: str, key: str) -> str:
+    """A reference's location: the store root's :func:`url_prefix` and the object's key,
+    percent-encoded as a URL path (§11.3 names ``?``, ``#`` and ``%``; zagg encodes every
+    byte a URL does not carry as itself)."""
+    return prefix + _encoded(key)
+
+
+def key_of(prefix: str, loc: str) -> str | None:
+    """The store-relative key a location names (None: not under ``prefix``)."""
+    return unquote(loc[len(prefix) :]) if loc.startswith(prefix) else None
+
+
+@contextlib.contextmanager
+def exclusive(root: StoreRoot):
+    """On a local store, an exclusive lock of the store root's directory for one commit
+    of its repo (its creation, configuration, commit and tags): Icechunk's local storage
+    does not make a branch update conditional between processes, so two runs committing
+    at once could each move main over the other. The lock creates no object and ends
+    with its process; an object store's conditional writes need none."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: commits rely on Icechunk's conflicts
+        fcntl = None
+    if not root.is_local or fcntl is None:
+        yield
+        return
+    fd = os.open(os.path.abspath(root.path), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _s3_options(root: StoreRoot) -> dict:
@@ -86,12 +200,12 @@ def _s3_options(root: StoreRoot) -> dict:
 
 def repo_storage(root: StoreRoot):
     """The Icechunk ``Storage`` of the store's repo, ``{root}/icechunk/``."""
-    import icechunk
+    icechunk = _icechunk()
 
     if root.is_local:
         return icechunk.local_filesystem_storage(os.path.join(os.path.abspath(root.path), REPO_DIR))
     if not root.url.startswith("s3://"):
-        raise ValueError(
+        raise IcechunkError(
             f"{root.url}: the Icechunk companion is written for local and s3:// stores; "
             "set output.icechunk: false for this store"
         )
@@ -112,11 +226,12 @@ def repo_storage(root: StoreRoot):
 
 
 def container(root: StoreRoot):
-    """The one virtual chunk container the repo declares: the store root itself."""
-    import icechunk
+    """The one virtual chunk container the repo declares (:func:`container_prefix`)."""
+    icechunk = _icechunk()
 
+    prefix = container_prefix(root)
     if root.is_local:
-        store = icechunk.local_filesystem_store(os.path.abspath(root.path))
+        store = icechunk.local_filesystem_store(prefix[len("file://") :])
     else:
         o = _s3_options(root)
         store = icechunk.s3_store(
@@ -127,15 +242,16 @@ def container(root: StoreRoot):
             force_path_style=bool(o["endpoint_url"]),
             anonymous=o["anon"],
         )
-    return icechunk.VirtualChunkContainer(url_prefix(root), store)
+    return icechunk.VirtualChunkContainer(prefix, store)
 
 
 def credentials(root: StoreRoot) -> dict:
     """Authorization of the container prefix, with the credentials the leaves are read with."""
-    import icechunk
+    icechunk = _icechunk()
 
+    prefix = container_prefix(root)
     if root.is_local:
-        return icechunk.containers_credentials({url_prefix(root): None})
+        return icechunk.containers_credentials({prefix: _local_access(icechunk)})
     o = _s3_options(root)
     if o["anon"]:
         cred = icechunk.s3_anonymous_credentials()
@@ -145,14 +261,21 @@ def credentials(root: StoreRoot) -> dict:
         )
     else:
         cred = icechunk.s3_from_env_credentials()
-    return icechunk.containers_credentials({url_prefix(root): cred})
+    return icechunk.containers_credentials({prefix: cred})
+
+
+def _local_access(icechunk):
+    """The credential that authorizes a container on the local file system: icechunk 2's
+    explicit sentinel (it deprecates ``None`` there); icechunk 1 has none and takes ``None``."""
+    return getattr(icechunk.credentials, "LocalFileSystemAccess", None)
 
 
 def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     """The store's repo (created when ``create`` and absent), its container authorized;
     ``None`` when there is none and ``create`` is false. ``splitting`` (an Icechunk
-    ``ManifestSplittingConfig``) overrides the repo's saved one for this handle."""
-    import icechunk
+    ``ManifestSplittingConfig``) overrides the repo's saved one for this handle. Two
+    writers creating it at once: the one that loses opens the winner's."""
+    icechunk = _icechunk()
 
     storage = repo_storage(root)
     config = icechunk.RepositoryConfig.default()
@@ -160,13 +283,17 @@ def open_repo(root: StoreRoot, *, create: bool = False, splitting=None):
     if splitting is not None:
         config.manifest = icechunk.ManifestConfig(splitting=splitting)
     creds = credentials(root)
-    if icechunk.Repository.exists(storage):
-        return icechunk.Repository.open(
-            storage, config=config, authorize_virtual_chunk_access=creds
-        )
-    if not create:
-        return None
-    return icechunk.Repository.create(storage, config=config, authorize_virtual_chunk_access=creds)
+    if not icechunk.Repository.exists(storage):
+        if not create:
+            return None
+        try:
+            return icechunk.Repository.create(
+                storage, config=config, authorize_virtual_chunk_access=creds
+            )
+        except Exception:  # another writer created it first: open theirs
+            if not icechunk.Repository.exists(storage):
+                raise
+    return icechunk.Repository.open(storage, config=config, authorize_virtual_chunk_access=creds)
 
 
 # -- one object group's references -------------------------------------------------------
@@ -304,16 +431,11 @@ def group_refs(root: StoreRoot, group: str) -> dict[str, ObjectArray]:
     return dict(sorted(out.items()))
 
 
-def location(prefix: str, key: str) -> str:
-    """A reference's location: the container prefix (:func:`url_prefix` of the store) and
-    the object's key, with the three characters a URL reserves percent-encoded (§11.3)."""
-    return prefix + key.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
-
-
 def refreshed(root: StoreRoot, arrays: dict[str, ObjectArray]) -> dict[str, ObjectArray]:
     """On a local store, ``arrays`` with every checksum read again from its object (one
-    stat each): a lifecycle touch moves a column's modification time, and with it the
-    checksum its references must carry. An object store's ETags survive the touch (a
+    stat each): a touch of a column's objects (out of band, or by a zagg that touched
+    them) moves their modification times, and with them the checksums its references
+    must carry. An object store's ETags survive the touch (a
     self-copy), so there ``arrays`` are returned as they are."""
     if not root.is_local:
         return arrays

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.grid import Grid
 from zagg.hive import cells as cells_
 from zagg.hive import claims, coverage, encode, hashes, paths, stamp, stats, versions
@@ -401,14 +402,18 @@ class _LeafWrite:
                 )
             except ValueError as exc:  # the sidecar is telemetry, never truth
                 warnings.warn(
-                    f"stats sidecar for leaf {self.rel} was not made: {exc}", stacklevel=2
+                    f"stats sidecar for leaf {self.rel} was not made: {exc}",
+                    ZaggWarning,
+                    stacklevel=2,
                 )
         # the leaf's identity record lands with the leaf, so a run killed after this leaf
         # can tell it is current (one batch of concurrent PUTs on an object store)
         try:
             spec.root.write_many({key: dumps_json(payload) for key, payload in siblings.items()})
         except Exception as exc:  # the stamp stands; without its sidecars it is rewritten
-            warnings.warn(f"sidecars of leaf {self.rel} were not written: {exc}", stacklevel=2)
+            warnings.warn(
+                f"sidecars of leaf {self.rel} were not written: {exc}", ZaggWarning, stacklevel=2
+            )
         if derived is not None:
             derived(record)
 

@@ -22,6 +22,7 @@ import warnings
 import mortie
 import numpy as np
 
+from zagg.errors import ZaggWarning
 from zagg.hive.coverage import same_but_times
 from zagg.hive.paths import ROOT_COVER_KEY
 from zagg.hive.stamp import now_iso
@@ -35,6 +36,7 @@ from zagg.windows.record import (
     coarsen,
     decode_words,
 )
+from zagg.windows.toc import pinned_order
 
 SECTION_SPEC = "zagg-coverage-toc/1"
 COVER_SPEC = "zagg-coverage-toc-cover/1"
@@ -49,6 +51,15 @@ def _counts_of(record: dict) -> tuple[np.ndarray, np.ndarray, int]:
     obs = decode_words(block, "obs").astype(np.int64)
     start, _ = mortie.toc2time(words) if words.size else (np.zeros(0, np.uint64), None)
     return (np.asarray(start, np.uint64) >> np.uint64(63 - order)).astype(np.int64), obs, order
+
+
+def _pinned(order) -> bool:
+    """Whether a stored temporal order is one readers take (:func:`zagg.windows.toc.pinned_order`)."""
+    try:
+        pinned_order(order)
+    except ValueError:
+        return False
+    return True
 
 
 def sum_counts(parts) -> tuple[np.ndarray, np.ndarray, int]:
@@ -194,6 +205,8 @@ def compose_cover(standing, mine: dict, order: int) -> dict | None:
         and standing.get("spec") == COVER_SPEC
         and standing.get("order") == order
         and isinstance(standing.get("shards"), dict)
+        # above the pinned order readers refuse it: this run's cover replaces it
+        and _pinned(standing.get("temporal_order", TEMPORAL_ORDER))
     )
     if usable:
         fields |= set(standing.get("fields") or [])
@@ -273,6 +286,8 @@ def root_temporal(root, records: list[dict], shard_order: int) -> dict | None:
         return publish(root, records, shard_order)
     except Exception as exc:  # a regenerable cache never fails the run
         warnings.warn(
-            f"the root temporal coverage of {root.url} was not updated: {exc}", stacklevel=2
+            f"the root temporal coverage of {root.url} was not updated: {exc}",
+            ZaggWarning,
+            stacklevel=2,
         )
         return None

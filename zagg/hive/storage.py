@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import fcntl
+import functools
 import json
 import os
 import posixpath
@@ -31,6 +33,71 @@ from zagg.hive.parts import Parts, object_bytes, object_size
 
 #: lost races a shared object's update retries before giving up (each re-reads and merges)
 UPDATE_ATTEMPTS = 64
+
+
+class StoreIOError(ZaggError, OSError):
+    """A store's disk or object store failed under a read or write: the disk is full, or
+    the object store cannot be reached or keeps failing. Names the object and the fix; a
+    run stopped by it leaves only whole leaves (see :func:`io_fault`)."""
+
+
+#: what a run stopped by a store fault leaves, and how to finish it
+RERUN = (
+    "then run the same command again: the store keeps the leaves already stamped, readers "
+    "skip any leaf left without its stamp, and the re-run writes the rest"
+)
+
+
+def io_fault(root: StoreRoot, what, exc: BaseException) -> StoreIOError | None:
+    """The :class:`StoreIOError` of ``exc``, raised by I/O on ``what`` (a key, or a dict
+    of keys) under ``root``: a full disk, or an object store that cannot be reached or
+    failed. None for anything else (a missing object, a refused permission and bugs keep
+    their own exceptions)."""
+    if isinstance(what, str):
+        where = root.url_of(what)
+    else:
+        keys = sorted(what)
+        where = f"{root.url_of(keys[0])} (and {len(keys) - 1} more)" if keys else root.url
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreIOError(
+            f"cannot write {where}: the disk is full ({exc.strerror}); free space on it or "
+            f"give the store another location, {RERUN}"
+        )
+    if root.is_local:
+        return None
+    names = {c.__name__ for c in type(exc).__mro__}
+    connection = bool(
+        names & {"ConnectionError", "HTTPClientError", "ClientConnectionError", "TimeoutError"}
+    )
+    passed = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)
+    if connection or (isinstance(exc, OSError) and not isinstance(exc, passed)):
+        what_went = (
+            "cannot reach the object store for" if connection else "the object store failed on"
+        )
+        return StoreIOError(
+            f"{what_went} {where} ({type(exc).__name__}: {exc}); check the endpoint "
+            f"(storage_options' endpoint_url), the network and the service's status, {RERUN}"
+        )
+    return None
+
+
+def _faults(method):
+    """Raise a store fault of ``method`` (its first argument the key) as :func:`io_fault`
+    says."""
+
+    @functools.wraps(method)
+    def guarded(self, what="", *args, **kwargs):
+        try:
+            return method(self, what, *args, **kwargs)
+        except ZaggError:
+            raise
+        except Exception as exc:
+            fault = io_fault(self, what, exc)
+            if fault is None:
+                raise
+            raise fault from exc
+
+    return guarded
 
 
 class StoreRoot:
@@ -91,6 +158,7 @@ class StoreRoot:
         return f"{self.url}/{key}" if key else self.url
 
     # -- objects ------------------------------------------------------------------------
+    @_faults
     def read_bytes(self, key: str) -> bytes | None:
         """The object's bytes, or ``None`` when it does not exist. On an object store this
         is one ranged GET: s3fs's plain read asks for the size first, which takes two round
@@ -108,6 +176,7 @@ class StoreRoot:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
 
+    @_faults
     def write_bytes(self, key: str, data) -> int:
         """Write one object (bytes-like or :class:`Parts`), creating parent directories
         locally; returns its size."""
@@ -134,6 +203,7 @@ class StoreRoot:
         self.fs.pipe_file(full, object_bytes(data))
         return object_size(data)
 
+    @_faults
     def write_many(self, objects: dict[str, Any]) -> None:
         """Write several objects (key → bytes-like or :class:`Parts`). On an object store
         they go up as concurrent PUTs: a leaf's objects then cost about one round trip, not
@@ -145,6 +215,7 @@ class StoreRoot:
         if objects:
             self.fs.pipe({self._full(k): object_bytes(v) for k, v in objects.items()})
 
+    @_faults
     def create(self, key: str, data) -> bool:
         """Write one object only if ``key`` does not exist yet, atomically: an exclusive
         create locally, a conditional PUT (``If-None-Match: *``) on an object store. True
@@ -174,6 +245,7 @@ class StoreRoot:
         return True
 
     # -- shared objects: compare-and-swap ----------------------------------------------
+    @_faults
     def update_json(
         self,
         key: str,
@@ -217,6 +289,7 @@ class StoreRoot:
             "writers of this store); run again to finish this run's update"
         )
 
+    @_faults
     def delete_if(self, key: str, doomed: Callable[[Any], bool]) -> bool:
         """Delete a shared JSON object only when ``doomed(current)`` holds for the object
         standing at the moment of the delete (under the lock locally, ``If-Match`` its ETag
@@ -318,6 +391,7 @@ class StoreRoot:
         with contextlib.suppress(Exception):  # listing caches only
             self.fs.invalidate_cache(self._full(key))
 
+    @_faults
     def delete(self, key: str) -> None:
         """Delete one object (a no-op when absent)."""
         try:
@@ -355,6 +429,7 @@ class StoreRoot:
             MetadataDirective="REPLACE",
         )
 
+    @_faults
     def list_keys(self, prefix: str) -> list[str]:
         """Every object key under ``prefix`` (recursively), relative to the root, sorted."""
         full = self._full(prefix)
@@ -392,6 +467,7 @@ class StoreRoot:
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._full(key)))
 
+    @_faults
     def list_dir(self, prefix: str = "") -> tuple[list[str], list[str]]:
         """One delimiter listing: (child directory names, child object names), sorted."""
         full = self._full(prefix)
@@ -411,6 +487,7 @@ class StoreRoot:
             (dirs if entry.get("type") == "directory" else files).append(name)
         return sorted(dirs), sorted(files)
 
+    @_faults
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under ``prefix`` (a no-op when nothing is there)."""
         if not _clean_key(prefix):

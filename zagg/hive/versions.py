@@ -3,11 +3,12 @@
 A versioned leaf's root ``zarr.json`` names its ``current`` version, ``run-{run_id}-{attempt}``
 (the run's id, then 8 hex characters drawn for each write, so two writers of one leaf never
 share a prefix). A replacement writes a new version and moves the pointer; the superseded
-versions stay until :func:`collect` removes them.
+versions stay until :func:`collect` removes them; :func:`superseded` measures them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable
@@ -96,3 +97,36 @@ def collect(
             for v in doomed:
                 root.delete_prefix(f"{leaf}/{v}")
     return out
+
+
+def superseded(root: StoreRoot, leaves: list[tuple[str, str]]) -> tuple[int, int]:
+    """How many superseded versions the ``leaves`` (``(leaf path, current version)``) of a
+    local store hold, and their bytes: every version subgroup but the current one (what
+    ``zagg gc`` removes, less what it keeps for the Icechunk companion's snapshots). A
+    walk of the leaves' folders; an object store is not measured ((0, 0)): it would pay a
+    listing a leaf, and a run's writes list none."""
+    if not root.is_local:
+        return 0, 0
+    count = size = 0
+    for leaf, current in leaves:
+        base = os.path.join(root.path, leaf)
+        try:
+            names = [e.name for e in os.scandir(base) if e.is_dir() and e.name != current]
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if _NAME.match(name):
+                count += 1
+                size += _bytes_under(os.path.join(base, name))
+    return count, size
+
+
+def _bytes_under(path: str) -> int:
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(folder, f))
+            except FileNotFoundError:  # removed meanwhile (a concurrent gc)
+                pass
+    return total

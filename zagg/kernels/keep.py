@@ -1,7 +1,9 @@
 """The rows of a chunk that get keyed, and their coordinates, gathered in one pass.
 
 A chunk's filters keep most of its rows, and a few rows more fall out because their
-coordinates cannot be keyed (non-finite, or a latitude outside [-90, 90]). Listing the kept
+coordinates cannot be keyed (non-finite, or a latitude outside [-90, 90]). Longitudes are
+angles: every finite one is wrapped into [-180, 180) on the way (:func:`wrap_longitude`), so
+one position keys to one cell however its longitude is spelled. Listing the kept
 rows and gathering the coordinates through them one array at a time reads and writes every
 array several times; :func:`keyable_rows` walks the chunk once, branch-free, and writes the
 rows and both coordinates of every keyable kept point side by side.
@@ -13,10 +15,25 @@ import numba as nb
 import numpy as np
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def wrap_longitude(x):
+    """``x`` degrees as the same angle in [-180, 180), exactly (``fmod`` is exact and each
+    shift by 360 is exact on the half-range it applies to), -0.0 as 0.0; a non-finite ``x``
+    gives NaN. An in-range longitude other than -0.0 comes back unchanged bit for bit."""
+    if -180.0 <= x < 180.0:  # nearly every longitude: no division
+        return x + 0.0  # -0.0 + 0.0 is 0.0
+    r = np.fmod(x, 360.0)
+    if r >= 180.0:
+        r -= 360.0
+    elif r < -180.0:
+        r += 360.0
+    return r + 0.0  # -0.0 + 0.0 is 0.0
+
+
 @nb.njit(cache=True, nogil=True)
 def _keyable(keep, masked, lat, lon, rows, lat_out, lon_out):
-    """Write row, latitude and longitude of every keyable row ``keep`` keeps (every row
-    unless ``masked``); returns (rows written, rows ``keep`` keeps)."""
+    """Write row, latitude and wrapped longitude of every keyable row ``keep`` keeps (every
+    row unless ``masked``); returns (rows written, rows ``keep`` keeps)."""
     k = 0
     kept = 0
     for i in range(lat.shape[0]):
@@ -27,7 +44,7 @@ def _keyable(keep, masked, lat, lon, rows, lat_out, lon_out):
         ok = take & (abs(y) <= 90.0) & np.isfinite(x)
         rows[k] = i
         lat_out[k] = y
-        lon_out[k] = x
+        lon_out[k] = wrap_longitude(x) if ok else x
         k += ok  # every slot is written, the next one overwrites a refused row
         kept += take
     return k, kept
@@ -44,7 +61,7 @@ def _read_only(x: np.ndarray) -> np.ndarray:
 def keyable_rows(keep, lat, lon):
     """The rows ``keep`` (a boolean mask, or None for all rows) keeps whose coordinates can
     be keyed (finite, latitude within [-90, 90]), with their float64 latitudes and
-    longitudes: ``(rows, lat, lon, n_kept)``, ``n_kept`` the rows ``keep`` keeps before the
+    longitudes wrapped into [-180, 180): ``(rows, lat, lon, n_kept)``, ``n_kept`` the rows ``keep`` keeps before the
     coordinate check. Rows ascend; ``rows`` is int64."""
     lat = _read_only(np.asarray(lat, dtype=np.float64))
     lon = _read_only(np.asarray(lon, dtype=np.float64))

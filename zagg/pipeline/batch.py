@@ -104,13 +104,17 @@ def batch(
     client=None,
     progress: bool = True,
     out=None,
+    granules=None,
     **run_knobs,
 ) -> BatchSummary:
     """Run ``config`` once per region of ``regions`` (GeoJSON files or shipped region
     names), in order, into ``store`` on ``client`` (a ``distributed.Client``: one cluster
     for every region; None lets each run start its own). Prints a line per region to
-    ``out`` (default stdout) as it finishes; returns the :class:`BatchSummary`."""
+    ``out`` (default stdout) as it finishes; returns the :class:`BatchSummary`.
+    ``granules`` (a path, URL, glob or list) reads every region from the user's own
+    granules (or points file) in place of the location the config names."""
     from zagg.config.model import ConfigError, load_config
+    from zagg.pipeline.plan import relocated
     from zagg.pipeline.run import run
 
     out = out or sys.stdout
@@ -120,6 +124,8 @@ def batch(
             "zagg batch needs at least one region (GeoJSON files or shipped region names)"
         )
     cfg = load_config(config)
+    if granules is not None:  # refused once, before any region, when the config has no location
+        cfg = relocated(cfg, granules, "--granules")
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")

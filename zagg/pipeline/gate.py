@@ -4,17 +4,19 @@ when it can.
 Each shard is a unit with an identity: the store's semantic hash and the unit's planned
 granule ids (:mod:`zagg.pipeline.reruns` holds the verdicts). Where a run's plan comes from:
 
-- **a catalog** (``data_source.granules`` names one): each granule's footprint says which
+- **a catalog** (``data_source.granules`` names one), or any source whose registered record
+  gives ``footprints`` (:mod:`zagg.sources.record`): each granule's footprint says which
   shards it touches, so every unit's plan is known before any granule is opened. The gate
   runs first and the run reads only the granules of the units it must rewrite; an
   unchanged re-run opens no granule at all. Leaves record their planned ids.
 - **any other source**: which shards a granule feeds is known only once it is read, so
   the run reads and reduces its points, then gates the shards it found (their planned ids
   are the granules that fed them, plus those the leaf recorded that the run read again)
-  and writes only the units that are not current. A directory or list of granules names
-  its granules by file name, the built-in generator is one granule ``synthetic`` (its
-  parameters are in the semantic hash), an input file is its file name; a Dataset passed
-  in without granule ids has no identity and is always rewritten.
+  and writes only the units that are not current. The source's record names the read
+  units (its ``units``): a directory or list of granules names its granules by file name,
+  the built-in generator is one granule ``synthetic`` (its parameters are in the semantic
+  hash), an input file is its file name; a Dataset passed in without granule ids has no
+  identity and is always rewritten.
 
 ``overwrite`` bypasses the gate (every unit rewritten, contraction included). A run's
 plan (:mod:`zagg.pipeline.plan`) classifies a catalog's units without acting on them; the
@@ -24,7 +26,6 @@ below (:func:`selector`, :func:`record_granules`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,11 +44,13 @@ from zagg.pipeline.reruns import (
     recorded_ids,
     touch_current,
     touch_root,
+    vanished,
     write_empty,
     write_refusals,
 )
+from zagg.sources import builtin, registry
 
-SYNTHETIC_ID = "synthetic"
+SYNTHETIC_ID = builtin.SYNTHETIC_ID
 
 
 @dataclass
@@ -77,6 +80,25 @@ class RunGate:
             column=self.column,
         )
 
+    def vanished(self, gated, known, shards=None) -> dict[str, Verdict]:
+        """The refused verdicts of the store's units this run does not gate (``gated``)
+        whose granules are gone from its input (``known``: every granule id it has),
+        within ``shards`` when the run is restricted (:func:`zagg.pipeline.reruns.vanished`);
+        none when contraction is allowed (such a leaf is then left as it is)."""
+        if self.allow_contraction:
+            return {}
+        return vanished(
+            self.root, gated, known, shards=shards, windowed=self.spec.windowing is not None
+        )
+
+    def refuse_vanished(self, known, shards=None) -> None:
+        """After a run that found its units by reading: refuse (and record in the run's
+        refusals) the store's units whose granules are gone from its input."""
+        gated = {} if self.gate is None else self.gate.verdicts
+        gone = self.vanished(gated, known, shards)
+        if gone:
+            self.apply(gone)
+
     def apply(self, verdicts: dict[str, Verdict]) -> set[str]:
         """Act on ``verdicts``: touch the current units, record the refusals; returns the
         units to write."""
@@ -85,9 +107,16 @@ class RunGate:
         gate.objects_touched, gate.touch_failures = touch_current(
             self.root, current, column=self.column
         )
-        refused = [v for v in verdicts.values() if v.kind == REFUSED]
-        gate.refusals_key = write_refusals(self.root, self.run_id, self.spec.semantic_hash, refused)
         self.gate = gate if self.gate is None else self.gate.merge(gate)
+        if any(v.kind == REFUSED for v in verdicts.values()):
+            # one refusal manifest a run: it lists every unit refused so far
+            self.gate.refusals_key = write_refusals(
+                self.root,
+                self.run_id,
+                self.spec.semantic_hash,
+                [v for v in self.gate.verdicts.values() if v.kind == REFUSED],
+                key=self.gate.refusals_key,
+            )
         if current:  # the store-root objects no leaf owns live as long as its leaves
             touched, failed = touch_root(self.root)
             self.gate.objects_touched += touched
@@ -192,51 +221,51 @@ def record_granules(shards, planned: dict | None, ids: list[str] | None) -> None
 
 def catalog_plan(cfg, shards=None) -> dict[str, list[str]] | None:
     """Per unit (its leaf stem: the shard id at the shard order, or ``{id}_{window}``) the
-    catalogued granules whose footprint touches the shard (and whose time range reaches
-    the window), restricted to ``shards`` when given; None when the plan cannot be known
-    before reading (no catalog, footprints coarser than the shards, or a windowed run
-    whose time field is not the catalogued ``delta_time``)."""
-    src = cfg.data_source.granules
-    if src is None or not src.is_catalog:
+    read units whose footprint touches the shard (and whose time range reaches the window),
+    restricted to ``shards`` when given, from the source's ``footprints`` (a catalog's);
+    None when the plan cannot be known before reading (a source without footprints,
+    footprints coarser than the shards, or a windowed run whose time field is not the one
+    the footprints' time ranges are on)."""
+    src = cfg.data_source
+    footprints = registry.of(src).footprints
+    if footprints is None:
         return None
     windowing = cfg.output.windowing
-    if windowing is not None and not (src.delta_time and windowing.time_field == "time"):
+    if windowing is not None and (src.time is None or windowing.time_field != src.time):
         return None
     from zagg import grid as G
-    from zagg.sources.catalog import select
-    from zagg.sources.granules import catalog_entries
 
-    catalog = catalog_entries(src)
-    p = cfg.grid.shard_order
-    if catalog.order < p:
+    found = footprints(src, cfg.grid.shard_order, shards)
+    if found is None:
         return None
-    wanted = None
-    if shards is not None:
-        catalog = select(catalog, shards, shard_order=p)
-        wanted = set(G.to_decimal(G.as_words(shards)))
+    wanted = None if shards is None else set(G.to_decimal(G.as_words(shards)))
     plan: dict[str, set[str]] = {}
-    for e in catalog:
-        if not e.footprint:
-            continue
-        labels = [None] if windowing is None else entry_windows(windowing, e)
-        if labels is None:  # a granule without a catalogued time range
+    for fp in found:
+        labels = [None] if windowing is None else entry_windows(windowing, fp.time_range)
+        if labels is None:  # a read unit without a recorded time range
             return None
-        words = np.unique(G.ancestor(G.from_decimal(list(e.footprint)), p))
-        for sid in G.to_decimal(words):
+        for sid in fp.shards:
             if wanted is None or sid in wanted:
                 for window in labels:
-                    plan.setdefault(leaf_stem(sid, window), set()).add(e.id)
+                    plan.setdefault(leaf_stem(sid, window), set()).add(fp.id)
     return {u: sorted(ids) for u, ids in sorted(plan.items())}
 
 
-def entry_windows(windowing, entry) -> list[str] | None:
-    """The labels of the windows a catalogued granule's time range reaches (None: the
-    catalog records no range for it)."""
+def catalog_ids(cfg) -> list[str]:
+    """Every granule id the catalog of a config's granule source lists."""
+    from zagg.sources.granules import catalog_entries
+
+    return [e.id for e in catalog_entries(cfg.data_source.granules)]
+
+
+def entry_windows(windowing, time_range) -> list[str] | None:
+    """The labels of the windows a read unit's time range ``(lo, hi)`` reaches (None: no
+    range recorded)."""
     from zagg.windows.assign import bounds, label, utc_ns, window_index
 
-    if entry.delta_time_min is None or entry.delta_time_max is None:
+    if time_range is None or None in time_range:
         return None
-    span = np.array([entry.delta_time_min, entry.delta_time_max], np.float64)
+    span = np.array(time_range, np.float64)
     if windowing.schedule != "explicit":
         lo, hi = window_index(windowing, span).tolist()
         return [label(windowing, i) for i in range(lo, hi + 1)]
@@ -250,16 +279,15 @@ def entry_windows(windowing, entry) -> list[str] | None:
 
 
 def source_ids(cfg, ds, from_config: bool) -> list[str] | None:
-    """The granule ids a run's points come from: the granules a Dataset was opened from
-    (``attrs["granules"]``), else for points the config names the generator's id or the
-    input file's name; None when unknown (a passed-in Dataset without granule ids)."""
+    """The read unit ids a run's points come from (the gate's fingerprints): the granules a
+    Dataset was opened from (``attrs["granules"]``), else for points the config names
+    what its registered source says (the generator's id, an input file's name); None when
+    unknown (a passed-in Dataset without granule ids)."""
     if ds.attrs.get("granules"):
         return [str(g) for g in ds.attrs["granules"]]
-    src = cfg.data_source
-    if from_config and src.synthetic is not None:
-        return [SYNTHETIC_ID]
-    if from_config and src.input is not None:
-        return [os.path.basename(str(src.input).rstrip("/"))]
+    if from_config:
+        src = cfg.data_source
+        return registry.of(src).units(src, ds)
     return None
 
 

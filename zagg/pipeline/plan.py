@@ -11,19 +11,19 @@ asks the re-run gate for their verdicts (reading the leaves' sidecars, nothing e
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from zagg import hive
 from zagg.checks.arguments import require_dataset
-from zagg.config.model import Config, ConfigError, load_config
+from zagg.config.model import Config, ConfigError, load_config, parse_memory_budget
 from zagg.config.store import StoreSpec
 from zagg.engine.manifest import check_store
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.versions import new_run_id
-from zagg.pipeline.gate import RunGate, catalog_plan
+from zagg.pipeline.gate import RunGate, catalog_ids, catalog_plan
 from zagg.pipeline.reruns import CURRENT, REFUSED, REWRITE, Verdict, unit_of
+from zagg.sources import registry
 
 _SHOWN = 5  # ids a plan lists per line
 
@@ -51,6 +51,17 @@ class RunPlan:
     planned: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False)
     verdicts: Mapping[str, Verdict] | None = field(default=None, repr=False)
     sweep: bool = False  # the sweep is chained after the leaves
+    #: the run's memory_budget argument, checked (None: the config's output.memory_budget)
+    memory_budget: int | str | None = None
+
+    @property
+    def budget(self) -> int | None:
+        """The run's memory budget in bytes (None: auto, sized from the cluster; 0: off):
+        the run's ``memory_budget``, else the config's."""
+        value = (
+            self.config.output.memory_budget if self.memory_budget is None else self.memory_budget
+        )
+        return None if value == AUTO else value
 
     @property
     def store(self) -> str:
@@ -122,19 +133,7 @@ class RunPlan:
             sizes = ", ".join(f"{d}={n:,}" for d, n in dict(self.source.sizes).items())
             return f"a Dataset passed in ({sizes})"
         src = self.config.data_source
-        if src.granules is not None:
-            where = src.granules.granules
-            if not isinstance(where, str):
-                return f"{len(where):,} granule files listed in the config"
-            kind = "a catalog" if src.granules.is_catalog else "granule files"
-            return f"{kind}: {where}"
-        if src.synthetic is not None:
-            s = src.synthetic
-            region = s.get("region")
-            return f"the built-in generator: {int(s['points']):,} points" + (
-                f" in {list(region)}" if region else ""
-            )
-        return f"{src.input}"
+        return registry.of(src).describe(src)
 
     def _shards_line(self) -> str:
         if self.shards is not None:
@@ -171,7 +170,7 @@ class RunPlan:
 
         from zagg.pipeline.stream import AUTO_PER_THREAD, AUTO_SHARE
 
-        budget = self.config.output.memory_budget
+        budget = self.budget
         if budget == 0:
             return "budget off: one pass, however much it holds"
         said = (
@@ -261,17 +260,17 @@ def plan_run(
     sweep: bool | None = None,
     overwrite: bool = False,
     allow_contraction: bool = False,
+    memory_budget=None,
+    granules=None,
 ) -> RunPlan:
     """The plan of ``zagg.run(config, ...)`` with these arguments (see :func:`zagg.run`):
     every refusal a run makes before computing is made here, and nothing is written."""
+    memory_budget = budget_argument(memory_budget)
     cfg = load_config(config)
+    if granules is not None:
+        cfg = relocated(cfg, granules, "--granules")
     if catalog is not None:
-        if cfg.data_source.granules is None:
-            raise ConfigError("--catalog needs a granule data_source (data_source.granules)")
-        granules = dataclasses.replace(cfg.data_source.granules, granules=str(catalog))
-        cfg = dataclasses.replace(
-            cfg, data_source=dataclasses.replace(cfg.data_source, granules=granules)
-        )
+        cfg = relocated(cfg, catalog, "--catalog")
     store = store or cfg.output.store
     if not store:
         raise ConfigError("config key 'output.store': no store given; set it or pass --store")
@@ -326,36 +325,64 @@ def plan_run(
         gated=not overwrite,
         allow_contraction=allow_contraction,
         sweep=wanted,
+        memory_budget=memory_budget,
     )
     # with a catalog every unit's granules are known before any is opened: gate first
     planned = catalog_plan(cfg, shards) if plan.gated and source is None else None
     if planned is None:
         return plan
-    verdicts = plan.gate().classify(planned)
+    gate = plan.gate()
+    verdicts = gate.classify(planned)
+    # the store's units no catalogued footprint reaches any more, built from granules the
+    # catalog lost: refused and named, like a unit that lost some of its granules
+    verdicts.update(gate.vanished(verdicts, catalog_ids(cfg), shards))
     planned = {u: tuple(ids) for u, ids in planned.items()}
     return dataclasses.replace(plan, planned=planned, verdicts=verdicts)
 
 
-NO_INPUT = (
-    "config key 'data_source': no input given; set 'input' (a zarr store or netCDF "
-    "file) or 'synthetic' (the built-in generator), or pass a Dataset to "
-    "zagg.aggregate (or zagg.run(..., source=ds)) yourself"
-)
+def relocated(cfg: Config, location, option: str) -> Config:
+    """``cfg`` reading its points from ``location`` (``--granules``: a path, URL, glob or
+    list of the user's own granules or points file; ``--catalog``: a granule catalog): the
+    location key of its source (``data_source.granules``, ``data_source.input``) replaced
+    and the block parsed again, so the location picks its source (a catalog, a Parquet
+    file). Where points are read from is packaging: the store and its semantic hash stay
+    the same."""
+    record = registry.of(cfg.data_source)
+    if option == "--catalog" and record.key != "granules":
+        raise ConfigError("--catalog needs a granule data_source (data_source.granules)")
+    if not record.located:
+        raise ConfigError(
+            f"{option} names where the points are read from, but this config's data_source "
+            f"has no location ({record.describe(cfg.data_source)}); use a config whose "
+            "data_source names granules or an input file"
+        )
+    if isinstance(location, list | tuple):
+        location = [str(v) for v in location]
+    else:
+        location = str(location)
+    raw = cfg.raw
+    raw["data_source"][record.key] = location
+    return load_config(raw)
+
+
+AUTO = "auto"  # a memory budget sized from the cluster (zagg.pipeline.stream)
+
+
+def budget_argument(value) -> int | str | None:
+    """A run's ``memory_budget`` argument checked: None (the config's), ``"auto"``, 0
+    (``"off"``) or bytes; a value checked before is returned as it is."""
+    if value is None or value == AUTO or (type(value) is int and value >= 0):
+        return value
+    parsed = parse_memory_budget(value, "memory_budget")
+    return AUTO if parsed is None else parsed
 
 
 def check_source(cfg: Config) -> None:
-    """Refuse, before any cluster starts, a config that names no points or a local input
-    that does not exist (remote inputs are checked when opened)."""
+    """Refuse, before any cluster starts, a config that names no points, local granules
+    that are not there (a missing directory, a glob or catalog that lists none) or a local
+    input that does not exist (remote inputs are checked when opened)."""
     src = cfg.data_source
-    if src.granules is not None or src.synthetic is not None:
-        return
-    if src.input is None:
-        raise ConfigError(NO_INPUT)
-    if "://" not in src.input and not os.path.exists(src.input):
-        raise ConfigError(
-            f"config key 'data_source.input': {src.input!r} does not exist; "
-            "give the path of a zarr store or netCDF file with the points"
-        )
+    registry.of(src).check(src)
 
 
 def checked_shards(shards, order: int) -> list[str]:

@@ -17,6 +17,13 @@ pair and gets one verdict per shard (:func:`classify`):
 - ``rewrite``: everything else (new granules, a changed config, no or an unreadable
   record, an unstamped leaf).
 
+A unit of the store the run neither plans nor finds (no point of its input falls in it any
+more) whose leaf was built from granules its input no longer has is ``refused`` too
+(:func:`vanished`): the granules that fed it disappeared, and the run names them rather
+than leave the shard silently out of date.
+
+A run that refused units exits with :data:`EXIT_REFUSED` on the command line.
+
 A unit the run computed and found empty (no point of its granules left in the shard after
 the filters) has no leaf, so it records its identity in its sidecars alone
 (:func:`write_empty`): the next run with the same identity finds it ``current`` without
@@ -30,6 +37,7 @@ from dataclasses import dataclass, field
 
 from zagg import __version__
 from zagg.hive import paths
+from zagg.hive.coverage import expand_ranges, read_root_coverage
 from zagg.hive.stamp import data_prefix, now_iso, read_stamp_or_debris
 from zagg.hive.stats import (
     STATS_SPEC,
@@ -39,8 +47,13 @@ from zagg.hive.stats import (
     read_stats,
 )
 from zagg.hive.storage import StoreRoot, dumps_json
+from zagg.hive.walk import walk_leaves, walk_windows
 
 CURRENT, REFUSED, REWRITE = "current", "refused", "rewrite"
+#: the command line's exit status of a run that refused units (``refusals_*.json``)
+EXIT_REFUSED = 4
+#: the reason of a unit refused because every granule the run lacks fed it alone
+GONE = "granules gone"
 REFUSALS_SPEC = "zagg-refusals/1"
 _READERS = 16  # concurrent sidecar reads on an object store
 
@@ -227,6 +240,57 @@ def _verdict(root: StoreRoot, sid: str, ids, semantic_hash: str, allow: bool) ->
     )
 
 
+def vanished(
+    root: StoreRoot,
+    gated,
+    known,
+    *,
+    shards=None,
+    windowed: bool = False,
+) -> dict[str, Verdict]:
+    """The refused verdicts of the store's units the run did not gate (``gated``: the
+    units it planned or found) whose leaves record granules that are not among ``known``
+    (every granule the run's input has): their granules disappeared from the input, so no
+    point of the run reaches them. Only units of ``shards`` when the run is restricted to
+    them; units without a readable granule record are left alone."""
+    stored = _stored_units(root, windowed)
+    if shards is not None:
+        keep = set(shards)
+        stored = [u for u in stored if unit_of(u)[0] in keep]
+    candidates = sorted(set(stored) - set(gated))
+    if not candidates:
+        return {}
+    known = set(bare_granule_ids(list(known)))
+    workers = 1 if root.is_local else _READERS
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        records = list(pool.map(lambda u: recorded_ids(root, u), candidates))
+    out = {}
+    for unit, recorded in zip(candidates, records, strict=True):
+        missing = tuple(sorted((recorded or set()) - known))
+        if missing:
+            out[unit] = Verdict(unit, REFUSED, GONE, missing)
+    return out
+
+
+def _stored_units(root: StoreRoot, windowed: bool) -> list[str]:
+    """The units holding a leaf in the store (a tree zagg writes: one digit a directory):
+    the shards its root coverage lists (the leaves walked when it has none), or in a
+    windowed store every windowed leaf."""
+    if windowed:
+        return [
+            paths.leaf_stem(sid, label)
+            for label, leaves in walk_windows(root).items()
+            for _leaf, sid in leaves
+        ]
+    cov = read_root_coverage(root)
+    if cov is not None:
+        try:
+            return expand_ranges(cov)
+        except (KeyError, TypeError, ValueError):
+            pass
+    return [sid for _leaf, sid in walk_leaves(root)]
+
+
 def current_records(root: StoreRoot, verdicts: list[Verdict], *, timed: bool) -> list[dict]:
     """The leaf records of the current units that hold a leaf, as the store root's objects
     need them: shard id, window, cells with data, and with ``timed`` (the config declares
@@ -260,8 +324,14 @@ def touch_current(
     """Refresh the modification times of the current leaves' objects (their bytes stay):
     a versioned leaf's pointer and sidecars only (its versions are never touched), an
     unversioned leaf's whole tree and sidecars, and with ``column`` the leaf column's tree
-    and its sidecar. Best effort: (touched, failed)."""
+    and its sidecar. On a local store, where no expiry rule runs, the trees' data objects
+    keep their times: the Icechunk companion's references into them carry those times as
+    checksums, so moving them would make an unchanged re-run re-commit every one. Best
+    effort: (touched, failed)."""
     from zagg.hive import artifact
+
+    def tree(rel: str) -> list[str]:
+        return [f"{rel}/zarr.json"] if root.is_local else root.list_keys(rel)
 
     keys = []
     for v in verdicts:
@@ -272,12 +342,12 @@ def touch_current(
             continue
         if column:
             rel = artifact.column_path(*unit)
-            keys += [*root.list_keys(rel), artifact.sidecar_key(rel)]
+            keys += [*tree(rel), artifact.sidecar_key(rel)]
         leaf = paths.leaf_path(*unit)
         if v.versioned:
             keys += [f"{leaf}/zarr.json", *sides]
         else:
-            keys += [*root.list_keys(leaf), *sides]
+            keys += [*tree(leaf), *sides]
     return root.touch(keys)
 
 
@@ -292,10 +362,11 @@ def refusals_key(run_id: str, at: str) -> str:
 
 
 def write_refusals(
-    root: StoreRoot, run_id: str, semantic_hash: str, refused: list[Verdict]
+    root: StoreRoot, run_id: str, semantic_hash: str, refused: list[Verdict], key=None
 ) -> str | None:
     """The refusal manifest of a run that refused shards: every refused shard and the
-    complete list of granule ids its plan dropped. Returns its key (None: nothing refused)."""
+    complete list of granule ids its plan dropped. Returns its key (None: nothing refused);
+    ``key`` rewrites the run's manifest written before."""
     if not refused:
         return None
     at = now_iso()
@@ -316,6 +387,6 @@ def write_refusals(
             for v in sorted(refused, key=lambda v: v.shard_id)
         ],
     }
-    key = refusals_key(run_id, at)
+    key = key or refusals_key(run_id, at)
     root.write_bytes(key, dumps_json(body))
     return key

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zagg.cluster.clients import cluster_for, connected
-from zagg.config.model import Config, ConfigError, parse_memory_budget
+from zagg.config.model import Config
 from zagg.pipeline import stream
 from zagg.pipeline.gate import record_granules, selector, source_ids
-from zagg.pipeline.plan import NO_INPUT, RunPlan, plan_run
+from zagg.pipeline.plan import AUTO, RunPlan, plan_run
 from zagg.pyramid.icechunk import after_run, enabled
 from zagg.pyramid.icechunk_runs import finalize_run
+from zagg.sources import registry
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -26,33 +27,14 @@ if TYPE_CHECKING:
 
 
 def open_source(cfg: Config, *, shards=None, granules=None) -> xr.Dataset:
-    """The points Dataset a config names: HDF5 granules (only those a catalog says touch
-    ``shards``, when given, and only the ids ``granules`` when given), the built-in
-    generator, or a zarr/netCDF input."""
-
+    """The points Dataset a config names, opened by its registered source
+    (:mod:`zagg.sources.registry`): restricted to ``shards`` where the source can skip what
+    cannot reach them (a catalog's footprints, a read plan's rows), and to the read units
+    ``granules`` (ids) when given."""
     src = cfg.data_source
-    if src.granules is not None:
-        # the granule source decides what the shards let it skip (a catalog's footprints,
-        # a read plan's rows): zagg.sources.granules.open_for_config
-        from zagg.sources.granules import open_for_config
-
-        return open_for_config(cfg, shards=shards, only=granules)
-    if src.synthetic is not None:
-        from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
-
-        s = src.synthetic
-        return synthetic_photons(
-            int(s["points"]),
-            tuple(s.get("region") or DEFAULT_REGION),
-            chunk_size=int(s.get("chunk_size", 1_000_000)),
-            seed=int(s.get("seed", 0)),
-            noise_fraction=float(s.get("noise_fraction", 0.2)),
-        )
-    if src.input is not None:
-        from zagg.sources.inputs import open_input
-
-        return open_input(src.input, src.storage_options)
-    raise ConfigError(NO_INPUT)
+    return registry.of(src).open(
+        src, shards=shards, shard_order=cfg.grid.shard_order, only=granules
+    )
 
 
 def run(
@@ -77,13 +59,16 @@ def run(
     performance_report: str | None = None,
     timings: bool | None = None,
     memory_budget=None,
+    granules=None,
 ) -> RunSummary:
     """Aggregate a config's points into its hive store and return the run summary.
 
     ``scheduler`` is where the work runs: None for a new LocalCluster sized by ``workers``,
     ``threads`` and ``memory_limit``; a scheduler address; a cluster object; or a
     ``distributed.Client`` (a dask-gateway notebook's, say), which is used and left open.
-    ``catalog`` replaces the config's granule location by a catalog file; ``region`` (a
+    ``granules`` (a path, URL, glob or list) reads the user's own granules (or points
+    file) in place of the location the config names, and ``catalog`` replaces the config's
+    granule location by a catalog file; ``region`` (a
     GeoJSON polygon file), ``bbox`` (``"lon0,lat0,lon1,lat1"``) or ``shards`` (shard ids at
     the shard order, a list or comma-separated text) restrict the run to those shards, and
     with a catalog only granules that touch them are read. The store's manifest is checked before any work starts, so an
@@ -117,12 +102,14 @@ def run(
         source=source,
         storage_options=storage_options,
         catalog=catalog,
+        granules=granules,
         region=region,
         bbox=bbox,
         shards=shards,
         sweep=sweep,
         overwrite=overwrite,
         allow_contraction=allow_contraction,
+        memory_budget=memory_budget,
     )
     executor = Executor(
         scheduler=scheduler,
@@ -133,7 +120,6 @@ def run(
         dashboard=dashboard,
         performance_report=performance_report,
         timings=timings,
-        memory_budget=budget_argument(memory_budget),
     )
     return executor.execute(plan, t_start=t0)
 
@@ -152,7 +138,7 @@ class Executor:
     performance_report: str | None = None
     timings: bool | None = None  # None: on the clusters the run starts
     #: the partial aggregates the run may hold at once, bytes (0: off; "auto": sized from
-    #: the cluster; None: the config's output.memory_budget); see zagg.pipeline.stream
+    #: the cluster; None: the plan's, RunPlan.budget); see zagg.pipeline.stream
     memory_budget: int | str | None = None
 
     def __post_init__(self):
@@ -201,7 +187,7 @@ class Executor:
                 ds = open_source(cfg, shards=plan.read_shards, granules=plan.read_granules)
             else:
                 ds = plan.source
-            budget = stream.memory_budget(self.budget(cfg), client)
+            budget = stream.memory_budget(self.budget(plan), client)
             streaming = stream.plan_groups(
                 cfg, ds, budget, shards=plan.read_shards, progress=self.progress
             )
@@ -214,17 +200,32 @@ class Executor:
                 summary = self.write_groups(plan, gate, streaming, t0)
             if plan.planned is not None:
                 gate.record_empty(plan.planned, plan.todo, summary)
+            elif gate is not None:
+                self.refuse_vanished(plan, gate, ds, summary)
             watch.finish(summary)
             after_run(cfg, summary, plan.store, plan.storage_options, plan.run_id)
             summary = chain_sweep(plan, summary)
             # the run's Icechunk tag
             return finalize_run(cfg, summary, plan.store, plan.storage_options, plan.run_id)
 
-    def budget(self, cfg: Config) -> int | None:
-        """The run's memory budget in bytes: the executor's, else the config's (None:
-        auto; 0: off)."""
-        value = cfg.output.memory_budget if self.memory_budget is None else self.memory_budget
-        return None if value == AUTO else value
+    @staticmethod
+    def refuse_vanished(plan: RunPlan, gate, ds, summary) -> None:
+        """After a run that found its units by reading: the store's units its input no
+        longer reaches, built from granules that are gone from it, are refused and named
+        (:meth:`zagg.pipeline.gate.RunGate.refuse_vanished`)."""
+        ids = source_ids(plan.config, ds, from_config=plan.source is None)
+        if ids is None:
+            return  # points without granule ids: nothing to compare a leaf's record with
+        failed = [f.get("granule") for f in summary.failed_granules]
+        gate.refuse_vanished([*ids, *(f for f in failed if f)], plan.shards)
+        gate.finish(summary)
+
+    def budget(self, plan: RunPlan) -> int | None:
+        """The run's memory budget in bytes: the executor's, else the plan's (None: auto;
+        0: off)."""
+        if self.memory_budget is None:
+            return plan.budget
+        return None if self.memory_budget == AUTO else self.memory_budget
 
     def write_groups(self, plan: RunPlan, gate, streaming, t0: float) -> RunSummary:
         """Aggregate and write a run one shard group after another
@@ -278,18 +279,6 @@ class Executor:
         if gate is not None and finish:
             gate.finish(summary)
         return summary
-
-
-AUTO = "auto"  # a memory budget sized from the cluster (zagg.pipeline.stream)
-
-
-def budget_argument(value) -> int | str | None:
-    """A run's ``memory_budget`` argument checked: None (the config's), ``"auto"``, 0
-    (``"off"``) or bytes."""
-    if value is None:
-        return None
-    parsed = parse_memory_budget(value, "memory_budget")
-    return AUTO if parsed is None else parsed
 
 
 #: how often a run's chained sweep asks again for a lease another sweep holds

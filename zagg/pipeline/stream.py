@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from dask.utils import format_bytes
 
+from zagg.errors import ZaggWarning
+
 #: ``auto``: the share of the cluster's memory a run's partials may take...
 AUTO_SHARE = 0.25
 #: ...and at most this much per worker thread
@@ -132,6 +134,7 @@ def plan_groups(cfg, ds, budget: int, shards=None, progress: bool = False) -> St
             f"once ({rows:,} rows), over its memory budget of {format_bytes(budget)}; a granule "
             "source with data_source.read_plan runs in shard groups within the budget "
             "(or raise output.memory_budget / --memory-budget)",
+            ZaggWarning,
             stacklevel=3,
         )
         return None
@@ -288,4 +291,5 @@ def merged(summaries: list, streaming: Streaming, granules: list[str], wall: flo
         records=[r for s in summaries for r in s.records],
         point_counts=counts,
         shard_groups=streaming.line(),
+        superseded=tuple(sum(n) for n in zip(*(s.superseded for s in summaries), strict=True)),
     )

@@ -23,6 +23,7 @@ import warnings
 import zarr
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.hive import artifact
 from zagg.hive import coverage as _coverage
 from zagg.hive.stamp import now_iso
@@ -123,7 +124,7 @@ def write_companion(root: StoreRoot, manifest: dict) -> int:
     warnings.warn(
         f"{root.url_of(PREFIX)}: the root coverage kept changing while the multiscales "
         "companion was refreshed; the runs changing it refresh it after them",
-        UserWarning,
+        ZaggWarning,
         stacklevel=2,
     )
     return written
@@ -177,7 +178,7 @@ def read_companion(root: StoreRoot, manifest: dict) -> dict | None:
         warnings.warn(
             f"{where}: the store no longer declares zagg-pyramid/2, so its multiscales "
             "companion is stale and is ignored (the manifest wins)",
-            UserWarning,
+            ZaggWarning,
             stacklevel=3,
         )
         return None
@@ -216,7 +217,7 @@ def refresh_companion(root: StoreRoot, manifest: dict) -> int:
         warnings.warn(
             f"{root.url_of(PREFIX)}: the multiscales companion was not written ({exc}); "
             "the store reads the same without it",
-            UserWarning,
+            ZaggWarning,
             stacklevel=2,
         )
         return 0

@@ -14,7 +14,11 @@ object's references are fingerprinted; the fingerprints ride the commit's metada
 the next commit re-writes only the objects whose references changed and a commit with
 nothing changed lands nothing. A run killed before its commit leaves the repo at its
 previous snapshot, and the next commit (which compares against the hive, not against the
-run) catches up. Nothing here copies a byte of the hive: every chunk is a reference into a
+run) catches up. A commit that another writer beats to the branch is derived again from
+the new tip and the hive (:func:`retrying`) rather than rebased, since what it records —
+the ledger of fingerprints — is derived from the snapshot it started on; on a local store
+each attempt also holds the store root's lock (:func:`zagg.hive.icechunk.exclusive`).
+Nothing here copies a byte of the hive: every chunk is a reference into a
 leaf, column or overview object. The run's close (finalize, tag, retention) is
 :mod:`zagg.pyramid.icechunk_runs`.
 """
@@ -27,6 +31,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zagg import grid as G
+from zagg.errors import ZaggError, ZaggWarning
 from zagg.hive import artifact, coverage
 from zagg.hive import icechunk as ic
 from zagg.hive.manifest import read_manifest
@@ -227,13 +233,21 @@ def _fingerprint(arrays: dict[str, ic.ObjectArray]) -> str:
     return h.hexdigest()[:20]
 
 
-def _ledger(repo) -> dict:
-    """The fingerprints the newest commit that recorded them left (empty: none)."""
-    for snap in repo.ancestry(branch="main"):
+def _ledger(repo, snapshot: str | None = None) -> dict:
+    """The fingerprints the newest commit that recorded them left, in main's history or
+    ``snapshot``'s (empty: none)."""
+    history = repo.ancestry(snapshot_id=snapshot) if snapshot else repo.ancestry(branch="main")
+    for snap in history:
         meta = snap.metadata or {}
         if LEDGER in meta:
             return dict(meta[LEDGER])
     return {}
+
+
+def indexed(repo, snapshot: str) -> bool:
+    """Whether ``snapshot``'s history holds a commit of references (a ledger): a repo
+    whose every such commit failed holds the store's groups and reads fill everywhere."""
+    return any(LEDGER in (s.metadata or {}) for s in repo.ancestry(snapshot_id=snapshot))
 
 
 # -- references: from the carriers, else from the objects ----------------------------------
@@ -352,6 +366,7 @@ class CarrierWriter:
             except Exception as exc:  # the index never fails the leaf it indexes
                 warnings.warn(
                     f"ref carrier of leaf {record.get('path')} was not written: {exc}",
+                    ZaggWarning,
                     stacklevel=2,
                 )
                 record["icechunk"] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -745,7 +760,10 @@ class _Staged:
         for path, specs in self.refs.items():
             failed = self.docs.store.set_virtual_refs(f"/{path}", specs)
             if failed:
-                raise ValueError(f"{len(failed)} references of /{path} name no known container")
+                raise ic.IcechunkError(
+                    f"{len(failed)} references of /{path} name no known container: "
+                    "clear icechunk/ and run again"
+                )
             n += len(specs)
         for key in self.gone:
             self.docs.delete(key)
@@ -753,6 +771,47 @@ class _Staged:
 
 
 # -- one commit --------------------------------------------------------------------------
+
+#: attempts of one commit that loses to other writers before it gives up
+COMMIT_TRIES = 12
+
+
+class _Moved(ZaggError, RuntimeError):
+    """The repository moved between two reads of one commit attempt (retried; a run that
+    loses every attempt says so in one line)."""
+
+
+def _lost_race(exc: BaseException) -> bool:
+    """Whether ``exc`` says another writer moved the branch (or the repo) first."""
+    import icechunk
+
+    names = ("ConflictError", "RebaseFailedError")
+    kinds = (_Moved, *(getattr(icechunk, n) for n in names if hasattr(icechunk, n)))
+    if isinstance(exc, kinds):
+        return True
+    own = getattr(icechunk, "IcechunkError", ())
+    return isinstance(exc, own) and "conflict" in str(exc).lower()
+
+
+def retrying(attempt, what: str, tries: int = COMMIT_TRIES):
+    """``attempt()`` until it lands: a commit that another writer beat to the branch is
+    derived again, from a fresh session at the new tip and the hive as it then stands, so
+    it never drops or overwrites what the other writer committed; at most ``tries``
+    attempts, with a growing random pause between them."""
+    for n in range(1, tries + 1):
+        try:
+            return attempt()
+        except Exception as exc:
+            if not _lost_race(exc) or n == tries:
+                if _lost_race(exc):
+                    raise ic.IcechunkError(
+                        f"{what} lost {n} races to other writers of the repository; run "
+                        "again once they are done"
+                    ) from None
+                raise
+            log.info("icechunk: %s lost a race (attempt %d): %s", what, n, exc)
+            time.sleep(random.uniform(0.02, 0.1) * n)
+    raise AssertionError("unreachable")
 
 
 def commit(
@@ -766,10 +825,24 @@ def commit(
     """Bring the store's repo to its hive: create it (and its groups, arrays and rows) when
     absent, re-write the references of every object whose references changed, and commit
     once — nothing when nothing changed. ``message`` heads the commit's message;
-    ``settings`` are the config's knobs (the store's recorded split wins, §11.5)."""
+    ``settings`` are the config's knobs (the store's recorded split wins, §11.5). Safe
+    against other writers committing at once (:func:`retrying`)."""
     t0 = time.perf_counter()
     root = as_root(store, storage_options)
+    ic.check_path(root)
     settings = settings or Settings()
+
+    def attempt():
+        with ic.exclusive(root):
+            return _commit_once(root, settings, message, run_id)
+
+    summary = retrying(attempt, f"the {message} commit")
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _commit_once(root: StoreRoot, settings: Settings, message: str, run_id) -> IcechunkSummary:
+    """One attempt of :func:`commit`, every input read afresh."""
     manifest = read_manifest(root)
     if manifest is None:
         raise ValueError(f"{root.url} has no manifest: not a hive store root")
@@ -780,7 +853,6 @@ def commit(
     summary.objects = len(objs)
     repo = ic.open_repo(root, create=bool(objs))
     if repo is None:  # no object yet (a run whose region held no point): nothing to index
-        summary.seconds = time.perf_counter() - t0
         return summary
     block = read_block(repo)
     if block and block.get("spec") != ic.SPEC:
@@ -795,7 +867,6 @@ def commit(
         wanted.append(ALL)
     rows += [w for w in wanted if w not in rows]
     if not rows:
-        summary.seconds = time.perf_counter() - t0
         return summary  # a windowed store with no window yet: nothing to index
     summary.rows = rows
     row_of = {label: i for i, label in enumerate(rows)}
@@ -812,6 +883,8 @@ def commit(
         repo = ic.open_repo(root, splitting=cut)
         repo.save_config()
     docs = RepoDocs(repo.writable_session("main"))
+    if read_block(repo, docs.session.snapshot_id) != block:  # moved since it was read
+        raise _Moved("the repository's block moved while it was read")
     structure = docs.put_json("zarr.json", _group_doc(attrs))
     structure |= _write_rows(docs, manifest, rows)
     n_nodes = {c: 12 * 4**e.node_order for c, e in lv.items()}
@@ -835,7 +908,7 @@ def commit(
         summary.commits.append("split ratchet" if split.ratchet else "init")
         docs = RepoDocs(repo.writable_session("main"))
 
-    ledger = _ledger(repo)
+    ledger = _ledger(repo, docs.session.snapshot_id)
     fresh: dict[str, str] = {}
     todo = []
     for o in objs:
@@ -868,7 +941,12 @@ def commit(
                 held = {ref.j for ref in a.refs}
                 for j in old.chunks(a.chunks) - held:
                     staged.drop(path, (w, base + j), ndim)
-    gone = set(ledger) - set(fresh)
+    gone = set()
+    for key in set(ledger) - set(fresh):
+        if _still_there(root, key, ledger[key]):  # listed late (another run's): kept
+            fresh[key] = ledger[key]
+        else:
+            gone.add(key)
     for key in gone:  # an object no longer in the hive: its chunks read as fill
         level, row, node = key.split("|")
         if row not in row_of or int(level) not in templates:
@@ -887,9 +965,19 @@ def commit(
         )
         summary.commits.append(message)
     else:
-        summary.snapshot = repo.lookup_branch("main")
-    summary.seconds = time.perf_counter() - t0
+        summary.snapshot = docs.session.snapshot_id
     return summary
+
+
+def _still_there(root: StoreRoot, key: str, entry: str) -> bool:
+    """Whether an object the ledger lists but this commit's listing of the hive did not is
+    still in the hive (its group document stands): another run's object, listed in a root
+    object that run had not yet updated when this commit read it."""
+    old = _Entry.parse(entry)
+    prefix = old.identity.split("@", 1)[0] if old is not None else ""
+    if not prefix:
+        return False
+    return root.exists(f"{prefix}/{key.split('|', 1)[0]}/zarr.json")
 
 
 def _array_names(docs: RepoDocs, c: int) -> list[str]:

@@ -28,6 +28,7 @@ from zagg.pyramid.icechunk import (
     enabled,
     has_repo,
     read_block,
+    retrying,
 )
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,22 @@ def _content_free_commit(docs: RepoDocs, message: str, metadata: dict) -> str:
     return docs.session.commit(message, metadata=metadata)
 
 
-def _newest_ledger(repo) -> dict | None:
-    for snap in repo.ancestry(branch="main"):
+def _newest_ledger(repo, snapshot: str) -> dict | None:
+    for snap in repo.ancestry(snapshot_id=snapshot):
         if LEDGER in (snap.metadata or {}):
             return snap.metadata[LEDGER]
+    return None
+
+
+def _tip_tag(repo) -> str | None:
+    """The run tag on main's tip when that tip is a run's finalize (nothing was committed
+    since that run closed), else None."""
+    tip = repo.lookup_branch("main")
+    if not repo.lookup_snapshot(tip).message.startswith("finalize "):
+        return None
+    for t in sorted(repo.list_tags()):
+        if t.startswith(TAG_PREFIX) and repo.lookup_tag(t) == tip:
+            return t
     return None
 
 
@@ -119,15 +132,25 @@ def finalize(
     run_id: str,
     retain_runs: int = 0,
     rewrite_pending: str | None = None,
+    committed: bool = True,
 ) -> dict:
     """Close a run on the store's repo: retention (``retain_runs`` > 0), one content-free
     ``finalize {run_id}`` commit whose metadata identifies the run (run_id, the store's
     semantic_hash, zagg_version, the block's commit / commit_order / split_order, the
     retention counts), then the tag ``run-{run_id}`` on it. Idempotent: when the tag
-    exists it is returned and nothing is written. ``rewrite_pending`` (``"{from}->{to}"``)
+    exists it is returned and nothing is written. A run that ``committed`` nothing, on a
+    repo whose main tip is already a run's tagged finalize (nothing changed since), writes
+    nothing either: that tag reads its store, and is named (``same_as``). Safe against
+    other writers committing at once. ``rewrite_pending`` (``"{from}->{to}"``)
     reports a split ratchet whose old manifests an operator may rewrite."""
-    t0 = time.perf_counter()
     root = as_root(store, storage_options)
+    with ic.exclusive(root):
+        return _finalize(root, run_id, retain_runs, rewrite_pending, committed)
+
+
+def _finalize(root, run_id, retain_runs, rewrite_pending, committed) -> dict:
+    """:func:`finalize` on ``root``, under its lock."""
+    t0 = time.perf_counter()
     repo = ic.open_repo(root)
     path = ic.url_prefix(root) + ic.REPO_DIR
     if repo is None:
@@ -139,6 +162,15 @@ def finalize(
     block = read_block(repo)
     if not block:
         return {"skipped": "the repository indexes nothing yet"}
+    same = None if committed else _tip_tag(repo)
+    if same is not None:  # nothing changed since that run: this one writes nothing
+        return {
+            "path": path,
+            "skipped": f"nothing changed since {same}, whose tag reads this run's store",
+            "same_as": same,
+            "snapshot": repo.lookup_tag(same),
+            "commit_s": time.perf_counter() - t0,
+        }
     counts = {"retain_runs": int(retain_runs), "tags_deleted": 0, "snapshots_expired": 0}
     counts.update({"gc": None, "retention_error": None})
     if retain_runs > 0:
@@ -161,18 +193,28 @@ def finalize(
         **counts,
         "rewrite_pending": pending,
     }
-    ledger = _newest_ledger(repo)
-    if ledger is not None:  # expiry may squash the commit that carried it
-        metadata[LEDGER] = ledger
-    docs = RepoDocs(repo.writable_session("main"))
-    snapshot = _content_free_commit(docs, f"finalize {run_id}", metadata)
-    try:
-        repo.create_tag(tag, snapshot)
-        tagged = True
-    except Exception:  # another finalize of this run won: read its tag
-        if tag not in repo.list_tags():
-            raise
-        snapshot, tagged = repo.lookup_tag(tag), False
+
+    def attempt():
+        docs = RepoDocs(repo.writable_session("main"))
+        ledger = _newest_ledger(repo, docs.session.snapshot_id)
+        if ledger is not None:  # expiry may squash the commit that carried it
+            metadata[LEDGER] = ledger
+        return _content_free_commit(docs, f"finalize {run_id}", metadata)
+
+    snapshot = retrying(attempt, f"the finalize of run {run_id}")
+
+    def tag_it() -> bool:
+        try:
+            repo.create_tag(tag, snapshot)
+        except Exception:  # another finalize of this run won (else: retried or raised)
+            if tag not in repo.list_tags():
+                raise
+            return False
+        return True
+
+    tagged = retrying(tag_it, f"the tag {tag}")
+    if not tagged:
+        snapshot = repo.lookup_tag(tag)
     return {
         **out,
         "snapshot": snapshot,
@@ -211,6 +253,7 @@ def finalize_run(cfg, summary, store, storage_options, run_id: str):
         run_id=run_id,
         retain_runs=getattr(settings, "retain_runs", 0),
         rewrite_pending=record.get("split_ratchet"),
+        committed=bool(record.get("commits") or (sweep or {}).get("commits")),
     )
     return summary
 
@@ -262,7 +305,7 @@ def referenced_versions(root: StoreRoot, repo) -> set[tuple[str, str]]:
     out = set()
     for snap in retained_snapshots(repo):
         for loc in repo.readonly_session(snapshot_id=snap).all_virtual_chunk_locations():
-            key = loc[len(prefix) :] if loc.startswith(prefix) else loc
+            key = ic.key_of(prefix, loc) or loc
             parts = key.split("/")
             for i, part in enumerate(parts):
                 if part.startswith(TAG_PREFIX) and i and parts[i - 1].endswith(".zarr"):

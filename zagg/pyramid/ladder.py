@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from zagg import grid as G
-from zagg.errors import ZaggError
+from zagg.errors import ZaggError, ZaggWarning
 from zagg.hive import artifact
 from zagg.hive.stamp import COMMIT_ATTR, now_iso
 from zagg.pyramid.column import node_contents
@@ -299,6 +299,7 @@ def node_task(ctx: Context, node: NodePlan, inputs: list) -> NodeResult:
                     warnings.warn(
                         f"leaf column of {sid} is unreadable ({exc}); the overview "
                         f"at {node.id} under-covers it",
+                        ZaggWarning,
                         stacklevel=2,
                     )
             parts = {o: [g[o] for g in per] for o in orders}
@@ -401,5 +402,5 @@ def write_level(
         try:
             ctx.root.write_json(key, payload)
         except Exception as exc:  # sidecars are telemetry, never truth
-            warnings.warn(f"stats sidecar {key} was not written: {exc}", stacklevel=2)
+            warnings.warn(f"stats sidecar {key} was not written: {exc}", ZaggWarning, stacklevel=2)
     return record

@@ -21,6 +21,7 @@ import warnings
 import dask
 
 from zagg import grid as G
+from zagg.errors import ZaggWarning
 from zagg.hive import artifact
 from zagg.hive.stamp import COMMIT_ATTR, now_iso
 from zagg.hive.walk import walk_windows
@@ -141,6 +142,7 @@ def close_node(ctx: Context, nid: str, k: int, r: int, windows: list[str]) -> di
             warnings.warn(
                 f"the {w} overview at node {nid} is unreadable ({exc}); its "
                 "all-time fold under-covers that window",
+                ZaggWarning,
                 stacklevel=2,
             )
             continue

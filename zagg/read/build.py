@@ -3,7 +3,9 @@
 Sparse (the default): dimension ``cells`` over the occupied cells only, leaves in ascending
 shard order; ``morton`` is an in-memory indexed coordinate derived from the coverage (so
 ``ds.sel(morton=word)`` works), ``cell_ids`` its NESTED HEALPix view (mortie's
-``mort2healpix``, never stored) with the attrs xdggs reads. Dense: every leaf's ``4^(c−p)``
+``mort2healpix``, never stored) with the attrs xdggs reads, and ``latitude``/``longitude``
+the cells' centres (mortie's ``mort2geo``, longitude in [-180, 180)), lazily, one dask
+chunk per leaf. Dense: every leaf's ``4^(c−p)``
 cells, ``morton`` read from the leaves and checked against the cell law, as the in-memory
 leaf contract has it. Data variables keep their zarr dtype and attrs; vlen fields hold raw
 payload bytes per cell (``b""`` where empty), word siblings one ``uint64`` array per cell.
@@ -22,6 +24,7 @@ from zagg.hive.schema import Field
 from zagg.read.leaves import Leaf
 
 CELL_IDS = "cell_ids"
+LATITUDE, LONGITUDE = "latitude", "longitude"  # the cell-centre coordinates of a read
 
 
 def dask_array(label: str, token: str, tasks: list, chunks: tuple, dtype):
@@ -124,6 +127,7 @@ def dataset(
     coords = {
         MORTON: xr.Variable((CELL_DIM,), morton, morton_attrs),
         CELL_IDS: xr.Variable((CELL_DIM,), cell_ids, cell_ids_attrs(grid.cell_order)),
+        **centre_coords(morton, chunks, data_vars),
     }
     ds = xr.Dataset(data_vars, coords=coords)
     if not dense:
@@ -146,6 +150,52 @@ def nested_of(words: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     nested, _order = mortie.mort2healpix(words)
     return np.asarray(nested, dtype=np.int64)
+
+
+def cell_centres(words: np.ndarray) -> np.ndarray:
+    """The centres of morton cells as a ``(2, n)`` float64 array: WGS84 geodetic latitude,
+    then longitude in [-180, 180) (mortie's ``mort2geo`` gives it in [0, 360))."""
+    words = np.asarray(words, dtype=np.uint64)
+    if words.size == 0:
+        return np.zeros((2, 0), dtype=np.float64)
+    lat, lon = mortie.mort2geo(words)
+    lon = (np.asarray(lon, dtype=np.float64) + 180.0) % 360.0 - 180.0
+    return np.stack([np.asarray(lat, dtype=np.float64), lon])
+
+
+#: the attrs of the cell-centre coordinates (CF)
+CENTRE_ATTRS = {
+    LATITUDE: {
+        "standard_name": "latitude",
+        "units": "degrees_north",
+        "long_name": "cell-centre latitude (WGS84 geodetic)",
+    },
+    LONGITUDE: {
+        "standard_name": "longitude",
+        "units": "degrees_east",
+        "long_name": "cell-centre longitude, in [-180, 180)",
+    },
+}
+
+
+def centre_coords(morton, chunks, taken=()) -> dict:
+    """The ``latitude`` and ``longitude`` coordinates of the cells ``morton`` (a numpy or
+    dask array of words), computed lazily per chunk (``chunks``: the cells' chunks) from
+    the words; a name a data variable already holds (``taken``) is left out."""
+    import dask.array as da
+    import xarray as xr
+
+    if not isinstance(morton, da.Array):
+        words = np.asarray(morton, dtype=np.uint64)
+        morton = da.from_array(words, chunks=chunks if words.size else -1)
+    both = morton.map_blocks(
+        cell_centres, new_axis=0, chunks=((2,), *morton.chunks), dtype=np.float64
+    )
+    return {
+        name: xr.Variable((CELL_DIM,), both[i], dict(CENTRE_ATTRS[name]))
+        for i, name in enumerate((LATITUDE, LONGITUDE))
+        if name not in taken
+    }
 
 
 def cell_ids_attrs(cell_order: int) -> dict:

@@ -43,6 +43,8 @@ def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     if "checksum do not match" in text:  # zarr's crc32c codec (shard index)
         return "a shard index fails its crc32c checksum: the object is corrupt or truncated"
+    if "too short to hold its index" in text:  # zarr >= 3.4 checks a shard's length first
+        return "a shard is shorter than its index: the object is corrupt or truncated"
     text = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
 
@@ -494,8 +496,11 @@ def verify_status(store, storage_options=None, progress=None) -> tuple[str, int]
     return "\n".join(lines), EXIT_INTACT
 
 
-def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
-    """Manifest, leaf list with stamps, root coverage and sample quantiles of one leaf."""
+def inspect_store(store, *, leaves: int = 10, storage_options=None, manifest=False) -> str:
+    """A store's summary: its product and grid (from the manifest), leaf list with stamps,
+    root coverage, levels and sample quantiles of one leaf; ``manifest`` adds the manifest
+    in full after it."""
+    show_manifest = manifest
     root = hive.StoreRoot(store, storage_options)
     _require_store(root)
     try:
@@ -511,10 +516,9 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
         reports = [f"store root {root.url}: {len(products)} products: {', '.join(products)}"]
         for name in products:
             sub = hive.StoreRoot(root.url_of(name), storage_options)
-            reports.append(inspect_store(sub, leaves=leaves))
+            reports.append(inspect_store(sub, leaves=leaves, manifest=show_manifest))
         return "\n\n".join(reports)
-    lines = [f"store {root.url}", "manifest:"]
-    lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
+    lines = [f"store {root.url}", *manifest_lines(manifest)]
     lines.append(
         f"config: {root.url_of(CONFIG_KEY)}"
         if root.exists(CONFIG_KEY)
@@ -574,7 +578,24 @@ def inspect_store(store, *, leaves: int = 10, storage_options=None) -> str:
                 f"sample quantiles: leaf {stamped[0][0]} does not read "
                 f"({_reason(exc)}); python -m zagg verify names the damaged arrays"
             )
+    if show_manifest:
+        lines.append(f"manifest ({MANIFEST_KEY}):")
+        lines += ["  " + line for line in json.dumps(manifest, indent=2).splitlines()]
+    else:
+        lines.append("manifest: in full with zagg inspect --manifest")
     return "\n".join(lines)
+
+
+def manifest_lines(manifest: dict) -> list[str]:
+    """The manifest in brief: the product, the format and the grid."""
+    dataset = manifest.get("dataset") or {}
+    semantic = str(manifest.get("semantic_hash") or "")
+    return [
+        f"product: {dataset.get('short_name')} version {dataset.get('version')} "
+        f"({manifest.get('spec')}, semantic hash {semantic[:12]}…)",
+        f"grid: shards at order {manifest.get('shard_order')}, cells at order "
+        f"{manifest.get('cell_order')}, path_grouping {path_grouping(manifest)}",
+    ]
 
 
 def object_lines(root: hive.StoreRoot, manifest: dict, stamped: list) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.hive import coverage as _coverage
 from zagg.hive import paths as _paths
 from zagg.hive.manifest import path_grouping, read_manifest
@@ -79,7 +80,7 @@ def candidates(
     return [leaf for leaf, k in zip(found, keep, strict=True) if k]
 
 
-class IncompleteStoreWarning(UserWarning):
+class IncompleteStoreWarning(ZaggWarning):
     """A store whose last run did not finish: some stamped leaves are not (yet) listed in
     its root coverage, so a read through it would miss them."""
 
@@ -141,7 +142,7 @@ def admit(
                 f"skipping {root.url_of(rel)}: no commit stamp (debris from an unfinished "
                 "write, or a leaf the root coverage lists that is gone); run the same zagg "
                 "run command again to finish it",
-                UserWarning,
+                ZaggWarning,
                 stacklevel=stacklevel,
             )
         elif leaf is not None:
@@ -200,7 +201,7 @@ def occupied_ranks(
         warnings.warn(
             f"{root.url_of(prefix)}/{sidecar} is missing: reading the leaf's "
             "occupancy from its arrays",
-            UserWarning,
+            ZaggWarning,
             stacklevel=4,
         )
         return None

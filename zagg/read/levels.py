@@ -27,6 +27,7 @@ import numpy as np
 from dask.base import tokenize
 
 from zagg import grid as G
+from zagg.errors import ZaggWarning
 from zagg.grid import Grid
 from zagg.hive import artifact
 from zagg.hive.layout import MORTON
@@ -195,7 +196,7 @@ def _carries(root, rel: str, attrs: dict, role: str, order: int) -> bool:
         warnings.warn(
             f"{root.url_of(rel)}: zagg_overview spec {block.get('spec')!r} is not one this "
             f"reader implements ({', '.join(OVERVIEW_SPECS)}): the overview is left out",
-            UserWarning,
+            ZaggWarning,
             stacklevel=4,
         )
         return False
@@ -247,7 +248,9 @@ def open_group(root, manifest, stamped, path, k: int, r: int, role: str, reg) ->
     with ThreadPoolExecutor(max_workers=_leaves.METADATA_READERS) as pool:
         got = [leaf for leaf in pool.map(occupancy, stamped) if leaf.ranks.size]
     if not got and reg is None:
-        warnings.warn(f"level {r} of {root.url}: its {role}s hold no cell", stacklevel=3)
+        warnings.warn(
+            f"level {r} of {root.url}: its {role}s hold no cell", ZaggWarning, stacklevel=3
+        )
     grid = Grid(k, r, r, True)
     parts = [_leaves.cell_words(leaf.shard_id, k, r, leaf.ranks) for leaf in got]
     words = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
@@ -307,7 +310,7 @@ def open_pyramid(
         if all_time and e["artifact"] != "overview":
             continue
         if e["artifact"] != "source" and path_grouping(manifest) > 1:
-            warnings.warn(grouped_refusal(root, manifest, r), stacklevel=2)
+            warnings.warn(grouped_refusal(root, manifest, r), ZaggWarning, stacklevel=2)
             continue
         try:
             children[f"o{r}"] = open_level(
@@ -316,7 +319,7 @@ def open_pyramid(
         except ValueError as exc:
             if "no committed" not in str(exc):
                 raise
-            warnings.warn(str(exc), stacklevel=2)
+            warnings.warn(str(exc), ZaggWarning, stacklevel=2)
     tree = xr.DataTree.from_dict(children)
     tree.attrs = {
         "morton_hive": {

@@ -151,6 +151,7 @@ def open_raster(
     coords = {
         MORTON: xr.Variable((CELL_DIM,), morton, dict(arrays[MORTON].attrs)),
         _build.CELL_IDS: xr.Variable((CELL_DIM,), cell_ids, _build.cell_ids_attrs(c)),
+        **_build.centre_coords(morton, (sizes,), data_vars),
         **_time_coords(time_values, time_attrs),
     }
     ds = xr.Dataset(data_vars, coords=coords)

@@ -26,6 +26,7 @@ import mortie
 import numpy as np
 
 from zagg import grid as _grid
+from zagg.errors import ZaggWarning
 from zagg.hive import paths as _paths
 from zagg.hive.coverage import read_root_coverage
 from zagg.hive.manifest import path_grouping
@@ -36,7 +37,7 @@ from zagg.read import leaves as _leaves
 from zagg.read.region import parse_region, subtree_intervals
 from zagg.windows.record import SPEC as RECORD_SPEC
 from zagg.windows.record import TEMPORAL_ORDER, bucket_words, decode_words
-from zagg.windows.toc import decode
+from zagg.windows.toc import decode, pinned_order
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -144,8 +145,14 @@ def cell_spans(root, region, bbox, cells, window) -> xr.Dataset:
     return xr.Dataset(
         {
             "cell_word": ("cells", words, {"grammar": "mortie-toc/1", "of": names}),
-            "cell_start": ("cells", np.where(empty, np.datetime64("NaT"), start).astype("M8[ns]")),
-            "cell_end": ("cells", np.where(empty, np.datetime64("NaT"), end).astype("M8[ns]")),
+            "cell_start": (
+                "cells",
+                np.where(empty, np.datetime64("NaT", "ns"), start).astype("M8[ns]"),
+            ),
+            "cell_end": (
+                "cells",
+                np.where(empty, np.datetime64("NaT", "ns"), end).astype("M8[ns]"),
+            ),
         },
         coords={"cell_morton": ("cells", np.asarray(ds["morton"].values, np.uint64))},
     )
@@ -190,17 +197,15 @@ def parse_record(obj, where: str) -> dict | None:
         return None
     try:
         block = obj["counts"]
-        order = int(block["temporal_order"])
+        order = pinned_order(block["temporal_order"])
         words, obs = decode_words(block), decode_words(block, "obs").astype(np.int64)
-        if order > TEMPORAL_ORDER:
-            raise ValueError(f"counts at order {order}, above the pin {TEMPORAL_ORDER}")
         if int(obs.sum()) != int(block["obs_total"]) or int(obj["n_obs"]) != int(obs.sum()):
             raise ValueError("n_obs, obs_total and the obs buffer disagree")
         buckets = _bucket_index(words, order)
         if not np.array_equal(bucket_words(buckets, order), words):
             raise ValueError("the counts words are not aligned bucket words")
         cover = decode_words(obj["cover"])
-        cover_order = int(obj["cover"].get("temporal_order", TEMPORAL_ORDER))
+        cover_order = pinned_order(obj["cover"].get("temporal_order", TEMPORAL_ORDER))
         derived = np.asarray(mortie.toc_normalize(words), np.uint64).reshape(-1)
         if cover_order != order or not np.array_equal(cover, derived):
             raise ValueError("its cover is not the key set of its counts")
@@ -242,9 +247,7 @@ def parse_section(envelope: dict | None, where: str) -> dict | None:
     block = sec.get("counts")
     if isinstance(block, dict):
         try:
-            order = int(block["temporal_order"])
-            if order > TEMPORAL_ORDER:
-                raise ValueError(f"order {order} is above the pin {TEMPORAL_ORDER}")
+            order = pinned_order(block["temporal_order"])
             words, obs = decode_words(block), decode_words(block, "obs").astype(np.int64)
             if int(obs.sum()) != int(block["obs_total"]):
                 raise ValueError("obs_total is not the sum of obs")
@@ -267,11 +270,15 @@ def parse_cover(obj, order: int, where: str) -> dict[str, tuple[np.ndarray, int]
     another revision or another shard order)."""
     if not isinstance(obj, dict) or obj.get("spec") != COVER_SPEC or obj.get("order") != order:
         return {}
-    top = int(obj.get("temporal_order", TEMPORAL_ORDER))
+    try:  # refused as the root counts block and the leaf records refuse it
+        top = pinned_order(obj.get("temporal_order", TEMPORAL_ORDER))
+    except ValueError as exc:
+        _warn(f"{where}: refused ({exc}): left out")
+        return {}
     out = {}
     for sid, block in (obj.get("shards") or {}).items():
         try:
-            o = int(block.get("temporal_order", top))
+            o = pinned_order(block.get("temporal_order", top))
             if o > top:
                 raise ValueError(f"order {o} is above the object's {top}")
             out[sid] = (decode_words(block), o)
@@ -406,8 +413,8 @@ def _dataset(rows, buckets, obs, order, uncounted, source, window, section) -> x
     words = np.array([r["word"] for r in rows], np.uint64)
     start, end = decode(words)
     unknown = words == 0
-    start = np.where(unknown, np.datetime64("NaT"), start).astype("datetime64[ns]")
-    end = np.where(unknown, np.datetime64("NaT"), end).astype("datetime64[ns]")
+    start = np.where(unknown, np.datetime64("NaT", "ns"), start).astype("datetime64[ns]")
+    end = np.where(unknown, np.datetime64("NaT", "ns"), end).astype("datetime64[ns]")
     covers = np.empty(len(rows), dtype=object)
     for i, r in enumerate(rows):
         covers[i] = r["cover"]
@@ -451,4 +458,4 @@ def _dataset(rows, buckets, obs, order, uncounted, source, window, section) -> x
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, UserWarning, stacklevel=4)
+    warnings.warn(message, ZaggWarning, stacklevel=4)

@@ -16,6 +16,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from zagg.errors import ZaggWarning
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.storage import StoreRoot, as_root
 from zagg.read.leaves import manifest_of
@@ -47,7 +48,7 @@ def list_products(root: StoreRoot) -> list[str]:
             warnings.warn(
                 f"{root.url_of(d)} holds a product manifest under the reserved name {d!r} "
                 "(the store-root companion's): it is not opened as a product; rename it",
-                UserWarning,
+                ZaggWarning,
                 stacklevel=3,
             )
             continue

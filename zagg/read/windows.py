@@ -53,7 +53,7 @@ def window_bounds(manifest: dict, labels: list[str]) -> tuple[np.ndarray, np.nda
     starts, ends = [], []
     for label in labels:
         index = _index_of(w, label)
-        a, b = assign.bounds(w, index) if index is not None else (np.datetime64("NaT"),) * 2
+        a, b = assign.bounds(w, index) if index is not None else (np.datetime64("NaT", "ns"),) * 2
         starts.append(np.datetime64(a, "ns"))
         ends.append(np.datetime64(b, "ns"))
     return np.array(starts, "datetime64[ns]"), np.array(ends, "datetime64[ns]")
@@ -121,7 +121,7 @@ def open_windows(root, manifest: dict, windows, **kwargs):
         time_first=("window", np.array([s[0] for s in spans], "datetime64[ns]")),
         time_last=("window", np.array([s[1] for s in spans], "datetime64[ns]")),
     )
-    from zagg.read.build import cell_ids_attrs, nested_of
+    from zagg.read.build import cell_ids_attrs, centre_coords, nested_of
 
     words = np.asarray(out["morton"].values, dtype=np.uint64)
     out = out.assign_coords(
@@ -129,7 +129,9 @@ def open_windows(root, manifest: dict, windows, **kwargs):
             "cells",
             nested_of(words) if words.size else np.zeros(0, np.int64),
             cell_ids_attrs(manifest["cell_order"]),
-        )
+        ),
+        # the windows' cells joined: their centres from the joined words
+        **centre_coords(words, -1, out.data_vars),
     )
     out.attrs = dict(parts[0].attrs)
     out.attrs["zagg"] = {**parts[0].attrs["zagg"], "windows": labels}
@@ -150,8 +152,8 @@ def decode_times(words):
     start, end = decode(values)
     empty = values == 0
     start, end = (
-        np.where(empty, np.datetime64("NaT"), start),
-        np.where(empty, np.datetime64("NaT"), end),
+        np.where(empty, np.datetime64("NaT", "ns"), start),
+        np.where(empty, np.datetime64("NaT", "ns"), end),
     )
     if isinstance(words, xr.DataArray):
         return (

@@ -12,7 +12,10 @@ whose file size changed).
 Hrefs: a local granule at or below the catalog's own directory is stored relative to that
 directory, any other local granule as an absolute path, and URLs (``s3://``) as they are;
 relative hrefs are resolved against the catalog's directory when read, so a catalog opens
-from any working directory. Each entry records the granule's size in bytes, and opening a
+from any working directory. A catalog a search of NASA's archive wrote
+(:mod:`zagg.sources.archive_search`) records the archive's HTTPS root in its ``source``
+block; its granules are read as the reading process decides (S3 in the archive's region,
+HTTPS elsewhere: :mod:`zagg.sources.archive_access`). Each entry records the granule's size in bytes, and opening a
 granule whose size differs from its entry is refused (the catalog is stale).
 
 Time: ICESat-2 ``delta_time`` is GPS seconds since the ATLAS SDP epoch, whose GPS time
@@ -38,6 +41,7 @@ import numpy as np
 from zagg import grid as G
 from zagg.errors import ZaggError
 from zagg.grid import MAX_ORDER
+from zagg.sources.errors import crashed
 from zagg.sources.granules import (
     GranuleError,
     GranuleSource,
@@ -95,12 +99,14 @@ class CatalogError(ZaggError, ValueError):
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One granule: ``rows`` observations over its groups, ``footprint`` decimal cell ids,
-    ``size`` the file's size in bytes when catalogued (None in catalogs without sizes)."""
+    """One granule: ``rows`` observations over its groups (None: not known before it is
+    opened, as for a granule a search of the archive found), ``footprint`` decimal cell
+    ids, ``size`` the file's size in bytes when catalogued (None in catalogs without
+    sizes)."""
 
     id: str
     href: str
-    rows: int
+    rows: int | None
     footprint: tuple[str, ...]
     time_start: str | None = None
     time_end: str | None = None
@@ -202,7 +208,8 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
     order = check_order(order)
     if not isinstance(source, GranuleSource):
         source = parse_granule_source(source)
-    scan_source = dataclasses.replace(source, variables=(), filters=())
+    # every beam's footprint: a run may pick beams by each granule's orientation
+    scan_source = dataclasses.replace(source, variables=(), filters=(), beams="all")
     known = {}
     if reuse is not None and reuse.order == order:
         known = {_absolute(e.href): e for e in reuse}
@@ -217,6 +224,10 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
             return _entry(scan_source, href, order)
         except GranuleError as exc:
             return exc
+        except BaseException as exc:  # a crash a distributed gather could not carry
+            if crashed(href, exc) is None:
+                raise
+            return crashed(href, exc)
 
     results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs])
     entries, failed = [], []
@@ -227,7 +238,7 @@ def build_catalog(source, *, order: int = DEFAULT_ORDER, reuse: Catalog | None =
             failed.append({"granule": granule_id(href), "error": str(res)})
         else:
             entries.append(res)
-    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    where = source.where
     if not entries:
         raise CatalogError(
             f"none of the {len(hrefs)} granule(s) at {where!r} could be read, so the catalog "
@@ -450,7 +461,7 @@ def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
             CatalogEntry(
                 r["id"],
                 _resolved_href(r["href"], path),
-                int(r["rows"]),
+                None if r["rows"] is None else int(r["rows"]),
                 tuple(r["footprint"] or ()),
                 r["time_start"],
                 r["time_end"],
@@ -459,9 +470,14 @@ def read_catalog(path, *, storage_options: Mapping | None = None) -> Catalog:
                 size,
             )
         )
-    return Catalog(
-        order, tuple(entries), header.get("source") or {}, tuple(header.get("failed") or ()), opts
-    )
+    described = header.get("source") or {}
+    archive = described.get("archive") if isinstance(described, dict) else None
+    if isinstance(archive, dict) and archive.get("https"):
+        # granules a search of NASA's archive found: read as this process decides
+        from zagg.sources.archive_access import access_options
+
+        opts = access_options("auto", archive["https"])
+    return Catalog(order, tuple(entries), described, tuple(header.get("failed") or ()), opts)
 
 
 def _resolved_href(href: str, path: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import dask
 
-from zagg.sources.errors import GranuleError
+from zagg.sources.errors import GranuleError, crashed
 from zagg.sources.granules import Scanned
 from zagg.sources.readplan import GroupCovers
 from zagg.sources.scan import census, granule_id, runs_for_covers
@@ -92,11 +92,15 @@ def _each(opened: Scanned, func, *shared) -> dict:
     return dict(zip([s.href for s in scans], out, strict=True))
 
 
-def _caught(func, *args):
+def _caught(func, source, href, *args):
     try:
-        return func(*args)
+        return func(source, href, *args)
     except GranuleError as exc:
         return exc
+    except BaseException as exc:  # a crash a distributed gather could not carry
+        if crashed(href, exc) is None:
+            raise
+        return crashed(href, exc)
 
 
 def _kept(opened: Scanned, results: dict) -> Scanned:

@@ -186,8 +186,9 @@ def fetch_ranges(
     """The bytes at each (offset, size) of ``href`` and the number of bytes fetched.
 
     A local file is read with ``os.pread`` (no Python-level buffering, the GIL released);
-    an ``s3://`` object with concurrent ranged GETs through s3fs (``cat_ranges``), never
-    whole unless every range together covers it.
+    an ``s3://`` object with concurrent ranged GETs (``cat_ranges``) through s3fs, or over
+    HTTPS for an archive granule read so (:func:`zagg.sources.remote_file.remote_filesystem`),
+    never whole unless every range together covers it.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -195,11 +196,11 @@ def fetch_ranges(
         return [], 0
     ranges, members = _plan_requests(offsets, sizes, settings)
     if href.startswith("s3://"):
-        import fsspec
+        from zagg.sources.remote_file import remote_filesystem
 
-        fs = fsspec.filesystem("s3", **dict(storage_options or {}))
+        fs, url = remote_filesystem(href, storage_options)
         blobs = fs.cat_ranges(
-            [href] * len(ranges),
+            [url] * len(ranges),
             [r[0] for r in ranges],
             [r[1] for r in ranges],
             batch_size=settings.concurrency,

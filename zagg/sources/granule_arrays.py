@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from zagg.checks.credentials import StorageOptions
+from zagg.errors import ZaggWarning
 from zagg.sources.chunks import ChunkError, FetchSettings, Layout, read_direct
-from zagg.sources.errors import GranuleReadError
+from zagg.sources.errors import ArchiveError, GranuleReadError
 
 __all__ = ["GranuleRows", "Piece", "TemplateArray", "lazy"]
 
@@ -49,6 +50,8 @@ def _read_piece(p: Piece, options: StorageOptions, settings: FetchSettings) -> n
 
         with open_h5(p.href, options, settings.metadata_block_size) as f:
             return np.asarray(f[p.hpath][p.start : p.stop])
+    except ArchiveError:  # the archive refused this process's login: not a damaged granule
+        raise
     except ChunkError as exc:
         a, b = exc.rows
         what = f"its storage chunk of rows {a}:{min(b, p.layout.rows)} cannot be decoded ({exc})"
@@ -131,7 +134,9 @@ class TemplateArray:
                 raise GranuleReadError(
                     msg + "; fix or remove the granule, or set on_error: skip", p.granule, p.href
                 )
-            warnings.warn(msg + "; its rows are dropped as invalid coordinates", stacklevel=2)
+            warnings.warn(
+                msg + "; its rows are dropped as invalid coordinates", ZaggWarning, stacklevel=2
+            )
         return arr
 
     def __getitem__(self, key) -> np.ndarray:
@@ -164,14 +169,16 @@ class TemplateArray:
 
 
 class GranuleRows:
-    """The ``granule`` variable: per row the index of its granule, never touching a file."""
+    """A variable constant along each read unit, never touching a file: ``granule`` (per
+    row the index of its granule), or one of a granule's per-point metadata (its beam,
+    track, cycle)."""
 
-    def __init__(self, sizes, index):
+    def __init__(self, sizes, index, dtype=np.int32):
         self.bounds = np.cumsum([0] + list(sizes)).astype(np.int64)
-        self.index = np.asarray(index, dtype=np.int32)
+        self.dtype = np.dtype(dtype)
+        self.index = np.asarray(index, dtype=self.dtype)
         self.shape = (int(self.bounds[-1]),)
         self.ndim = 1
-        self.dtype = np.dtype(np.int32)
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from zagg.checks.credentials import StorageOptions, parse_storage_options
 from zagg.checks.filters import Filter, parse_filters
 from zagg.checks.validation import check_keys, fail, parse_bytes
+from zagg.sources.archive_query import Search, parse_search
+from zagg.sources.beams import BEAM_SELECTIONS, POINT_VARIABLES, is_beam
 from zagg.sources.chunks import FetchSettings
 from zagg.sources.readplan import ReadPlan, parse_read_plan
 
@@ -46,6 +48,7 @@ _KEYS = (
     "storage_options",
     "read_plan",
     "reads",
+    "beams",
 )
 _READS = ("metadata_block_size", "max_gap", "request_size", "concurrency")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -64,7 +67,7 @@ class GranuleVariable:
 class GranuleSource:
     """A validated granule ``data_source`` block (paths keep their ``{group}`` placeholder)."""
 
-    granules: str | tuple[str, ...]
+    granules: str | tuple[str, ...] | Search  # a search of NASA's archive is a catalog
     groups: tuple[str, ...] | None
     latitude: str
     longitude: str
@@ -76,6 +79,20 @@ class GranuleSource:
     config_key: str = "data_source"  # where the block sits in the config, for messages
     read_plan: ReadPlan | None = None  # the along-track index a shard-restricted run uses
     reads: FetchSettings = field(default_factory=FetchSettings)
+    #: which beams each granule contributes by its orientation: strong, weak or all
+    beams: str = "all"
+
+    @property
+    def point_names(self) -> tuple[str, ...]:
+        """The per-point variables from the granules' metadata (:mod:`zagg.sources.beams`)
+        this source offers beside its declared ones: ``rgt`` and ``cycle``, and with beam
+        groups (``gt1l`` ... ``gt3r``) ``beam``, ``spot`` and ``strong``; a declared
+        variable of the same name is read from its path instead."""
+        beams = bool(self.groups) and all(is_beam(g) for g in self.groups)
+        declared = {v.name for v in self.variables}
+        return tuple(
+            n for n in POINT_VARIABLES if n not in declared and (beams or n in ("rgt", "cycle"))
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -89,7 +106,18 @@ class GranuleSource:
 
     @property
     def is_catalog(self) -> bool:
+        """Whether the granules are listed by a catalog: a catalog file or a search."""
+        if isinstance(self.granules, Search):
+            return True
         return isinstance(self.granules, str) and is_catalog(self.granules)
+
+    @property
+    def where(self):
+        """The granules' location as records show it: the path, the list, or the search
+        (``{"search": {...}}``)."""
+        if isinstance(self.granules, Search):
+            return {"search": self.granules.as_dict()}
+        return self.granules if isinstance(self.granules, str) else list(self.granules)
 
     def items(self) -> tuple[tuple[str, str, int | None], ...]:
         """(name, path template, column) of everything read per group, coordinates first."""
@@ -125,7 +153,9 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
     delta_time = raw.get("delta_time")
     if delta_time is not None:
         delta_time = _template(delta_time, f"{path}.delta_time", grouped)
-    declared = [v.name for v in variables] + (["time"] if delta_time else [])
+    beams = _parse_beams(raw.get("beams", "all"), f"{path}.beams", groups)
+    offered = GranuleSource(granules, groups, lat, lon, variables).point_names
+    declared = [v.name for v in variables] + (["time"] if delta_time else []) + list(offered)
     filters = _parse_granule_filters(raw.get("filters"), declared, f"{path}.filters")
 
     on_error = raw.get("on_error", "fail")
@@ -165,7 +195,29 @@ def parse_granule_source(raw: Mapping, path: str = "data_source") -> GranuleSour
         path,
         plan,
         reads,
+        beams,
     )
+
+
+def _parse_beams(value, path: str, groups) -> str:
+    """``data_source.beams``: strong, weak or all (the default); strong or weak needs beam
+    groups, whose strength each granule's orientation decides."""
+    if value not in BEAM_SELECTIONS:
+        fail(path, f"{value!r} is not valid; use strong, weak or all")
+    if value != "all":
+        named = [g for g in groups or () if not is_beam(g)]
+        if not groups or named:
+            fail(
+                path,
+                f"{value} beams are picked among the ICESat-2 ground tracks, but "
+                + (
+                    f"the group {named[0]!r} is not one (gt1l ... gt3r)"
+                    if named
+                    else "data_source.groups is not set"
+                )
+                + "; list the groups [gt1l, gt1r, gt2l, gt2r, gt3l, gt3r] or set beams: all",
+            )
+    return value
 
 
 def _parse_reads(value, path: str) -> FetchSettings:
@@ -189,11 +241,14 @@ def _parse_reads(value, path: str) -> FetchSettings:
     return FetchSettings(**out)
 
 
-def _parse_location(value, path: str) -> str | tuple[str, ...]:
+def _parse_location(value, path: str) -> str | tuple[str, ...] | Search:
     what = (
         "a local directory, a glob, an s3://bucket/prefix/, a catalog file (.json or "
-        ".parquet) or a list of granule files"
+        ".parquet), a list of granule files or {search: {...}} (NASA's archive)"
     )
+    if isinstance(value, Mapping):
+        check_keys(value, ("search",), path, ("search",))
+        return parse_search(value["search"], f"{path}.search")
     if isinstance(value, list):
         if not value:
             fail(path, f"the list of granule files is empty; give {what}")

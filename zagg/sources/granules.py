@@ -16,6 +16,7 @@ out granules found damaged mid-read under ``on_error: skip``.
 
 from __future__ import annotations
 
+import dataclasses
 import glob as globmod
 import math
 import os
@@ -34,14 +35,17 @@ if TYPE_CHECKING:
 
 from zagg.checks.credentials import StorageOptions
 from zagg.checks.validation import ConfigError
+from zagg.errors import ZaggWarning
+from zagg.sources import beams
+from zagg.sources.archive_access import is_archive, preflight
+from zagg.sources.archive_query import Search
 from zagg.sources.chunks import FetchSettings
-from zagg.sources.errors import GranuleError, GranuleReadError
+from zagg.sources.errors import GranuleError, GranuleReadError, crashed
 from zagg.sources.granule_config import (
     CATALOG_SUFFIXES,
     GRANULE_SUFFIXES,
     GranuleSource,
     GranuleVariable,
-    is_catalog,
     parse_granule_source,
 )
 from zagg.sources.readplan import ShardCover, blocks
@@ -72,6 +76,7 @@ __all__ = [
     "hdf5_path",
     "list_granules",
     "open_for_config",
+    "open_for_source",
     "open_granules",
     "open_h5",
     "parse_granule_source",
@@ -97,7 +102,7 @@ def list_granules(source: GranuleSource) -> list[str]:
     loc, key = source.granules, f"{source.config_key}.granules"
     if isinstance(loc, tuple):
         hrefs = [local_path(h) for h in loc]
-    elif is_catalog(loc):
+    elif source.is_catalog:
         hrefs = [e.href for e in catalog_entries(source)]
     elif loc.startswith("s3://"):
         hrefs = _list_s3(loc, source.storage_options, key)
@@ -109,7 +114,7 @@ def list_granules(source: GranuleSource) -> list[str]:
             f"no granule files ({', '.join(GRANULE_SUFFIXES)}) found at "
             f"{loc!r}; check the path or the glob",
         )
-    if not (isinstance(loc, str) and is_catalog(loc)):
+    if not source.is_catalog:
         hrefs = sorted(hrefs, key=granule_id)
     ids = [granule_id(h) for h in hrefs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -123,9 +128,14 @@ def list_granules(source: GranuleSource) -> list[str]:
 
 
 def catalog_entries(source: GranuleSource):
-    """The entries of the catalog file a source names (refused as its config key)."""
+    """The entries of the catalog file a source names (refused as its config key), or
+    of what its search of NASA's archive finds."""
     from zagg.sources.catalog import CatalogError, read_catalog
 
+    if isinstance(source.granules, Search):
+        from zagg.sources.archive_search import search_catalog
+
+        return search_catalog(source.granules)
     try:
         return read_catalog(source.granules, storage_options=source.storage_options)
     except CatalogError as exc:
@@ -133,20 +143,30 @@ def catalog_entries(source: GranuleSource):
 
 
 def _list_local(loc: str, key: str) -> list[str]:
+    """The granule files of a local directory or glob. A symlink is listed even when its
+    target is gone: dropping it would lose a granule without a word, so it is read like a
+    missing file named in a list (a failed granule under ``on_error: skip``, a refusal
+    under ``fail``), naming it."""
     if any(c in loc for c in "*?["):
         found = globmod.glob(loc, recursive=True)
-        return [p for p in found if p.lower().endswith(GRANULE_SUFFIXES) and os.path.isfile(p)]
+        return [
+            p
+            for p in found
+            if p.lower().endswith(GRANULE_SUFFIXES) and (os.path.isfile(p) or os.path.islink(p))
+        ]
     path = Path(loc)
     if path.is_dir():
         return [
-            str(p) for p in path.iterdir() if p.suffix.lower() in GRANULE_SUFFIXES and p.is_file()
+            str(p)
+            for p in path.iterdir()
+            if p.suffix.lower() in GRANULE_SUFFIXES and (p.is_file() or p.is_symlink())
         ]
     if path.is_file():
         return [str(path)]
     raise _config_error(
         key,
         f"{loc!r} does not exist; give a directory, a glob, an s3:// "
-        "prefix, a catalog file or a list of granule files",
+        "prefix, a catalog file or a list of granule files (or pass --granules)",
     )
 
 
@@ -188,17 +208,24 @@ def wants_processes(ds) -> bool:
 
 def open_for_config(cfg, *, shards=None, only=None) -> xr.Dataset:
     """The granules of a config (``cfg.data_source.granules``) for a run over ``shards``
-    (decimal ids or words at the shard order; None: every shard): a catalog keeps only the
-    granules touching them, and a read plan reads only the rows that can reach them.
-    ``only`` (granule ids) keeps just those granules."""
-    src = cfg.data_source.granules
+    (decimal ids or words at the shard order; None: every shard), see
+    :func:`open_for_source`."""
+    return open_for_source(
+        cfg.data_source.granules, shards=shards, shard_order=cfg.grid.shard_order, only=only
+    )
+
+
+def open_for_source(src: GranuleSource, *, shards=None, shard_order=None, only=None):
+    """The granules of ``src`` for a run over ``shards`` (at ``shard_order``): a catalog
+    keeps only the granules touching them, and a read plan reads only the rows that can
+    reach them. ``only`` (granule ids) keeps just those granules."""
     if not (src.is_catalog or src.read_plan is not None):
         shards = None  # neither footprints nor an index to restrict the read with
     return open_granules(
         src,
         shards=shards,
         only=only,
-        shard_order=cfg.grid.shard_order if shards is not None else None,
+        shard_order=shard_order if shards is not None else None,
     )
 
 
@@ -231,6 +258,7 @@ def skip_damaged(ds, use: Callable, reopen: Callable | None = None):
             warnings.warn(
                 f"granule {exc.granule!r} is damaged and left out of the run "
                 f"(on_error: skip): {exc}",
+                ZaggWarning,
                 stacklevel=2,
             )
             if reopen is not None:
@@ -314,6 +342,8 @@ def scan_granules(source, *, shards=None, shard_order=None, skip=(), only=None) 
         from zagg.sources.catalog import select
 
         catalog = catalog_entries(source)
+        if is_archive(catalog.storage_options):  # read as the archive's catalog says
+            source = dataclasses.replace(source, storage_options=catalog.storage_options)
         if shards is not None:
             catalog = select(catalog, shards, shard_order=shard_order)
         failed += [dict(f) for f in catalog.failed]
@@ -349,6 +379,8 @@ def scan_granules(source, *, shards=None, shard_order=None, skip=(), only=None) 
         hrefs = [h for h in hrefs if granule_id(h) in keep]
     failed += skip
 
+    if hrefs and is_archive(source.storage_options):
+        preflight(hrefs[0], source.storage_options)  # a refused login: one line, nothing read
     cover = None
     if shards is not None and source.read_plan is not None:
         cover = shard_cover(shards, shard_order, source.read_plan.margin)
@@ -401,6 +433,10 @@ def _scan_all(
             return scan(source, href, cover)
         except GranuleError as exc:
             return exc
+        except BaseException as exc:  # a crash a distributed gather could not carry
+            if crashed(href, exc) is None:
+                raise
+            return crashed(href, exc)
 
     results = dask.compute(*[dask.delayed(safe)(h) for h in hrefs]) if hrefs else ()
     scans = []
@@ -423,11 +459,12 @@ def _scan_all(
                 "the names (ICESat-2 beams are gt1l gt1r gt2l gt2r gt3l gt3r) "
                 "and the coordinate paths",
             )
-        if missing and len(scans) > 1:
+        if missing and len(scans) > 1 and source.beams == "all":
             warnings.warn(
                 f"{source.config_key}.groups: {missing} are in none of the "
                 f"{len(scans)} granules (no {prefix!r}); a misspelt group name reads "
                 "nothing",
+                ZaggWarning,
                 stacklevel=3,
             )
     if hrefs and not scans:
@@ -488,6 +525,47 @@ def _width(template: str, name: str, scans: list[Scan]) -> int | None:
     return next(iter(seen), None)
 
 
+POINT_ATTRS = {
+    "beam": {
+        "long_name": "ground track of the row's beam (gt1l 10, gt1r 20, ... gt3r 60)",
+        "source_path": "group name",
+    },
+    "spot": {
+        "long_name": "ATLAS spot of the row's beam (1..6; odd spots are strong)",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "strong": {
+        "long_name": "1 where the row's beam is strong, 0 where weak",
+        "source_path": "/orbit_info/sc_orient",
+    },
+    "rgt": {"long_name": "reference ground track", "source_path": "/orbit_info/rgt"},
+    "cycle": {"long_name": "orbital cycle", "source_path": "/orbit_info/cycle_number"},
+}
+
+
+def point_values(source: GranuleSource, units) -> dict[str, list[int]]:
+    """Per read unit the value of each per-point variable the source offers
+    (:attr:`GranuleSource.point_names`) that every granule's metadata gives: ``rgt`` and
+    ``cycle`` from ``/orbit_info``, ``beam`` from the group's name, ``spot`` and ``strong``
+    from the group and the granule's orientation. A variable some granule lacks the
+    metadata of is left out of the Dataset."""
+    out = {}
+    orbits = [s.orbit for _, s, *_ in units]
+    for name in source.point_names:
+        if name == "beam":
+            out[name] = [beams.beam_code(g.group) for _, _, g, *_ in units]
+        elif name in ("spot", "strong"):
+            if any(o.sc_orient not in (beams.BACKWARD, beams.FORWARD) for o in orbits):
+                continue
+            rule = beams.spot if name == "spot" else beams.strong
+            out[name] = [int(rule(g.group, s.orbit.sc_orient)) for _, s, g, *_ in units]
+        else:
+            values = [getattr(o, name) for o in orbits]
+            if None not in values:
+                out[name] = values
+    return out
+
+
 def _dataset(
     source: GranuleSource,
     scans: list[Scan],
@@ -537,6 +615,7 @@ def _dataset(
             f"{len(h5py_paths)} HDF5 dataset(s) are stored with filters or layouts "
             f"only h5py decodes (e.g. {sorted(h5py_paths)[0]}): they are read "
             "through h5py, one read at a time per process",
+            ZaggWarning,
             stacklevel=3,
         )
     sizes = [b - a for *_, a, b in units] or [0]
@@ -608,7 +687,15 @@ def _dataset(
     data_vars["granule"] = xr.Variable(
         "obs", index, attrs={"long_name": "index of the row's granule in attrs['granules']"}
     )
-    where = source.granules if isinstance(source.granules, str) else list(source.granules)
+    for name, values in point_values(source, units).items():
+        dtype = np.dtype(beams.DTYPES[name])
+        arr = (
+            lazy(GranuleRows(sizes, values, dtype), chunks, f"{name}-{token}")
+            if units
+            else da.zeros(0, dtype=dtype)
+        )
+        data_vars[name] = xr.Variable("obs", arr, attrs=dict(POINT_ATTRS[name]))
+    where = source.where
     return xr.Dataset(
         data_vars,
         attrs={

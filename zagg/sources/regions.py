@@ -135,31 +135,41 @@ def cover_rings(rings, order: int) -> np.ndarray:
     return np.asarray(mortie.morton_coverage(lats, lons, order=order), np.uint64)
 
 
+def region_polygons(geojson: str | Path) -> tuple[Path, list[list]]:
+    """The GeoJSON file ``geojson`` names (a path, or the name of a shipped region such as
+    ``"pine_island"``) and its polygons (each a list of rings of [lon, lat] positions)."""
+    path = Path(geojson)
+    if not path.exists():
+        from zagg.packaged import find, names
+
+        shipped = find("region", str(geojson))
+        if shipped is None:
+            raise RegionError(
+                f"--region {geojson}: no such GeoJSON file, and no shipped region of "
+                f"that name; the shipped regions are {', '.join(names('region'))} "
+                "(zagg configs lists them), or give the path of a GeoJSON polygon file"
+            )
+        path = shipped
+    try:
+        geo = json.loads(path.read_text())
+    except OSError as exc:
+        raise RegionError(f"--region {path}: cannot read it ({exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise RegionError(f"--region {path}: not valid JSON ({exc})") from exc
+    try:
+        return path, _polygons(geo)
+    except RegionError as exc:
+        raise RegionError(f"--region {path}: {exc}") from None
+
+
 def region_shards(*, geojson: str | Path | None = None, bbox=None, order: int) -> list[str]:
     """Decimal ids of the shards at ``order`` that a GeoJSON file (a path, or the name of a
     shipped region such as ``"pine_island"``) or a box touches."""
     words = []
     if geojson is not None:
-        path = Path(geojson)
-        if not path.exists():
-            from zagg.packaged import find, names
-
-            shipped = find("region", str(geojson))
-            if shipped is None:
-                raise RegionError(
-                    f"--region {geojson}: no such GeoJSON file, and no shipped region of "
-                    f"that name; the shipped regions are {', '.join(names('region'))} "
-                    "(zagg configs lists them), or give the path of a GeoJSON polygon file"
-                )
-            path = shipped
+        path, polygons = region_polygons(geojson)
         try:
-            geo = json.loads(path.read_text())
-        except OSError as exc:
-            raise RegionError(f"--region {path}: cannot read it ({exc})") from exc
-        except json.JSONDecodeError as exc:
-            raise RegionError(f"--region {path}: not valid JSON ({exc})") from exc
-        try:
-            for poly in _polygons(geo):
+            for poly in polygons:
                 words.append(cover_rings(poly, order))
         except RegionError as exc:
             raise RegionError(f"--region {path}: {exc}") from None

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from zagg.sources.beams import Orbit, kept_groups, read_orbit
 from zagg.sources.chunks import (
     FetchSettings,
     Layout,
@@ -27,7 +28,7 @@ from zagg.sources.chunks import (
     layout_of,
     read_direct,
 )
-from zagg.sources.errors import GranuleError
+from zagg.sources.errors import ArchiveError, GranuleError
 from zagg.sources.granule_config import GranuleSource
 from zagg.sources.readplan import ShardCover, group_rows, needed_rows, shard_photons
 
@@ -107,6 +108,7 @@ class Scan:
     attrs: Mapping[str, Mapping]
     stamp: object  # size/mtime or ETag: part of the graph token
     index_bytes: int = 0
+    orbit: Orbit = field(default_factory=Orbit)  # /orbit_info: orientation, rgt, cycle
 
 
 def hdf5_path(template: str, group: str | None) -> str:
@@ -148,6 +150,9 @@ def scan_file(
 
     items = source.items()
     groups = source.groups or (None,)
+    orbit = read_orbit(f)
+    if source.beams != "all":  # by this granule's orientation
+        groups = kept_groups(groups, source.beams, orbit, gid, f"{source.config_key}.beams")
     prefix = group_prefix(source.latitude)
     shapes, dtypes, attrs = [], {}, {}
     index_bytes = 0
@@ -213,7 +218,7 @@ def scan_file(
             runs, nbytes = _plan_runs(source, f, href, gid, group, int(rows), layouts, index, cover)
             index_bytes += nbytes
         shapes.append(GroupShape(group, int(rows), layouts, index, runs))
-    return Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes)
+    return Scan(href, tuple(shapes), dtypes, attrs, stamp, index_bytes, orbit)
 
 
 def read_whole(f, href: str, hpath: str, options, settings: FetchSettings):
@@ -362,9 +367,15 @@ def _opened(source: GranuleSource, href: str):
             stamp,
         ):
             yield f, stamp
-    except GranuleError:
+    except (GranuleError, ArchiveError):  # an archive's refused login is no damaged granule
         raise
     except Exception as exc:  # h5py/OS/s3 errors: corrupt, truncated, unreadable
+        if "://" not in href and os.path.islink(href) and not os.path.exists(href):
+            raise GranuleError(
+                f"granule {granule_id(href)!r} ({href}) is a symbolic link to "
+                f"{os.readlink(href)!r}, which does not exist: restore the file it points "
+                "to, or remove the link"
+            ) from None
         msg = source.storage_options.redact(f"{type(exc).__name__}: {exc}")
         raise GranuleError(
             f"granule {granule_id(href)!r} ({href}): cannot open as HDF5: {msg}"

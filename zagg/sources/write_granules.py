@@ -2,8 +2,11 @@
 
 Real-format test input for the granule reader and catalog without network access: each
 granule is one :func:`zagg.sources.synthetic.photon_chunk` (a pass of six beams over
-``region``), split into the beams ``gt1l gt1r gt2l gt2r gt3l gt3r`` (left beams strong, as in
-the backward spacecraft orientation, ``sc_orient = 0``) and written like the products:
+``region``), split into the beams ``gt1l gt1r gt2l gt2r gt3l gt3r`` and written like the products. The
+spacecraft's orientation (``sc_orient``, 0 backward by default, or 1 forward) decides which
+tracks the strong beams land on: the left ones backward, the right ones forward, so a
+forward granule holds in ``gt1r`` the photons a backward one holds in ``gt1l`` (each beam
+group's attributes ``atlas_beam_type`` and ``atlas_spot_number`` say so, as in the products):
 
 ATL03  ``/gtXY/heights/{lat_ph, lon_ph, h_ph, signal_conf_ph (n x 5 int8), delta_time}`` and
        ``/gtXY/geolocation/{reference_photon_lat, reference_photon_lon, ph_index_beg,
@@ -110,6 +113,7 @@ def write_granules(
     seed: int = 0,
     noise_fraction: float = 0.2,
     first: int = 0,
+    sc_orient=0,
 ) -> list[Path]:
     """Write ``n_granules`` granules into ``directory`` and return their paths, in name order.
 
@@ -119,7 +123,8 @@ def write_granules(
     keeps the earlier files unchanged; ``first`` writes granules ``first`` to
     ``first + n_granules - 1`` alone (the same files a single call writes, unless two
     granules' names collide: a call renames the later one a second on, and only within
-    itself).
+    itself). ``sc_orient`` is the orientation of every granule (0 or 1), or a sequence of
+    one per granule written.
     """
     if product not in PRODUCTS:
         raise ValueError(f"product must be one of {', '.join(PRODUCTS)}, got {product!r}")
@@ -151,7 +156,13 @@ def write_granules(
     paths, names = [], set()
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
         raise ValueError(f"first must be a non-negative integer, got {first!r}")
+    orients = [sc_orient] * n_granules if isinstance(sc_orient, int) else list(sc_orient)
+    if len(orients) != n_granules or any(o not in (0, 1) for o in orients):
+        raise ValueError(
+            f"sc_orient must be 0, 1 or a sequence of one of them per granule, got {sc_orient!r}"
+        )
     for i in range(first, first + n_granules):
+        orient = orients[i - first]
         photons = photon_chunk(seed, i, n_photons, region, noise_fraction)
         beams = _split_beams(photons, n_photons, noise_fraction)
         meta = np.random.default_rng([seed, _META_STREAM, i])
@@ -165,9 +176,11 @@ def write_granules(
         names.add(name)
         path = directory / name
         with h5py.File(path, "w") as f:
-            _write_ancillary(f, product, rgt, cycle, t_start, t_end)
+            _write_ancillary(f, product, rgt, cycle, t_start, t_end, orient)
             for b, beam in enumerate(BEAMS):
                 data = beams[b]
+                if orient == 1:  # forward: the strong beams land on the right tracks
+                    beam = BEAMS[b ^ 1]
                 if b == empty:
                     if product == "ATL06":
                         continue  # the beam group is absent
@@ -176,6 +189,7 @@ def write_granules(
                     _write_atl03_beam(f, beam, data, t_start)
                 else:
                     _write_atl06_beam(f, beam, data, t_start)
+                _beam_attrs(f[beam], b, orient)
         paths.append(path)
     return sorted(paths)
 
@@ -222,7 +236,17 @@ def _dataset(group, name: str, data: np.ndarray, fill=None) -> None:
         d.attrs["_FillValue"] = np.asarray([fill], dtype=data.dtype)
 
 
-def _write_ancillary(f: h5py.File, product: str, rgt: int, cycle: int, t0: float, t1: float):
+def _beam_attrs(group, b: int, orient: int) -> None:
+    """The products' beam attributes: strong or weak, and the ATLAS spot (backward, gt1l
+    is spot 1 ... gt3r spot 6; forward, gt3r is spot 1 ... gt1l spot 6)."""
+    group.attrs["atlas_beam_type"] = "strong" if b % 2 == 0 else "weak"
+    track = BEAMS.index(group.name.strip("/"))
+    group.attrs["atlas_spot_number"] = str(track + 1 if orient == 0 else 6 - track)
+
+
+def _write_ancillary(
+    f: h5py.File, product: str, rgt: int, cycle: int, t0: float, t1: float, orient: int = 0
+):
     f.attrs["short_name"] = product
     f.attrs["title"] = f"Synthetic ICESat-2 {product} granule (zagg.sources.write_granules)"
     anc = f.create_group("ancillary_data")
@@ -235,7 +259,7 @@ def _write_ancillary(f: h5py.File, product: str, rgt: int, cycle: int, t0: float
     orbit = f.create_group("orbit_info")
     orbit.create_dataset("rgt", data=np.array([rgt], np.int16))
     orbit.create_dataset("cycle_number", data=np.array([cycle], np.int8))
-    orbit.create_dataset("sc_orient", data=np.array([0], np.int8))
+    orbit.create_dataset("sc_orient", data=np.array([orient], np.int8))
 
 
 def _segments(delta_time: np.ndarray, t_start: float) -> np.ndarray:

@@ -79,13 +79,13 @@ def bounds(w: Windowing, index: int) -> tuple[np.datetime64, np.datetime64]:
     index = int(index)
     if w.schedule == "yearly":
         y = np.datetime64(index - 1970, "Y")
-        return y.astype("datetime64[s]"), (y + 1).astype("datetime64[s]")
+        return y.astype("datetime64[s]"), (y + np.timedelta64(1, "Y")).astype("datetime64[s]")
     if w.schedule == "monthly":
         m = np.datetime64(index - 1970 * 12, "M")
-        return m.astype("datetime64[s]"), (m + 1).astype("datetime64[s]")
+        return m.astype("datetime64[s]"), (m + np.timedelta64(1, "M")).astype("datetime64[s]")
     if w.schedule == "daily":
         d = np.datetime64(int(index + _DAY0), "D")
-        return d.astype("datetime64[s]"), (d + 1).astype("datetime64[s]")
+        return d.astype("datetime64[s]"), (d + np.timedelta64(1, "D")).astype("datetime64[s]")
     x = w.windows[index]
     return x.start, x.end
 

@@ -5,6 +5,7 @@ range, on mortie's continuous GPS-aligned scale. Times of a ``gps`` or ``tai`` c
 there by arithmetic (TAI = GPS + 19 s, no leap seconds on either); times of a ``utc``
 column go through mortie's leap-second table (:func:`mortie.from_datetime64`). Mortie is the
 one authority for the words: nothing here encodes or merges them by hand.
+:func:`pinned_order` is the one check of a stored temporal order against the pin.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import mortie
 import numpy as np
 
 from zagg.windows.assign import utc_ns
+from zagg.windows.record import TEMPORAL_ORDER
 from zagg.windows.schedule import NS, UNITS, Windowing
 
 GPS_EPOCH = np.datetime64("1980-01-06T00:00:00", "ns")
@@ -60,3 +62,17 @@ def decode(words) -> tuple[np.ndarray, np.ndarray]:
         np.asarray(mortie.to_datetime64(start)).reshape(words.shape),
         np.asarray(mortie.to_datetime64(end)).reshape(words.shape),
     )
+
+
+def pinned_order(value) -> int:
+    """A stored ``temporal_order`` (a leaf record's counts, the root counts block, a
+    ``coverage.toc`` and its shards' covers) as an int, refused (``ValueError``) unless it
+    is a whole number from 0 to the pinned :data:`~zagg.windows.record.TEMPORAL_ORDER`:
+    every bucket of the temporal path is at most that fine."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"temporal_order {value!r} is not a whole number")
+    if int(value) > TEMPORAL_ORDER:
+        raise ValueError(f"temporal_order {int(value)} is above the pin {TEMPORAL_ORDER}")
+    if int(value) < 0:
+        raise ValueError(f"temporal_order {int(value)} is negative")
+    return int(value)
