@@ -161,26 +161,34 @@ def check_store(store: str, options: dict | None, shards: set[str]) -> None:
 
 @contextlib.contextmanager
 def local_s3():
-    """storage_options of a moto S3 server on 127.0.0.1 (stopped on exit)."""
+    """storage_options of a moto S3 server on 127.0.0.1 that answers one request at a time
+    (stopped on exit). moto checks ``If-Match`` / ``If-None-Match`` and then writes, with
+    nothing between the two that keeps another request out; S3 makes the pair atomic. A
+    threaded moto server can therefore let two conditional PUTs on one ETag both succeed,
+    so the checks here use a server that serves requests one after another."""
     import logging
+    import threading
 
     import s3fs
-    from moto.server import ThreadedMotoServer
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server("127.0.0.1", 0, app, threaded=False)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     try:
-        host, port = server.get_host_and_port()
         options = {
-            "endpoint_url": f"http://{host}:{port}",
+            "endpoint_url": f"http://127.0.0.1:{server.port}",
             "key": "AKIDLOCALTEST",
             "secret": "local-secret-value-123",
         }
         s3fs.S3FileSystem(**options).mkdir("concurrent")
         yield options
     finally:
-        server.stop()
+        server.shutdown()
+        thread.join()
 
 
 def rounds(case: str, n: int, folder: Path, options: dict | None) -> dict:

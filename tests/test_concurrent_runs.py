@@ -43,14 +43,21 @@ for i in range(n):
 """
 
 
+@pytest.fixture(scope="module")
+def serial_s3():
+    """storage_options of a local S3 server (moto) that answers one request at a time, with
+    a bucket ``concurrent``: moto's threaded server does not make a conditional PUT's
+    check and write atomic, as S3 does (see ``bench_concurrent.local_s3``)."""
+    pytest.importorskip("moto.server")
+    with race.local_s3() as options:
+        yield options
+
+
 def _store(where, request, tmp_path, name):
     """(url, storage_options) of a fresh store on a local disk or on the local S3 server."""
     if where == "local":
         return str(tmp_path / name), None
-    options, fs = request.getfixturevalue("moto_s3")
-    if not fs.exists("concurrent"):
-        fs.mkdir("concurrent")
-    return f"s3://concurrent/{tmp_path.name}-{name}", options
+    return f"s3://concurrent/{tmp_path.name}-{name}", request.getfixturevalue("serial_s3")
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
@@ -193,11 +200,7 @@ def test_two_runs_at_once_leave_a_whole_store(tmp_path, where, case, request):
     Icechunk's main reads what the hive reads, and verify finds the store intact."""
     import yaml
 
-    options = None
-    if where == "s3":
-        options, fs = request.getfixturevalue("moto_s3")
-        if not fs.exists("concurrent"):
-            fs.mkdir("concurrent")
+    options = request.getfixturevalue("serial_s3") if where == "s3" else None
     cfg = tmp_path / "race.yaml"
     cfg.write_text(yaml.safe_dump(race.config(options)))
     shards = race.all_shards()
