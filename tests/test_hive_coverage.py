@@ -147,7 +147,7 @@ def test_update_root_coverage_unions_and_is_fail_open(tmp_path, monkeypatch):
     def broken(self, key, payload):
         raise OSError("bucket unreachable")
 
-    monkeypatch.setattr(StoreRoot, "write_json", broken)
+    monkeypatch.setattr(StoreRoot, "write_bytes", broken)
     with pytest.warns(UserWarning, match="not updated: bucket unreachable"):
         assert update_root_coverage(root, ["5113"], 3) is None
 

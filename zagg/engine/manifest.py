@@ -141,6 +141,8 @@ def ensure_store(root, spec: StoreSpec) -> dict:
     written = hive.write_manifest(root, manifest, semantic_explainer(root, spec))
     if written or not root.exists(CONFIG_KEY):
         record = config_record(spec.record)
-        if record is not None:
+        if record is not None and written:
             root.write_bytes(CONFIG_KEY, record)
+        elif record is not None:  # missing: only if no concurrent run records its own first
+            root.create(CONFIG_KEY, record)
     return manifest

@@ -8,8 +8,6 @@ i.e. ascending packed-word order. Ranks make the arithmetic independent of the c
 
 from __future__ import annotations
 
-import random
-import time
 import warnings
 from collections.abc import Iterable
 
@@ -18,7 +16,7 @@ import zstandard
 
 from zagg import grid
 from zagg.errors import ZaggWarning
-from zagg.hive.manifest import read_manifest
+from zagg.hive.manifest import path_grouping, read_manifest
 from zagg.hive.paths import ROOT_COVERAGE_KEY, leaf_path
 from zagg.hive.stamp import now_iso, read_stamp
 from zagg.hive.storage import as_root
@@ -280,10 +278,12 @@ def update_root_coverage(
     source: str = "dispatcher",
     temporal: dict | None = None,
 ) -> dict | None:
-    """GET-union-PUT the root ranges MOC with ``shard_ids``; returns what was written.
+    """Union the root ranges MOC with ``shard_ids``; returns the object left standing.
 
-    Runs writing one store at once each read their write back, and union again until their
-    shards are listed, so no run's shards are lost to another's PUT. Fail-open: the object is a regenerable cache, so an I/O failure warns and returns None
+    Any number of runs may do this at once: the union is one compare-and-swap update
+    (:meth:`StoreRoot.update_json`), which re-reads and unions again whenever another
+    writer changed the object in between, so no run's shards are lost to another's write.
+    Fail-open: the object is a regenerable cache, so an I/O failure warns and returns None
     rather than failing the run. Ids at the wrong order raise before any I/O. An existing
     object at a different order (or unusable) is replaced, with a warning. A standing
     ``temporal`` section is kept; ``temporal`` (a windowed run's section,
@@ -293,30 +293,16 @@ def update_root_coverage(
     ranges(mine, order)  # validates every id against the order
     root = as_root(root)
     try:
-        for attempt in range(_UNION_ATTEMPTS):
-            envelope = _union_once(root, mine, order, source, temporal)
-            # another run may have written its own union at the same moment: read back,
-            # and union again until this run's shards are all listed
-            back = read_root_coverage(root)
-            if back is not None and back.get("order") == order and mine <= set(expand_ranges(back)):
-                return envelope
-            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-        warnings.warn(
-            f"root coverage at {root.url} kept losing this run's shards to "
-            "concurrent writers; refresh it with a walk (zagg.hive."
-            "refresh_root_coverage)",
-            ZaggWarning,
-            stacklevel=2,
+        return root.update_json(
+            ROOT_COVERAGE_KEY,
+            lambda standing: _union(root, standing, mine, order, source, temporal),
+            replace_unreadable=True,
         )
-        return None
     except Exception as exc:  # fail-open by contract
         warnings.warn(
             f"root coverage at {root.url} was not updated: {exc}", ZaggWarning, stacklevel=2
         )
         return None
-
-
-_UNION_ATTEMPTS = 8
 
 
 def finish_root_coverage(root, records: list[dict], order: int) -> dict | None:
@@ -337,17 +323,19 @@ def finish_root_coverage(root, records: list[dict], order: int) -> dict | None:
     )
 
 
-def _union_once(root, mine: set, order: int, source: str, temporal: dict | None = None) -> dict:
-    """One GET-union-PUT of the root coverage with the shards ``mine`` (and a temporal
-    section composed with the standing one)."""
+def _union(
+    root, standing, mine: set, order: int, source: str, temporal: dict | None = None
+) -> dict | None:
+    """The root coverage ``standing`` unioned with the shards ``mine`` (and a temporal
+    section composed with the standing one); None when it already says all that."""
     ids = set(mine)
-    existing = read_root_coverage(root)
+    existing = parse_root_envelope(standing)
     if existing is not None and existing["order"] != order:
         warnings.warn(
             f"root coverage at {root.url} is at order {existing['order']}, not {order}; "
             "replacing it",
             ZaggWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         existing = None
     if existing is not None:
@@ -357,19 +345,20 @@ def _union_once(root, mine: set, order: int, source: str, temporal: dict | None 
             warnings.warn(
                 f"root coverage at {root.url} is malformed ({exc}); replacing it",
                 ZaggWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
     envelope = root_envelope(ids, order, source=source)
-    standing = existing.get("temporal") if existing is not None else None
+    held = existing.get("temporal") if existing is not None else None
     if temporal is not None:
         from zagg.hive.rootsection import compose_section
 
-        envelope["temporal"] = compose_section(standing, temporal)
-    elif standing is not None:
-        envelope["temporal"] = standing
-    if existing is not None and same_but_times(existing, envelope):
-        return existing  # nothing new: a re-run leaves the object as it is
-    root.write_json(ROOT_COVERAGE_KEY, envelope)
+        envelope["temporal"] = compose_section(held, temporal)
+    elif held is not None:
+        envelope["temporal"] = held
+    if existing is not None and same_but_times(
+        existing, {**envelope, "source": existing.get("source")}
+    ):
+        return None  # nothing new (whoever adds it): a re-run leaves the object as it is
     return envelope
 
 
@@ -395,7 +384,22 @@ def refresh_root_coverage(root) -> dict:
         from zagg.hive.walk import walk_windows
 
         found += [leaf for leaves in walk_windows(root).values() for leaf in leaves]
-    ids = sorted({sid for rel, sid in found if read_stamp(root, rel) is not None})
-    envelope = root_envelope([s for s in ids if grid.id_order(s) == order], order, source="refresh")
-    root.write_json(ROOT_COVERAGE_KEY, envelope)
-    return envelope
+    ids = {sid for rel, sid in found if read_stamp(root, rel) is not None}
+    ids = {s for s in ids if grid.id_order(s) == order}
+    walked = {sid for _, sid in found}
+    grouping = path_grouping(manifest)
+
+    def rebuild(standing):
+        # a run that published while the walk ran keeps its shards: a listed shard the
+        # walk did not see stays when its leaf carries a stamp now
+        kept = set()
+        listed = parse_root_envelope(standing)
+        if listed is not None and listed["order"] == order:
+            try:
+                extra = set(expand_ranges(listed)) - walked
+            except ValueError:
+                extra = set()
+            kept = {s for s in extra if read_stamp(root, leaf_path(s, grouping=grouping))}
+        return root_envelope(ids | kept, order, source="refresh")
+
+    return root.update_json(ROOT_COVERAGE_KEY, rebuild, replace_unreadable=True)

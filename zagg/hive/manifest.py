@@ -13,7 +13,7 @@ import re
 from zagg.errors import ZaggError
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.stamp import HIVE_SPEC, HIVE_SPEC_WINDOWED, now_iso
-from zagg.hive.storage import StoreRoot, as_root
+from zagg.hive.storage import StoreRoot, as_root, dumps_json
 
 FROZEN_KEYS = (
     "spec",
@@ -193,10 +193,41 @@ def check_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> dict 
 
 
 def write_manifest(root: str | StoreRoot, manifest: dict, explain=None) -> bool:
-    """Ensure the manifest: no write when the frozen keys already match; returns True if written."""
+    """Ensure the manifest: no write when the frozen keys already match; returns True if
+    written. A new store's manifest is created only if absent (two first runs at once:
+    one creates it, the other then checks against it as any later run does); a differing
+    one on a root without leaves is replaced by a compare-and-swap, so a standing
+    manifest's recorded actuals are never overwritten by a stale copy."""
     root = as_root(root)
     existing = check_manifest(root, manifest, explain)
     if existing is not None and not frozen_differences(existing, manifest):
         return False
-    root.write_json(MANIFEST_KEY, manifest)
-    return True
+    if existing is None and root.create(MANIFEST_KEY, dumps_json(manifest)):
+        return True
+    existing = check_manifest(root, manifest, explain)  # what stands now refuses, or not
+    if existing is not None and not frozen_differences(existing, manifest):
+        return False
+
+    def replace(current):
+        if isinstance(current, dict) and not frozen_differences(current, manifest):
+            return None
+        return manifest
+
+    left = root.update_json(MANIFEST_KEY, replace, replace_unreadable=True)
+    return left is manifest
+
+
+def update_manifest(root: str | StoreRoot, change) -> dict | None:
+    """Change the standing manifest in place with ``change(manifest) -> bool`` (whether it
+    changed anything), as one compare-and-swap: a concurrent writer's change is re-read and
+    ``change`` applied again, so neither is lost. Returns the manifest written, or None
+    when there is none or nothing changed."""
+    root = as_root(root)
+    last: dict = {}
+
+    def apply(current):  # called again on each lost race: only its last answer counts
+        last["written"] = current if isinstance(current, dict) and change(current) else None
+        return last["written"]
+
+    root.update_json(MANIFEST_KEY, apply)
+    return last.get("written")

@@ -6,9 +6,11 @@ its leaves hold; tier 2 (``counts``) is the store-wide counted cover, the sum of
 leaves' records. ``coverage.toc`` keeps, per shard, the canonical word set of its occupied
 order-24 buckets, so gaps between passes stay visible below the shard's envelope.
 
-Both are caches, composed GET-union-PUT with what stands: tier 1 and the covers union (a
-union never double-counts), while tier 2 is only ever replaced whole, and only by a run
-that wrote every leaf the store holds; otherwise the counts are dropped rather
+Both are caches, composed with what stands by one compare-and-swap update each
+(:meth:`~zagg.hive.storage.StoreRoot.update_json`, so concurrent runs lose none of each
+other's shards): tier 1 and the covers union (a union never double-counts), while tier 2
+is only ever replaced whole, and only by a run that wrote every leaf the store holds and
+finds no shard listed that it did not write; otherwise the counts are dropped rather
 than published partial. A section or cover at a revision this code does not know is kept
 as it stands.
 """
@@ -163,6 +165,10 @@ def compose_section(standing, mine: dict) -> dict:
     if not (isinstance(standing, dict) and isinstance(standing.get("shards"), dict)):
         return mine
     out = dict(mine)
+    if set(standing["shards"]) - set(mine["shards"]):
+        # the store holds shards this run did not write (another run's, published while
+        # this one ran): its counts are not the store's, whatever it found when it began
+        out.pop("counts", None)
     shards = dict(standing["shards"])
     for sid, word in mine["shards"].items():
         if sid in shards:
@@ -260,15 +266,14 @@ def publish(root, records: list[dict], order: int) -> dict | None:
     if made is None:
         return None
     section, cover = made
-    try:
-        standing = root.read_json(ROOT_COVER_KEY)
-    except ValueError:
-        standing = None  # unparsable: debris this run replaces
-    composed = compose_cover(standing, cover, order)
-    if composed is not None and not same_but_times(standing, composed):
-        root.write_json(ROOT_COVER_KEY, composed)
-    elif isinstance(standing, dict):
-        section["cover"] = standing.get("spec")
+
+    def merge(standing):  # unparsable: debris this run replaces
+        composed = compose_cover(standing, cover, order)
+        return None if composed is None or same_but_times(standing, composed) else composed
+
+    left = root.update_json(ROOT_COVER_KEY, merge, replace_unreadable=True)
+    if isinstance(left, dict):
+        section["cover"] = left.get("spec")
     return section
 
 

@@ -10,13 +10,18 @@ so a dask task can receive one and open its own filesystem handle.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import errno
+import fcntl
 import functools
 import json
 import os
 import posixpath
+import random
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -25,6 +30,9 @@ from zarr.abc.store import Store
 
 from zagg.errors import ZaggError
 from zagg.hive.parts import Parts, object_bytes, object_size
+
+#: lost races a shared object's update retries before giving up (each re-reads and merges)
+UPDATE_ATTEMPTS = 64
 
 
 class StoreIOError(ZaggError, OSError):
@@ -236,6 +244,153 @@ class StoreRoot:
             raise
         return True
 
+    # -- shared objects: compare-and-swap ----------------------------------------------
+    @_faults
+    def update_json(
+        self,
+        key: str,
+        merge: Callable[[Any], Any],
+        *,
+        replace_unreadable: bool = False,
+        attempts: int = UPDATE_ATTEMPTS,
+    ) -> Any:
+        """Read-merge-write one JSON object that concurrent writers share, losing no
+        writer's update: ``merge(current)`` (the parsed object, None when absent) returns
+        the object to leave, or None to leave the standing one as it is. Returns the object
+        standing after the call.
+
+        Locally the read, the merge and the atomic replace happen under an exclusive
+        ``flock`` of a hidden lock file beside the object (the kernel releases it when its
+        holder dies: no stale lock, no timeout). On an object store the write is a
+        conditional PUT: ``If-Match`` the ETag that was read, or ``If-None-Match: *`` when
+        there was nothing; a writer that lost the race re-reads and merges again, so
+        ``merge`` must be a pure function of what it is given. An unparsable object raises
+        ``ValueError`` unless ``replace_unreadable`` (then ``merge`` sees None). Gives up
+        with :class:`StoreContentionError` after ``attempts`` lost races."""
+        if self.is_local:
+            with self._locked(key):
+                current = self._parse(key, self.read_bytes(key), replace_unreadable)
+                new = merge(current)
+                if new is None:
+                    return current
+                self.write_bytes(key, dumps_json(new))
+                return new
+        for attempt in range(attempts):
+            data, etag = self._read_tagged(key)
+            current = self._parse(key, data, replace_unreadable)
+            new = merge(current)
+            if new is None:
+                return current
+            if self._put_if(key, dumps_json(new), etag):
+                return new
+            _pause(attempt)
+        raise StoreContentionError(
+            f"{self.url_of(key)} kept changing under {attempts} attempts to update it (other "
+            "writers of this store); run again to finish this run's update"
+        )
+
+    @_faults
+    def delete_if(self, key: str, doomed: Callable[[Any], bool]) -> bool:
+        """Delete a shared JSON object only when ``doomed(current)`` holds for the object
+        standing at the moment of the delete (under the lock locally, ``If-Match`` its ETag
+        on an object store); whether it was deleted."""
+        if self.is_local:
+            with self._locked(key):
+                current = self._parse(key, self.read_bytes(key), True)
+                if current is None or not doomed(current):
+                    return False
+                self.delete(key)
+                return True
+        for attempt in range(UPDATE_ATTEMPTS):
+            data, etag = self._read_tagged(key)
+            current = self._parse(key, data, True)
+            if etag is None or not doomed(current):
+                return False
+            bucket, path, _ = self.fs.split_path(self._full(key))
+            try:
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=path, IfMatch=etag)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                if not _lost_race(exc):
+                    raise
+                _pause(attempt)
+                continue
+            self._forget(key)
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def _locked(self, key: str):
+        """An exclusive lock on ``key`` among every process of this machine (and of hosts
+        sharing a file system whose locks span them): ``.{name}.lock`` beside it, held
+        while the block runs. It is never deleted (a lock file unlinked under a waiter
+        would let two holders in); it holds no bytes."""
+        full = self._full(key)
+        head, name = posixpath.split(full)
+        os.makedirs(head, exist_ok=True)
+        fd = os.open(posixpath.join(head, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _parse(self, key: str, data: bytes | None, replace_unreadable: bool) -> Any:
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if replace_unreadable:
+                return None
+            raise ValueError(f"{self.url_of(key)} is not valid JSON: {exc}") from exc
+
+    def _read_tagged(self, key: str) -> tuple[bytes | None, str | None]:
+        """An object store's object and its ETag from one GET; (None, None) when absent."""
+        from fsspec.asyn import sync
+
+        bucket, path, _ = self.fs.split_path(self._full(key))
+
+        async def get():
+            try:
+                resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=path)
+            except FileNotFoundError:
+                return None, None
+            try:
+                return await resp["Body"].read(), resp["ETag"]
+            finally:
+                resp["Body"].close()
+
+        return sync(self.fs.loop, get)
+
+    def _put_if(self, key: str, data: bytes, etag: str | None) -> bool:
+        """One conditional PUT: replace the object whose ETag is ``etag``, or create it
+        when ``etag`` is None; False when another writer got there first."""
+        bucket, path, _ = self.fs.split_path(self._full(key))
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        try:
+            self.fs.call_s3("put_object", Bucket=bucket, Key=path, Body=data, **condition)
+        except (FileExistsError, FileNotFoundError):  # created, or deleted, meanwhile
+            return False
+        except OSError as exc:
+            if _lost_race(exc):
+                return False
+            if _unsupported(exc):
+                raise StoreContentionError(
+                    f"{self.url_of(key)}: the object store refused a conditional write "
+                    "(If-Match / If-None-Match); zagg needs them to share a store's root "
+                    "objects between runs: use a store that supports them (AWS S3 does)"
+                ) from exc
+            raise
+        finally:
+            self._forget(key)
+        return True
+
+    def _forget(self, key: str) -> None:
+        with contextlib.suppress(Exception):  # listing caches only
+            self.fs.invalidate_cache(self._full(key))
+
     @_faults
     def delete(self, key: str) -> None:
         """Delete one object (a no-op when absent)."""
@@ -365,6 +520,39 @@ class StoreRoot:
 class StoreRootError(ZaggError, ValueError):
     """A store location that cannot take a hive store: a file, a directory that cannot be
     written, or one that already holds something other than a hive store."""
+
+
+class StoreContentionError(ZaggError, RuntimeError):
+    """A shared store-root object that other writers kept changing under every attempt to
+    update it, or an object store without the conditional writes that sharing needs."""
+
+
+def _pause(attempt: int) -> None:
+    """A short random wait after a lost race, growing with the attempts: it only spreads
+    the writers out (correctness rests on the conditional write, not on this)."""
+    time.sleep(random.uniform(0, min(0.5, 0.01 * 2 ** min(attempt, 6))))
+
+
+def _error_code(exc: BaseException) -> tuple[str, int]:
+    cause = exc.__cause__
+    response = getattr(cause, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code") or "")
+    status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+    return code, status
+
+
+def _lost_race(exc: BaseException) -> bool:
+    """Whether a failed conditional request means another writer changed the object: S3's
+    412 Precondition Failed, or its 409 when two conditional writes overlap."""
+    code, status = _error_code(exc)
+    if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+        return True
+    return "PreconditionFailed" in str(exc) or "pre-conditions" in str(exc)
+
+
+def _unsupported(exc: BaseException) -> bool:
+    code, status = _error_code(exc)
+    return code == "NotImplemented" or status == 501
 
 
 def check_store_root(root: StoreRoot, manifest_key: str) -> bool:

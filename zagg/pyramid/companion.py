@@ -93,18 +93,48 @@ def _node_of(shard_id: str, order: int) -> str:
     return shard_id[: sign + 1 + order]
 
 
+#: rounds of a companion refresh while other runs keep changing the root coverage
+ROUNDS = 32
+
+
 def write_companion(root: StoreRoot, manifest: dict) -> int:
     """Write (or refresh) the companion from the manifest and the root coverage; returns
     the objects written (0: no companion for this store, or the standing one already
-    says the same)."""
-    docs = documents(manifest, _coverage.read_root_coverage(root))
-    if docs is None:
-        return 0
-    if _same(read_root_doc(root), json.loads(docs[f"{PREFIX}/zarr.json"])):
-        return 0
-    for key, data in docs.items():  # the root document is the last item: commit marker
-        root.write_bytes(key, data)
-    return len(docs)
+    says the same).
+
+    Concurrent runs each refresh it after their own root coverage update: each writes the
+    documents of the coverage it read, then reads the coverage again and starts over while
+    it changed. A writer's last documents therefore come from a coverage that still stood
+    after they were written, and the run whose update made the final coverage writes its
+    documents after it: the last word on every document is the final coverage's. A writer
+    that sees the coverage change ``ROUNDS`` times leaves the refresh to the runs changing
+    it (each of which refreshes after its change), with a warning."""
+    written = 0
+    for _ in range(ROUNDS):
+        envelope = _coverage.read_root_coverage(root)
+        docs = documents(manifest, envelope)
+        if docs is None:
+            return written
+        if not _same(read_root_doc(root), json.loads(docs[f"{PREFIX}/zarr.json"])):
+            for key, data in docs.items():  # the root document is the last: commit marker
+                root.write_bytes(key, data)
+            written += len(docs)
+        if _members(_coverage.read_root_coverage(root)) == _members(envelope):
+            return written
+    warnings.warn(
+        f"{root.url_of(PREFIX)}: the root coverage kept changing while the multiscales "
+        "companion was refreshed; the runs changing it refresh it after them",
+        ZaggWarning,
+        stacklevel=2,
+    )
+    return written
+
+
+def _members(envelope: dict | None):
+    """What the companion's documents take from a root coverage."""
+    if envelope is None:
+        return None
+    return envelope.get("order"), envelope.get("ranges"), envelope.get("generated_at")
 
 
 def _same(standing: dict | None, mine: dict) -> bool:

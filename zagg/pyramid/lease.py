@@ -1,24 +1,24 @@
 """The sweep-admission lease (spec §4.8): one ``sweep.lease.json`` serialises a store's sweeps.
 
-Admission is one exclusive create of the store-root intent object: ``O_CREAT | O_EXCL``
-on a local store, a conditional PUT (``If-None-Match: *``, s3fs's ``mode="create"``) on
-S3. A live lease refuses a second sweep naming its holder; one whose ``heartbeat_at`` is
-older than its ``ttl_s`` is claimed (deleted, then created again under the same exclusive
-create, ``claimed_from`` naming the dead run), and the claimant completes the prior run's
-work under the generation ratchet. The holder beats between the ladder's waves and
-deletes the lease as its last act. Control plane only: no data object is ever locked.
+Admission is one compare-and-swap of the store-root intent object
+(:meth:`~zagg.hive.storage.StoreRoot.update_json`: under a ``flock`` on a local store, a
+conditional PUT, ``If-None-Match: *`` or ``If-Match`` the stale lease's ETag, on S3). A live lease refuses a second sweep naming its holder; one whose ``heartbeat_at`` is
+older than its ``ttl_s`` is claimed (replaced by a compare-and-swap against the stale
+lease, ``claimed_from`` naming the dead run), and the claimant completes the prior run's
+work under the generation ratchet. The holder beats between the ladder's waves (only while
+the lease is its own) and deletes the lease as its last act (likewise). Control plane
+only: no data object is ever locked.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from zagg.errors import ZaggError
 from zagg.hive.stamp import now_iso
-from zagg.hive.storage import StoreRoot, dumps_json
+from zagg.hive.storage import StoreRoot
 
 LEASE_KEY = "sweep.lease.json"
 LEASE_SPEC = "zagg-sweep-lease/1"
@@ -43,52 +43,36 @@ class Lease:
     payload: dict = field(default_factory=dict)
 
     def beat(self) -> None:
-        """Move ``heartbeat_at`` (the holder alone writes its lease)."""
+        """Move ``heartbeat_at``: a compare-and-swap of the lease that only ever rewrites
+        this sweep's own lease. A lease another sweep claimed meanwhile (this one's
+        heartbeat went stale) is left alone and stops this sweep with
+        :class:`SweepRefused`: the claimant completes the work."""
         self.payload["heartbeat_at"] = now_iso()
-        self.root.write_bytes(LEASE_KEY, dumps_json(self.payload))
+
+        def mine(current):
+            return self.payload if _holder(current) == self.run_id else None
+
+        left = self.root.update_json(LEASE_KEY, mine, replace_unreadable=True)
+        if _holder(left) != self.run_id:
+            raise SweepRefused(
+                f"{self.root.url_of(LEASE_KEY)}: sweep {_holder(left)!r} claimed this "
+                f"sweep's lease ({self.run_id}) after its heartbeat went stale; it completes "
+                "the work (a longer ttl_s keeps a slow sweep's lease)"
+            )
 
     def release(self) -> None:
-        """Delete the lease (the finisher's last act)."""
-        current = _read(self.root)
-        if current is not None and current.get("run_id") not in (None, self.run_id):
-            return  # claimed by another sweep after ours went stale: theirs now
-        self.root.delete_prefix(LEASE_KEY)
+        """Delete the lease (the finisher's last act), only while it is this sweep's: one
+        claimed by another sweep after ours went stale is theirs now."""
+        self.root.delete_if(LEASE_KEY, lambda current: _holder(current) == self.run_id)
 
 
-def _create_exclusive(root: StoreRoot, data: bytes) -> bool:
-    """Create the lease object only when absent; False when it exists."""
-    if root.is_local:
-        full = root._full(LEASE_KEY)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        try:
-            fd = os.open(full, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return True
-    try:
-        root.fs.pipe_file(root._full(LEASE_KEY), data, mode="create")
-    except FileExistsError:
-        return False
-    except OSError as exc:  # the conditional PUT's 412, as s3fs raises it
-        if "PreconditionFailed" in str(exc) or "412" in str(exc):
-            return False
-        raise
-    return True
+def _holder(payload) -> str | None:
+    return payload.get("run_id") if isinstance(payload, dict) else None
 
 
-def _read(root: StoreRoot) -> dict | None:
-    try:
-        payload = root.read_json(LEASE_KEY)
-    except ValueError:
-        return {"run_id": None, "unreadable": True}
-    return payload if isinstance(payload, dict) else None
-
-
-def _stale(payload: dict, now: datetime) -> bool:
-    if payload.get("unreadable"):
-        return True
+def _stale(payload: dict | None, now: datetime) -> bool:
+    if not isinstance(payload, dict):
+        return True  # unreadable debris
     try:
         beat = datetime.fromisoformat(str(payload.get("heartbeat_at")))
         ttl = float(payload.get("ttl_s", DEFAULT_TTL))
@@ -109,22 +93,18 @@ def acquire(root: StoreRoot, run_id: str, *, scope=None, ttl_s: int = DEFAULT_TT
         "ttl_s": int(ttl_s),
         "claimed_from": None,
     }
-    if _create_exclusive(root, dumps_json(payload)):
-        return Lease(root, run_id, payload)
-    held = _read(root)
-    if held is not None and not _stale(held, datetime.now(UTC)):
-        raise SweepRefused(
-            f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} holds this store "
-            f"(acquired {held.get('acquired_at')}, last heartbeat {held.get('heartbeat_at')}, "
-            f"ttl {held.get('ttl_s')} s); sweeps of one store run one at a time: wait for it "
-            "to finish (its lease is claimable once its heartbeat is older than its ttl)"
-        )
-    root.delete_prefix(LEASE_KEY)  # a dead sweep's lease: claim it
-    payload["claimed_from"] = None if held is None else held.get("run_id")
-    if _create_exclusive(root, dumps_json(payload)):
-        return Lease(root, run_id, payload)
-    held = _read(root) or {}
-    raise SweepRefused(
-        f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} claimed the "
-        "stale lease first; wait for it to finish"
-    )
+
+    def admit(held):
+        if held is not None and not _stale(held, datetime.now(UTC)):
+            raise SweepRefused(
+                f"{root.url_of(LEASE_KEY)}: sweep {held.get('run_id')!r} holds this store "
+                f"(acquired {held.get('acquired_at')}, last heartbeat "
+                f"{held.get('heartbeat_at')}, ttl {held.get('ttl_s')} s); sweeps of one store "
+                "run one at a time: wait for it to finish (its lease is claimable once its "
+                "heartbeat is older than its ttl)"
+            )
+        return {**payload, "claimed_from": _holder(held)}
+
+    # one compare-and-swap: of two sweeps claiming one stale lease, one wins
+    admitted = root.update_json(LEASE_KEY, admit, replace_unreadable=True)
+    return Lease(root, run_id, admitted)

@@ -23,7 +23,7 @@ import dask
 from zagg import grid as G
 from zagg.errors import ZaggError
 from zagg.hive import artifact, coverage
-from zagg.hive.manifest import read_manifest
+from zagg.hive.manifest import read_manifest, update_manifest
 from zagg.hive.paths import MANIFEST_KEY
 from zagg.hive.stamp import now_iso
 from zagg.hive.storage import StoreRoot, as_root
@@ -342,13 +342,15 @@ def record_columns(store, *, storage_options=None) -> bool:
     decl = of_manifest(manifest) if manifest is not None else None
     if decl is None or not laws_of(decl.fields):
         return False  # no ladder, or no composable field: no column is written
-    changed = False
-    for entry in manifest["pyramid"].get("overviews") or []:
-        if int(entry["node"]) == decl.shard_order:
-            changed = _leaf_actuals(entry, decl) or changed
-    if changed:
-        root.write_json(MANIFEST_KEY, manifest)
-    return changed
+
+    def change(fresh: dict) -> bool:
+        changed = False
+        for entry in (fresh.get("pyramid") or {}).get("overviews") or []:
+            if int(entry["node"]) == decl.shard_order:
+                changed = _leaf_actuals(entry, decl) or changed
+        return changed
+
+    return update_manifest(root, change) is not None
 
 
 def _finish(root, manifest, decl, leaves, summary) -> None:
@@ -357,32 +359,37 @@ def _finish(root, manifest, decl, leaves, summary) -> None:
     committed overview at its order, folded by this sweep or standing from an earlier one,
     so a sweep that completes an interrupted one records what an uninterrupted one does."""
     order = manifest["shard_order"]
-    if leaves:
-        current = coverage.read_root_coverage(root)
-        wanted = coverage.ranges(leaves, order)
-        if current is None or current.get("order") != order or current.get("ranges") != wanted:
-            envelope = coverage.root_envelope(leaves, order, source="refresh")
-            root.write_json(coverage.ROOT_COVERAGE_KEY, envelope)
+    if leaves:  # a union: a run publishing meanwhile keeps its shards listed
+        before = coverage.read_root_coverage(root)
+        after = coverage.update_root_coverage(root, leaves, order, source="refresh")
+        if after is not None and after is not before and after != before:
             summary.objects_written += 1
-    fresh = read_manifest(root) or manifest
-    block = fresh.get("pyramid") or {}
-    entries = block.get("overviews") or []
-    changed = False
-    for entry in entries:
+    wanted = {}
+    for entry in (manifest.get("pyramid") or {}).get("overviews") or []:
         node = int(entry["node"])
-        if node == decl.shard_order:
-            changed = _leaf_actuals(entry, decl) or changed
-            continue
-        want = level_actuals(root, leaves, node)
-        had = entry.get("actuals") or {}
-        if want is None or {k: had.get(k) for k in want} == want:
-            continue
-        entry["actuals"] = {**want, "run_id": summary.run_id, "generated_at": now_iso()}
-        changed = True
-    if changed:
-        root.write_json(MANIFEST_KEY, fresh)
+        if node != decl.shard_order:
+            wanted[node] = level_actuals(root, leaves, node)
+    stamp = {"run_id": summary.run_id, "generated_at": now_iso()}
+
+    def change(fresh: dict) -> bool:
+        changed = False
+        for entry in (fresh.get("pyramid") or {}).get("overviews") or []:
+            node = int(entry["node"])
+            if node == decl.shard_order:
+                changed = _leaf_actuals(entry, decl) or changed
+                continue
+            want = wanted.get(node)
+            had = entry.get("actuals") or {}
+            if want is None or {k: had.get(k) for k in want} == want:
+                continue
+            entry["actuals"] = {**want, **stamp}
+            changed = True
+        return changed
+
+    fresh = update_manifest(root, change)
+    if fresh is not None:
         summary.objects_written += 1
-    summary.objects_written += refresh_companion(root, fresh)
+    summary.objects_written += refresh_companion(root, fresh or read_manifest(root) or manifest)
 
 
 def level_actuals(root, leaves: list[str], order: int) -> dict | None:

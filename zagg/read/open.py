@@ -10,6 +10,8 @@ when its task runs for the others.
 
 from __future__ import annotations
 
+import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,7 @@ import numpy as np
 from dask.base import tokenize
 
 from zagg import grid as _grid
+from zagg.hive import coverage as _coverage
 from zagg.hive import paths as _paths
 from zagg.hive import verify as _verify
 from zagg.hive.layout import MORTON
@@ -83,6 +86,8 @@ def open_hive(
     reg = parse_region(region, bbox, cells, order=manifest["cell_order"])
     found = _leaves.candidates(root, manifest, discover, reg, window)
     _leaves.warn_if_incomplete(root, found, discover, window)
+    if window is None and discover != "walk":
+        warn_if_unlisted(root, manifest)
     leaves = _leaves.admit(root, manifest, found, reg)
     if not leaves:
         if reg is None:
@@ -123,6 +128,58 @@ def open_leaf(
         )
     leaves = _leaves.admit(root, manifest, [(rel, shard_id)], None)
     return _open(root, manifest, leaves, dense=dense, verify=verify)
+
+
+def tree_prefixes(root: StoreRoot, digits: int) -> set[str]:
+    """The ids of the tree's directories ``digits`` levels below the base cells (0: the
+    base cells): one delimiter listing per level and directory, so a few for a store."""
+    found = {d for d in root.list_dir("")[0] if _BASE_DIR.match(d)}
+    for _ in range(digits):
+        found = {
+            f"{node}{d}"
+            for node in found
+            for d in root.list_dir(_grid.node_path(node))[0]
+            if d in _DIGITS
+        }
+    return found
+
+
+_BASE_DIR = re.compile(r"^-?[1-6]$")
+_DIGITS = {"1", "2", "3", "4"}
+
+
+def warn_if_unlisted(root: StoreRoot, manifest: dict, stacklevel: int = 3) -> list[str]:
+    """Warn (:class:`~zagg.read.leaves.IncompleteStoreWarning`) when the tree holds
+    directories near its top that no shard of the root coverage lies under: leaves a run
+    wrote but the coverage does not list (a run that did not finish, one still writing, or
+    a coverage written by a writer that lost another's update). The check lists only the
+    top two levels of the tree: leaves missing from the coverage beside listed ones in the
+    same subtree are for ``zagg verify``, which walks every leaf. Returns those
+    directories' ids."""
+    if path_grouping(manifest) != 1:
+        return []
+    envelope = _coverage.read_root_coverage(root)
+    if envelope is None or envelope.get("order") != manifest["shard_order"]:
+        return []  # no usable coverage: warn_if_incomplete has said so
+    try:
+        listed = _coverage.expand_ranges(envelope)
+    except ValueError:
+        return []
+    digits = min(1, manifest["shard_order"])
+    covered = {sid[: len(sid) - _grid.id_order(sid) + digits] for sid in listed}
+    unlisted = sorted(tree_prefixes(root, digits) - covered)
+    if unlisted:
+        shown = ", ".join(f"{_grid.node_path(n)}/" for n in unlisted[:3])
+        warnings.warn(
+            f"{root.url} may be incomplete: its tree holds leaves under {shown} that its root "
+            f"{_paths.ROOT_COVERAGE_KEY} does not list, so a read through it misses them (a "
+            "run into it did not finish, or one is still writing). Run the same zagg run "
+            "command again, or rebuild the coverage with zagg.hive.refresh_root_coverage; "
+            "discover='walk' reads every leaf",
+            _leaves.IncompleteStoreWarning,
+            stacklevel=stacklevel,
+        )
+    return unlisted
 
 
 def _check_window(root: StoreRoot, manifest: dict, window: str | None) -> None:
