@@ -26,8 +26,8 @@ from zagg.read.leaves import IncompleteStoreWarning
 race = importlib.import_module("bench_concurrent")
 assert race.__file__.startswith(str(BENCH))
 
-#: rounds of each case here (the benchmark runs twenty)
-ROUNDS = 2
+#: rounds of each case here (benchmarks/bench_concurrent.py runs twenty)
+ROUNDS = 1
 
 #: one writer process: adds its own items, one update each, to one shared JSON list
 WRITER = """
