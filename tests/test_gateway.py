@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dask_gateway
 import moczarr
@@ -20,6 +21,7 @@ from zagg.cluster.clients import ClusterError, connect
 from zagg.sources.synthetic import DEFAULT_REGION, synthetic_photons
 
 POINTS, CHUNK, SEED, CELL_ORDER = 120_000, 30_000, 4, 12
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CONFIG_TEXT = f"""\
 data_source:
   coordinates: {{latitude: lat_ph, longitude: lon_ph}}
@@ -209,3 +211,38 @@ def test_an_unreachable_gateway_is_reported_with_the_fix(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"zagg: error: cannot reach a dask-gateway at '{url}'")
     assert "Traceback" not in out.stderr and not (tmp_path / "s").exists()
+
+
+def test_the_archive_notebook_runs_on_a_gateway_cluster(gateway, tmp_path, monkeypatch):
+    """notebooks/season_from_the_archive.ipynb as a hub user runs it: ``ZAGG_GATEWAY_URL``
+    set, the granules searched and read from the local stand-in of NASA's archive by the
+    gateway's workers (which get the archive's addresses and token through the cluster's
+    environment option), the store a path every worker reaches."""
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    url, _ = gateway
+    name = "season_from_the_archive.ipynb"
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    store = tmp_path / "season-store"
+    for cell in nb.cells:  # the gateway's workers run in folders of their own
+        cell.source = cell.source.replace('STORE = "season-store"', f"STORE = {str(store)!r}")
+    assert any(str(store) in c.source for c in nb.cells)
+    monkeypatch.setenv("ZAGG_GATEWAY_URL", url)
+    kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
+    NotebookClient(
+        nb, km=kernel, timeout=600, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    client_cell = next(c for c in nb.cells if c.cell_type == "code" and "connect(" in c.source)
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in client_cell.outputs)
+    # the gateway's cluster (its scheduler speaks TLS through the gateway; a local one TCP)
+    assert "'tls://127.0.0.1:" in shown and "processes=2" in shown, shown
+    # the store the gateway's workers wrote is whole: every leaf's content hashes verify
+    leaves = hive.walk_leaves(str(store))
+    assert leaves
+    for leaf, _ in leaves:
+        stamp = moczarr.read_commit(str(store), leaf)
+        assert moczarr.hash_arrays(str(store), leaf) == stamp["content_hashes"]["arrays"]
+    assert int(moczarr.open_hive(str(store))["count"].values.sum()) > 0
+    assert (tmp_path / "season-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
