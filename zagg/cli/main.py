@@ -9,6 +9,10 @@ import os
 import re
 import sys
 
+from zagg import __version__
+from zagg.errors import brief
+from zagg.hive.paths import MANIFEST_KEY
+
 
 def _plan_options(args) -> dict:
     """The options of ``zagg run`` that decide its plan: the run and ``--plan`` pass the
@@ -421,8 +425,6 @@ VERBOSE_ICECHUNK_LOG = "warn"  # the level of Icechunk's log lines under --verbo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zagg import __version__
-
     ap = argparse.ArgumentParser(
         prog=program_name(),
         description="Aggregate point "
@@ -845,8 +847,6 @@ class _CommandProcess:
         import signal
         import warnings
 
-        from zagg.errors import brief
-
         self.logger = logging.getLogger("asyncio")
         self.logger.addFilter(_drop_all_exit)
         self.showwarning = warnings.showwarning
@@ -933,7 +933,6 @@ def _check_store_argument(args) -> None:
     if not isinstance(store, str) or not store:
         return
     from zagg.hive import StoreRoot, StoreRootError
-    from zagg.hive.paths import MANIFEST_KEY
 
     root = StoreRoot(store, _storage_options(getattr(args, "storage_option", None)))
     if not root.is_local and not hasattr(args, "storage_option"):
@@ -952,7 +951,6 @@ def enclosing_store(root) -> str | None:
     """The root of the store that holds ``root`` (a :class:`~zagg.hive.StoreRoot`) as one of
     its folders: the nearest folder above it with a manifest (None: none above)."""
     from zagg.hive import StoreRoot
-    from zagg.hive.paths import MANIFEST_KEY
 
     if root.is_local:
         path = os.path.abspath(root.path)
